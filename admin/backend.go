@@ -1,0 +1,204 @@
+// Package admin is the bridge's HTTP admin API (DESIGN §6): scheduling, lookup, cancel
+// and reschedule by id, statistics, the dead letters, health and readiness, and the
+// Prometheus metrics. The server works over the Backend interface, which
+// internal/bridge implements; Client is the Go client that `bridge ctl` uses.
+//
+// Routes (JSON in and out; every error is {"error": "...", "field"?: "..."}):
+//
+//	POST   /v1/messages                 schedule            201 new, 200 duplicate id
+//	GET    /v1/messages/{id}            look up             200, 404
+//	DELETE /v1/messages/{id}            cancel              200 {id, prior_state}, 404, 409
+//	POST   /v1/messages/{id}/reschedule new due time        200 {id, due_at}, 404, 409
+//	GET    /v1/stats                    shard/route counts  200
+//	GET    /v1/dead?limit=N             dead letters        200 {messages: [...]}
+//	POST   /v1/dead/{id}/requeue        dead -> due now     200 {id, due_at}, 404
+//	DELETE /v1/dead                     purge dead letters  200 {purged: n}
+//	GET    /healthz                     alive               200 while the process serves
+//	GET    /readyz                      Backend.Ready       200, or 503 {error: reason}
+//	GET    /metrics                     Prometheus          text exposition
+//
+// With a token configured every /v1/ route needs "Authorization: Bearer <token>" (401
+// otherwise); /healthz, /readyz and /metrics stay open so probes and scrapers need no
+// secret — put the admin listener on a private address or network policy if metrics
+// are sensitive. Backend failures map to status codes by sentinel error: ErrInvalid
+// 400, ErrNotFound 404, ErrConflict 409, ErrUnavailable 503, anything else 500.
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Message states, as reported by Get and Cancel.
+const (
+	StatePending  = "pending"  // parked in Redis, waiting for its due time
+	StateInflight = "inflight" // claimed by an owner, being fired and published
+	StateDead     = "dead"     // in the dead letters (Reason says why)
+	StateDone     = "done"     // published or cancelled, remembered for the dedup window
+)
+
+// Sentinel errors a Backend returns (wrapped, with %w, so errors.Is finds them).
+var (
+	// ErrNotFound: no message with that id (or none in the state the call needs, for
+	// RequeueDead). HTTP 404.
+	ErrNotFound = errors.New("not found")
+	// ErrInvalid: the request is wrong; return it through Invalid so the field is named.
+	// HTTP 400.
+	ErrInvalid = errors.New("invalid request")
+	// ErrConflict: the message exists but its state does not allow the operation (for
+	// example rescheduling a message that is being published). HTTP 409.
+	ErrConflict = errors.New("conflict")
+	// ErrUnavailable: a dependency (Redis) cannot be reached; the client may retry.
+	// HTTP 503.
+	ErrUnavailable = errors.New("unavailable")
+)
+
+// InvalidError is an ErrInvalid naming the offending request field (JSON name, such as
+// "route", "deliver_at", "payload").
+type InvalidError struct {
+	Field string
+	Msg   string
+}
+
+func (e *InvalidError) Error() string { return e.Field + ": " + e.Msg }
+
+// Is makes errors.Is(err, ErrInvalid) true.
+func (e *InvalidError) Is(target error) bool { return target == ErrInvalid }
+
+// Invalid returns an *InvalidError for field.
+func Invalid(field, format string, args ...any) error {
+	return &InvalidError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// When is a due time as a client gave it. If DeliverAt is non-zero it is the due time;
+// otherwise the due time is the backend's now + Delay (Delay <= 0 means due now). This
+// is the meaning of the x-deliver-at and x-delay headers (DESIGN §2).
+type When struct {
+	Delay     time.Duration
+	DeliverAt time.Time
+}
+
+// ScheduleRequest is one message submitted over HTTP.
+type ScheduleRequest struct {
+	// ID is the message id (x-message-id); "" = the backend generates a unique one.
+	ID string
+	// Route names a configured route; the message goes to that route's target.
+	Route string
+	// Key is the Kafka key (nil = none). RoutingKey is the AMQP routing key ("" = the
+	// route's to.amqp.routing_key, if any).
+	Key        []byte
+	RoutingKey string
+	Payload    []byte
+	// Headers are added to the message as string headers. The delay is never read from
+	// them: x-delay, x-deliver-at and the other x-delay-* headers are the bridge's own.
+	Headers map[string]string
+	When    When
+}
+
+// Scheduled is the result of Schedule, Reschedule and RequeueDead.
+type Scheduled struct {
+	ID    string `json:"id"`
+	DueAt int64  `json:"due_at"` // unix milliseconds
+	// Duplicate is set by Schedule when the id was already known (pending, in flight,
+	// dead or done): nothing was changed and DueAt is the existing message's due time
+	// (0 for a done message).
+	Duplicate bool `json:"duplicate,omitempty"`
+}
+
+// Message describes one message. Times are unix milliseconds.
+type Message struct {
+	ID    string `json:"id"`
+	State string `json:"state"` // StatePending, StateInflight, StateDead or StateDone
+	// The fields below are filled for pending, inflight and dead messages; a done
+	// message has only ID and State (its envelope is gone).
+	DueAt        int64             `json:"due_at,omitempty"`
+	Route        string            `json:"route,omitempty"`
+	Source       string            `json:"source,omitempty"`        // topic, queue or "http"
+	SourceBroker string            `json:"source_broker,omitempty"` // kafka, amqp or http
+	Target       string            `json:"target,omitempty"`        // x-delay-target override, if any
+	ReceivedAt   int64             `json:"received_at,omitempty"`
+	Attempt      int               `json:"attempt"`           // publish attempts made so far
+	Reason       string            `json:"reason,omitempty"`  // dead letters: why
+	DeadAt       int64             `json:"dead_at,omitempty"` // dead letters: when
+	Headers      map[string]string `json:"headers,omitempty"` // values rendered as text
+	PayloadSize  int               `json:"payload_size"`
+}
+
+// Counts are message counts in one scope.
+type Counts struct {
+	Pending  int64 `json:"pending"`
+	Inflight int64 `json:"inflight"`
+	Dead     int64 `json:"dead"`
+}
+
+// ShardStats is one shard's state.
+type ShardStats struct {
+	Shard int `json:"shard"`
+	Counts
+	NextDue int64  `json:"next_due,omitempty"` // earliest due time in the shard, 0 = none
+	Owner   string `json:"owner"`              // instance holding the lease, "" = none
+}
+
+// Stats is the answer of GET /v1/stats.
+type Stats struct {
+	Totals Counts       `json:"totals"`
+	Shards []ShardStats `json:"shards"`
+	// Routes has per-route counts when the backend can tell them cheaply; nil otherwise.
+	Routes map[string]Counts `json:"routes,omitempty"`
+	// Instance is the answering instance; Members the live instances (heartbeating).
+	Instance string   `json:"instance,omitempty"`
+	Members  []string `json:"members,omitempty"`
+}
+
+// Backend is what the admin API drives. *bridge.Bridge implements it. Every method must
+// be safe for concurrent use, honour ctx (each HTTP request has a deadline), and report
+// failures with the sentinel errors above: ErrInvalid (through Invalid, naming the
+// field) for bad input, ErrNotFound, ErrConflict, ErrUnavailable when Redis cannot be
+// reached; any other error is reported as an internal error (500).
+type Backend interface {
+	// Schedule parks one message on req.Route's shard, exactly as if it had arrived on
+	// the route's source, with SourceBroker "http" and Source "http". It validates what
+	// ingress validates: unknown route, delay beyond limits.max_delay or payload over
+	// limits.max_payload_bytes are ErrInvalid naming "route", "delay_ms"/"deliver_at"
+	// or "payload". It is idempotent by id: an id that is already pending, in flight,
+	// dead or done is not parked again and Scheduled.Duplicate is set. It returns once
+	// Redis has the message (with redis.min_replicas, once replicas have it).
+	Schedule(ctx context.Context, req ScheduleRequest) (Scheduled, error)
+
+	// Get looks a message up by id wherever it is. ErrNotFound if unknown (never seen,
+	// or done longer ago than scheduler.done_window).
+	Get(ctx context.Context, id string) (Message, error)
+
+	// Cancel removes a pending, in-flight or dead message and returns the state it was
+	// in. Cancelling an in-flight message is best effort: a publish already under way
+	// may still reach the target. ErrNotFound if unknown; ErrConflict if it is done
+	// (already published, or already cancelled).
+	Cancel(ctx context.Context, id string) (priorState string, err error)
+
+	// Reschedule gives a pending message a new due time (a dead message is requeued at
+	// that time, attempt reset). ErrNotFound if unknown; ErrConflict if in flight or
+	// done; ErrInvalid if the new time is beyond limits.max_delay.
+	Reschedule(ctx context.Context, id string, when When) (Scheduled, error)
+
+	// Stats reports counts per shard (and per route when cheap) and shard owners.
+	Stats(ctx context.Context) (Stats, error)
+
+	// ListDead returns up to limit dead letters (1 <= limit <= 1000), oldest
+	// dead-lettered first, across all shards.
+	ListDead(ctx context.Context, limit int) ([]Message, error)
+
+	// RequeueDead moves one dead letter back to pending, due now, with its attempt
+	// count reset and its reason cleared. ErrNotFound if there is no dead letter with
+	// that id.
+	RequeueDead(ctx context.Context, id string) (Scheduled, error)
+
+	// PurgeDead deletes every dead letter and returns how many it deleted.
+	PurgeDead(ctx context.Context) (int64, error)
+
+	// Ready returns nil when the instance can do its job (Redis reachable, brokers
+	// connected, shard ownership established) and otherwise an error saying what is
+	// missing; /readyz shows that text.
+	Ready(ctx context.Context) error
+}

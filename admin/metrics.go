@@ -1,0 +1,215 @@
+package admin
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/delaybridge/delay-bridge/internal/observe"
+)
+
+// Namespace prefixes every metric name.
+const Namespace = "delaybridge"
+
+// Histogram buckets, in seconds.
+var (
+	// LatencyBuckets resolve the sub-millisecond to second range a millisecond-accurate
+	// scheduler lives in (fire lateness, publish duration).
+	LatencyBuckets = []float64{0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+	// ScriptBuckets are for single Redis script calls.
+	ScriptBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1}
+	// DelayBuckets span a second to a year of requested delay.
+	DelayBuckets = []float64{0.1, 1, 5, 10, 30, 60, 300, 900, 3600, 6 * 3600, 86400, 7 * 86400, 30 * 86400, 365 * 86400}
+)
+
+// StatsCacheTTL is how long the pending/inflight/dead gauges reuse one Stats answer, so
+// frequent or concurrent scrapes do not each scan Redis.
+const StatsCacheTTL = time.Second
+
+// CountsFunc reports the current message counts for the gauges (typically the Totals of
+// Backend.Stats).
+type CountsFunc func(ctx context.Context) (Counts, error)
+
+// Metrics is the Prometheus implementation of observe.Observer (DESIGN §6). Metric
+// names start with "delaybridge_"; labels are route, broker, reason and script, all
+// low-cardinality (route names come from the configuration).
+//
+//	counters   messages_received_total{route}, messages_parked_total{route},
+//	           messages_fired_total{route}, messages_published_total{route,broker},
+//	           messages_dead_lettered_total{route}, messages_invalid_total{route,reason}
+//	gauges     messages_pending, messages_inflight, messages_dead (from SetCounts,
+//	           collected at scrape time, cached StatsCacheTTL), shards_owned,
+//	           build_info{version,goversion} (always 1)
+//	histograms fire_lateness_seconds{route}, requested_delay_seconds{route},
+//	           publish_duration_seconds{route,broker}, redis_script_duration_seconds{script}
+type Metrics struct {
+	received, parked, fired, deadLettered *prometheus.CounterVec
+	published, invalid                    *prometheus.CounterVec
+	shardsOwned                           prometheus.Gauge
+	lateness, requestedDelay              *prometheus.HistogramVec
+	publishDuration, scriptDuration       *prometheus.HistogramVec
+	counts                                *countsCollector
+}
+
+var _ observe.Observer = (*Metrics)(nil)
+
+// NewRegistry returns a registry with the Go runtime and process collectors, ready for
+// NewMetrics.
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// NewMetrics creates the metrics and registers them on reg. version is the bridge's
+// version for build_info. logger (nil = slog.Default()) hears about failing counts.
+func NewMetrics(reg prometheus.Registerer, version string, logger *slog.Logger) (*Metrics, error) {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: name, Help: help}, labels)
+	}
+	histogram := func(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: name, Help: help, Buckets: buckets}, labels)
+	}
+	m := &Metrics{
+		received:     counter("messages_received_total", "Records consumed from delay sources, before parsing.", "route"),
+		parked:       counter("messages_parked_total", "Messages newly stored in Redis (duplicates excluded).", "route"),
+		fired:        counter("messages_fired_total", "Messages handed to egress at their due time.", "route"),
+		published:    counter("messages_published_total", "Messages the target broker confirmed.", "route", "broker"),
+		deadLettered: counter("messages_dead_lettered_total", "Messages moved to the dead letters.", "route"),
+		invalid:      counter("messages_invalid_total", "Invalid records, by reason.", "route", "reason"),
+		shardsOwned: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Name: "shards_owned",
+			Help: "Shards this instance currently owns."}),
+		lateness: histogram("fire_lateness_seconds",
+			"Fire time minus due time (negative: early). The key service-level metric.", LatencyBuckets, "route"),
+		requestedDelay: histogram("requested_delay_seconds",
+			"Delay producers asked for (due time minus receive time).", DelayBuckets, "route"),
+		publishDuration: histogram("publish_duration_seconds",
+			"Duration of one publish batch until the broker confirmed it.", LatencyBuckets, "route", "broker"),
+		scriptDuration: histogram("redis_script_duration_seconds",
+			"Duration of one Redis script call.", ScriptBuckets, "script"),
+		counts: newCountsCollector(logger),
+	}
+	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Name: "build_info",
+		Help: "Always 1; labels carry the bridge version and the Go version it was built with."}, []string{"version", "goversion"})
+	buildInfo.WithLabelValues(version, runtime.Version()).Set(1)
+	for _, c := range []prometheus.Collector{
+		m.received, m.parked, m.fired, m.published, m.deadLettered, m.invalid, m.shardsOwned,
+		m.lateness, m.requestedDelay, m.publishDuration, m.scriptDuration, m.counts, buildInfo,
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("admin: registering metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// SetCounts installs the source of the messages_pending, messages_inflight and
+// messages_dead gauges. Until it is called (or while f fails without an earlier
+// success) those gauges are absent from scrapes.
+func (m *Metrics) SetCounts(f CountsFunc) { m.counts.set(f) }
+
+func (m *Metrics) Received(route string, n int) { m.received.WithLabelValues(route).Add(float64(n)) }
+func (m *Metrics) Parked(route string, n int)   { m.parked.WithLabelValues(route).Add(float64(n)) }
+func (m *Metrics) Invalid(route, reason string) { m.invalid.WithLabelValues(route, reason).Inc() }
+func (m *Metrics) RequestedDelay(route string, d time.Duration) {
+	m.requestedDelay.WithLabelValues(route).Observe(d.Seconds())
+}
+func (m *Metrics) Fired(route string, lateness time.Duration) {
+	m.fired.WithLabelValues(route).Inc()
+	m.lateness.WithLabelValues(route).Observe(lateness.Seconds())
+}
+func (m *Metrics) Published(route, broker string, n int, took time.Duration) {
+	m.published.WithLabelValues(route, broker).Add(float64(n))
+	m.publishDuration.WithLabelValues(route, broker).Observe(took.Seconds())
+}
+func (m *Metrics) DeadLettered(route string, n int) {
+	m.deadLettered.WithLabelValues(route).Add(float64(n))
+}
+func (m *Metrics) ScriptDuration(script string, took time.Duration) {
+	m.scriptDuration.WithLabelValues(script).Observe(took.Seconds())
+}
+func (m *Metrics) ShardsOwned(n int) { m.shardsOwned.Set(float64(n)) }
+
+// countsCollector emits the message-count gauges from a CountsFunc, calling it at most
+// once per StatsCacheTTL however many scrapes arrive.
+type countsCollector struct {
+	log                     *slog.Logger
+	pending, inflight, dead *prometheus.Desc
+	ttl                     time.Duration
+	now                     func() time.Time
+
+	mu      sync.Mutex // held while refreshing, so concurrent scrapes share one call
+	f       CountsFunc
+	last    Counts
+	have    bool
+	fetched time.Time
+}
+
+func newCountsCollector(logger *slog.Logger) *countsCollector {
+	desc := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName(Namespace, "", name), help, nil, nil)
+	}
+	return &countsCollector{
+		log:      logger,
+		pending:  desc("messages_pending", "Messages parked in Redis waiting for their due time (all shards)."),
+		inflight: desc("messages_inflight", "Messages claimed and not yet acknowledged (all shards)."),
+		dead:     desc("messages_dead", "Messages in the dead letters (all shards)."),
+		ttl:      StatsCacheTTL,
+		now:      time.Now,
+	}
+}
+
+func (c *countsCollector) set(f CountsFunc) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.f, c.have, c.fetched = f, false, time.Time{}
+}
+
+func (c *countsCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.pending
+	ch <- c.inflight
+	ch <- c.dead
+}
+
+func (c *countsCollector) Collect(ch chan<- prometheus.Metric) {
+	counts, ok := c.get()
+	if !ok {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(counts.Pending))
+	ch <- prometheus.MustNewConstMetric(c.inflight, prometheus.GaugeValue, float64(counts.Inflight))
+	ch <- prometheus.MustNewConstMetric(c.dead, prometheus.GaugeValue, float64(counts.Dead))
+}
+
+// get returns the cached counts, refreshing them when older than the TTL. On a failed
+// refresh it keeps serving the last good value (if any) and retries after the TTL.
+func (c *countsCollector) get() (Counts, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.f == nil {
+		return Counts{}, false
+	}
+	now := c.now()
+	if !c.fetched.IsZero() && now.Sub(c.fetched) < c.ttl {
+		return c.last, c.have
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	counts, err := c.f(ctx)
+	c.fetched = now
+	if err != nil {
+		c.log.Warn("metrics: reading message counts failed", "err", err)
+		return c.last, c.have
+	}
+	c.last, c.have = counts, true
+	return counts, true
+}

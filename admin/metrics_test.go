@@ -1,0 +1,190 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+)
+
+func TestMetricsNamesAndLabels(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg, "1.2.3", quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Received("orders", 3)
+	m.Parked("orders", 2)
+	m.Invalid("orders", "bad_delay")
+	m.RequestedDelay("orders", 90*time.Second)
+	m.Fired("orders", 700*time.Microsecond)
+	m.Fired("orders", 3*time.Second)
+	m.Published("orders", "kafka", 2, 4*time.Millisecond)
+	m.DeadLettered("billing", 1)
+	m.ScriptDuration("claim", 300*time.Microsecond)
+	m.ShardsOwned(32)
+
+	expected := `
+# HELP delaybridge_messages_received_total Records consumed from delay sources, before parsing.
+# TYPE delaybridge_messages_received_total counter
+delaybridge_messages_received_total{route="orders"} 3
+# HELP delaybridge_messages_parked_total Messages newly stored in Redis (duplicates excluded).
+# TYPE delaybridge_messages_parked_total counter
+delaybridge_messages_parked_total{route="orders"} 2
+# HELP delaybridge_messages_fired_total Messages handed to egress at their due time.
+# TYPE delaybridge_messages_fired_total counter
+delaybridge_messages_fired_total{route="orders"} 2
+# HELP delaybridge_messages_published_total Messages the target broker confirmed.
+# TYPE delaybridge_messages_published_total counter
+delaybridge_messages_published_total{broker="kafka",route="orders"} 2
+# HELP delaybridge_messages_dead_lettered_total Messages moved to the dead letters.
+# TYPE delaybridge_messages_dead_lettered_total counter
+delaybridge_messages_dead_lettered_total{route="billing"} 1
+# HELP delaybridge_messages_invalid_total Invalid records, by reason.
+# TYPE delaybridge_messages_invalid_total counter
+delaybridge_messages_invalid_total{reason="bad_delay",route="orders"} 1
+# HELP delaybridge_shards_owned Shards this instance currently owns.
+# TYPE delaybridge_shards_owned gauge
+delaybridge_shards_owned 32
+# HELP delaybridge_build_info Always 1; labels carry the bridge version and the Go version it was built with.
+# TYPE delaybridge_build_info gauge
+delaybridge_build_info{goversion="` + runtime.Version() + `",version="1.2.3"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(expected),
+		"delaybridge_messages_received_total", "delaybridge_messages_parked_total",
+		"delaybridge_messages_fired_total", "delaybridge_messages_published_total",
+		"delaybridge_messages_dead_lettered_total", "delaybridge_messages_invalid_total",
+		"delaybridge_shards_owned", "delaybridge_build_info"); err != nil {
+		t.Error(err)
+	}
+
+	// Histograms: names, labels, and buckets fine-grained at the low end.
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hist := map[string]*dto.MetricFamily{}
+	for _, mf := range mfs {
+		if mf.GetType() == dto.MetricType_HISTOGRAM {
+			hist[mf.GetName()] = mf
+		}
+	}
+	wantLabels := map[string]string{
+		"delaybridge_fire_lateness_seconds":         "route=orders",
+		"delaybridge_requested_delay_seconds":       "route=orders",
+		"delaybridge_publish_duration_seconds":      "broker=kafka,route=orders",
+		"delaybridge_redis_script_duration_seconds": "script=claim",
+	}
+	for name, labels := range wantLabels {
+		mf, ok := hist[name]
+		if !ok {
+			t.Errorf("histogram %s missing", name)
+			continue
+		}
+		var got []string
+		for _, lp := range mf.GetMetric()[0].GetLabel() {
+			got = append(got, lp.GetName()+"="+lp.GetValue())
+		}
+		if strings.Join(got, ",") != labels {
+			t.Errorf("%s labels = %v, want %s", name, got, labels)
+		}
+	}
+	lat := hist["delaybridge_fire_lateness_seconds"].GetMetric()[0].GetHistogram()
+	if lat.GetSampleCount() != 2 {
+		t.Errorf("lateness samples = %d", lat.GetSampleCount())
+	}
+	b := lat.GetBucket()
+	if b[0].GetUpperBound() != 0.0005 || b[len(b)-1].GetUpperBound() != 10 {
+		t.Errorf("lateness buckets %v .. %v, want 0.0005 .. 10", b[0].GetUpperBound(), b[len(b)-1].GetUpperBound())
+	}
+	if b[1].GetUpperBound() != 0.001 || b[1].GetCumulativeCount() != 1 {
+		t.Errorf("0.7ms must land in the 1ms bucket: %v", b[1])
+	}
+
+	// Registering twice is an error, not a panic.
+	if _, err := NewMetrics(reg, "x", quiet); err == nil {
+		t.Error("second NewMetrics on the same registry succeeded")
+	}
+}
+
+func TestMetricsCountsAreCachedAndSurviveErrors(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg, "t", quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(m.counts); n != 0 {
+		t.Errorf("without SetCounts the gauges must be absent, got %d", n)
+	}
+
+	var now atomic.Int64
+	now.Store(time.Unix(100, 0).UnixNano())
+	m.counts.now = func() time.Time { return time.Unix(0, now.Load()) }
+	var calls atomic.Int32
+	var fail atomic.Bool
+	m.SetCounts(func(ctx context.Context) (Counts, error) {
+		if _, ok := ctx.Deadline(); !ok {
+			t.Error("counts func called without a deadline")
+		}
+		n := calls.Add(1)
+		if fail.Load() {
+			return Counts{}, errors.New("redis down")
+		}
+		return Counts{Pending: int64(10 * n), Inflight: 2, Dead: 1}, nil
+	})
+
+	expect := func(pending string) {
+		t.Helper()
+		want := `
+# HELP delaybridge_messages_pending Messages parked in Redis waiting for their due time (all shards).
+# TYPE delaybridge_messages_pending gauge
+delaybridge_messages_pending ` + pending + `
+# HELP delaybridge_messages_inflight Messages claimed and not yet acknowledged (all shards).
+# TYPE delaybridge_messages_inflight gauge
+delaybridge_messages_inflight 2
+# HELP delaybridge_messages_dead Messages in the dead letters (all shards).
+# TYPE delaybridge_messages_dead gauge
+delaybridge_messages_dead 1
+`
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+			"delaybridge_messages_pending", "delaybridge_messages_inflight", "delaybridge_messages_dead"); err != nil {
+			t.Error(err)
+		}
+	}
+	expect("10")
+	// Many concurrent scrapes within the TTL share one call.
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = reg.Gather()
+		}()
+	}
+	wg.Wait()
+	expect("10")
+	if calls.Load() != 1 {
+		t.Errorf("calls = %d, want 1 within the TTL", calls.Load())
+	}
+	now.Add(int64(StatsCacheTTL))
+	expect("20")
+	// A failing refresh keeps the last good value, and is retried only after the TTL.
+	fail.Store(true)
+	now.Add(int64(StatsCacheTTL))
+	expect("20")
+	expect("20")
+	if calls.Load() != 3 {
+		t.Errorf("calls = %d, want 3", calls.Load())
+	}
+	fail.Store(false)
+	now.Add(int64(StatsCacheTTL))
+	expect("40")
+}

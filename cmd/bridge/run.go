@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/delaybridge/delay-bridge/admin"
+	"github.com/delaybridge/delay-bridge/config"
+	"github.com/delaybridge/delay-bridge/internal/bridge"
+)
+
+func init() {
+	register("run", "run the bridge service", runRun)
+}
+
+const runHelp = `
+Run the bridge: consume the routes' delay sources, park messages in Redis, fire them at
+their due time and publish them to the targets; serve the admin API, /metrics, /healthz
+and /readyz on admin.listen (set it to "" to disable). Configuration: defaults < YAML
+file < DELAYBRIDGE_* environment (levels separated by "__", e.g.
+DELAYBRIDGE_REDIS__ADDRS=a:6379,b:6379) < --set flags. SIGINT or SIGTERM shuts down
+gracefully; a second signal exits at once.`
+
+func runRun(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("run", "[-c FILE] [--set key=value]...", runHelp)
+	cf := addConfigFlags(fs)
+	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
+		return code
+	}
+	if fs.NArg() > 0 {
+		return usageError(fs, stderr, "unexpected argument %q (the configuration file goes after -c)", fs.Arg(0))
+	}
+	cfg, err := cf.load()
+	if err != nil {
+		printConfigErrors(stderr, "run", err)
+		return exitError
+	}
+	logger := newLogger(cfg.Log, stderr)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	// After the first signal, restore the default handling so a second one kills.
+	context.AfterFunc(ctx, stop)
+
+	if err := serve(ctx, cfg, logger); err != nil {
+		logger.Error("bridge stopped with an error", "err", err)
+		return exitError
+	}
+	return exitOK
+}
+
+// newLogger builds the process logger from log.level and log.format (validated).
+func newLogger(lc config.LogConfig, w io.Writer) *slog.Logger {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(strings.ToLower(lc.Level))); err != nil {
+		level = slog.LevelInfo
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler
+	if lc.Format == "text" {
+		h = slog.NewTextHandler(w, opts)
+	} else {
+		h = slog.NewJSONHandler(w, opts)
+	}
+	return slog.New(h)
+}
+
+// serve runs the bridge and its admin server until ctx ends or either fails. The admin
+// server keeps answering (/healthz, /metrics; /readyz says not ready) while the bridge
+// shuts down, and stops after it.
+func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
+	reg := admin.NewRegistry()
+	metrics, err := admin.NewMetrics(reg, buildVersion(), logger)
+	if err != nil {
+		return err
+	}
+	b, err := bridge.New(cfg, bridge.Options{Logger: logger, Observer: metrics})
+	if err != nil {
+		return fmt.Errorf("building the bridge: %w", err)
+	}
+	metrics.SetCounts(func(ctx context.Context) (admin.Counts, error) {
+		st, err := b.Stats(ctx)
+		return st.Totals, err
+	})
+	logger.Info("delay-bridge starting", "version", buildVersion(), "cluster", cfg.Cluster,
+		"shards", cfg.Shards, "routes", len(cfg.Routes), "admin", cfg.Admin.Listen)
+
+	bridgeCtx, stopBridge := context.WithCancel(ctx)
+	defer stopBridge()
+	adminCtx, stopAdmin := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopAdmin()
+
+	var wg sync.WaitGroup
+	var adminErr error
+	if cfg.Admin.Listen != "" {
+		srv := admin.NewServer(admin.Options{
+			Addr:    cfg.Admin.Listen,
+			Token:   cfg.Admin.Token,
+			Backend: b,
+			// Room for a base64 payload of limits.max_payload_bytes plus the envelope.
+			MaxBodyBytes: int64(cfg.Limits.MaxPayloadBytes)*4/3 + 1<<20,
+			Gatherer:     reg,
+			Logger:       logger.With("component", "admin"),
+		})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := srv.Run(adminCtx); err != nil {
+				adminErr = err
+				stopBridge() // an admin server that cannot listen is fatal
+			}
+		}()
+	}
+
+	runErr := b.Run(bridgeCtx)
+	stopAdmin()
+	wg.Wait()
+	if errors.Is(runErr, context.Canceled) && ctx.Err() != nil {
+		runErr = nil
+	}
+	if adminErr != nil {
+		return errors.Join(fmt.Errorf("admin API: %w", adminErr), runErr)
+	}
+	if runErr != nil {
+		return runErr
+	}
+	logger.Info("delay-bridge stopped")
+	return nil
+}

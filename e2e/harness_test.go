@@ -1,0 +1,347 @@
+// Package e2e runs the built `bridge` binary as a separate process against a kfake
+// Kafka broker (in this test process), a redis-server child and the RabbitMQ server on
+// 127.0.0.1:5672, and checks what arrives on the targets with a ledger: every message
+// arrives, none early, duplicates counted.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"go.uber.org/goleak"
+
+	"github.com/delaybridge/delay-bridge/internal/testutil"
+)
+
+var bridgeBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "delay-bridge-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	bridgeBin = filepath.Join(dir, "bridge")
+	build := exec.Command("go", "build", "-race", "-o", bridgeBin, "../cmd/bridge")
+	if os.Getenv("DELAYBRIDGE_TEST_E2E_NORACE") != "" {
+		build = exec.Command("go", "build", "-o", bridgeBin, "../cmd/bridge")
+	}
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: building the bridge binary failed:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	if code == 0 {
+		// The test's own kafka-go writers share kafka.DefaultTransport, whose pooled
+		// connections outlive Writer.Close by design.
+		kafka.DefaultTransport.(*kafka.Transport).CloseIdleConnections()
+		if err := goleak.Find(goleak.IgnoreTopFunction("github.com/segmentio/kafka-go.(*reader).run"),
+			goleak.IgnoreAnyFunction("github.com/twmb/franz-go/pkg/kfake.(*Cluster).run")); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// bridgeProc is one running bridge process.
+type bridgeProc struct {
+	t     *testing.T
+	cfg   string
+	admin string
+	cmd   *exec.Cmd
+	log   *bytes.Buffer
+	mu    sync.Mutex
+	done  chan struct{}
+}
+
+type logBuf struct {
+	mu *sync.Mutex
+	b  *bytes.Buffer
+}
+
+func (l logBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// writeConfig writes a bridge.yaml for the given routes YAML and returns its path and
+// the admin address.
+func writeConfig(t *testing.T, redisAddr, kafkaAddr, routes string, extra string) (string, string) {
+	t.Helper()
+	admin := "127.0.0.1:" + strconv.Itoa(testutil.FreePort(t))
+	cfg := fmt.Sprintf(`cluster: e2e
+shards: 16
+instance: %s
+redis: { addrs: ["%s"] }
+kafka: { brokers: ["%s"], group_id: %s }
+amqp: { url: "%s", prefetch: 200 }
+scheduler: { lookahead: 1s, lease_ttl: 1s, safety_scan: 200ms }
+retry: { max_attempts: 3, backoff: { initial: 100ms, max: 500ms } }
+admin: { listen: "%s" }
+log: { level: info, format: text }
+routes:
+%s
+%s
+`, testutil.Uniq(t, "inst"), redisAddr, kafkaAddr, testutil.Uniq(t, "group"), testutil.AMQPURL(), admin, routes, extra)
+	path := filepath.Join(t.TempDir(), "bridge.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path, admin
+}
+
+func startBridge(t *testing.T, cfgPath, admin string) *bridgeProc {
+	t.Helper()
+	p := &bridgeProc{t: t, cfg: cfgPath, admin: admin, log: &bytes.Buffer{}}
+	p.start()
+	t.Cleanup(func() {
+		p.stop()
+		if t.Failed() {
+			t.Logf("bridge log:\n%s", p.logs())
+		}
+	})
+	return p
+}
+
+func (p *bridgeProc) start() {
+	p.t.Helper()
+	p.cmd = exec.Command(bridgeBin, "run", "-c", p.cfg)
+	w := logBuf{&p.mu, p.log}
+	p.cmd.Stdout, p.cmd.Stderr = w, w
+	if err := p.cmd.Start(); err != nil {
+		p.t.Fatalf("start bridge: %v", err)
+	}
+	p.done = make(chan struct{})
+	go func(cmd *exec.Cmd, done chan struct{}) {
+		_ = cmd.Wait()
+		close(done)
+	}(p.cmd, p.done)
+	p.waitReady(30 * time.Second)
+}
+
+func (p *bridgeProc) logs() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.String()
+}
+
+func (p *bridgeProc) waitReady(limit time.Duration) {
+	p.t.Helper()
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		select {
+		case <-p.done:
+			p.t.Fatalf("bridge exited before it was ready:\n%s", p.logs())
+		default:
+		}
+		resp, err := http.Get("http://" + p.admin + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	p.t.Fatalf("bridge not ready after %s:\n%s", limit, p.logs())
+}
+
+// kill sends SIGKILL: no shutdown, whatever was in memory is lost to the process.
+func (p *bridgeProc) kill() {
+	if p.cmd != nil && p.cmd.Process != nil {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+	p.cmd = nil
+}
+
+// stop sends SIGTERM and waits for a graceful exit.
+func (p *bridgeProc) stop() {
+	if p.cmd == nil || p.cmd.Process == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		p.t.Errorf("bridge did not stop within 30s of SIGTERM")
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+	p.cmd = nil
+}
+
+// api calls the admin API and decodes the JSON answer into out (if non-nil).
+func (p *bridgeProc) api(method, path string, body any, out any) int {
+	p.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, "http://"+p.admin+path, rd)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		p.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if out != nil && len(data) > 0 {
+		if err := json.Unmarshal(data, out); err != nil {
+			p.t.Fatalf("%s %s: decode %q: %v", method, path, data, err)
+		}
+	}
+	return resp.StatusCode
+}
+
+// ---- Kafka helpers ----
+
+type sent struct {
+	id    string
+	key   string
+	value string
+	delay time.Duration
+	at    time.Time // record timestamp (the x-delay base)
+}
+
+type arrival struct {
+	key     string
+	value   string
+	headers map[string]string
+	at      time.Time
+}
+
+func newWriter(addr, topic string) *kafka.Writer {
+	return &kafka.Writer{Addr: kafka.TCP(addr), Topic: topic, RequiredAcks: kafka.RequireAll,
+		BatchTimeout: time.Millisecond, Balancer: &kafka.Murmur2Balancer{}}
+}
+
+// collector consumes a topic in the background and records every arrival.
+type collector struct {
+	mu      sync.Mutex
+	got     []arrival
+	cancel  context.CancelFunc
+	done    chan struct{}
+	readErr error
+}
+
+func collect(t *testing.T, addr, topic string) *collector {
+	t.Helper()
+	r := kafka.NewReader(kafka.ReaderConfig{
+		Brokers: []string{addr}, Topic: topic, GroupID: testutil.Uniq(t, "collector"),
+		MaxWait: 5 * time.Millisecond, ReadBackoffMin: time.Millisecond, ReadBackoffMax: 5 * time.Millisecond,
+		StartOffset: kafka.FirstOffset, CommitInterval: time.Second,
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &collector{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		defer r.Close()
+		for {
+			m, err := r.FetchMessage(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					c.mu.Lock()
+					c.readErr = err
+					c.mu.Unlock()
+				}
+				return
+			}
+			a := arrival{key: string(m.Key), value: string(m.Value), headers: map[string]string{}, at: time.Now()}
+			for _, h := range m.Headers {
+				a.headers[h.Key] = string(h.Value)
+			}
+			c.mu.Lock()
+			c.got = append(c.got, a)
+			c.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-c.done })
+	return c
+}
+
+func (c *collector) snapshot() []arrival {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]arrival(nil), c.got...)
+}
+
+// uniqueCount returns how many distinct x-message-ids arrived.
+func (c *collector) uniqueCount() int {
+	seen := map[string]bool{}
+	for _, a := range c.snapshot() {
+		seen[a.headers["x-message-id"]] = true
+	}
+	return len(seen)
+}
+
+func waitUntil(t *testing.T, what string, limit time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", limit, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// ledger checks arrivals against what was sent: every message arrived, none early,
+// payload/key intact. It returns the number of duplicate arrivals.
+func ledger(t *testing.T, sentMsgs map[string]sent, got []arrival, source string) (dups int) {
+	t.Helper()
+	seen := map[string]int{}
+	for _, a := range got {
+		id := a.headers["x-message-id"]
+		s, ok := sentMsgs[id]
+		if !ok {
+			t.Errorf("unexpected message id %q arrived", id)
+			continue
+		}
+		seen[id]++
+		if seen[id] > 1 {
+			dups++
+		}
+		if a.key != s.key || a.value != s.value {
+			t.Errorf("%s: key/payload changed: %q/%q, want %q/%q", id, a.key, a.value, s.key, s.value)
+		}
+		due, err := strconv.ParseInt(a.headers["x-delay-due-at"], 10, 64)
+		if err != nil {
+			t.Errorf("%s: bad x-delay-due-at %q", id, a.headers["x-delay-due-at"])
+			continue
+		}
+		if want := s.at.Add(s.delay).UnixMilli(); s.delay > 0 && due != want {
+			t.Errorf("%s: x-delay-due-at %d, want record time + x-delay = %d", id, due, want)
+		}
+		if a.at.UnixMilli() < due {
+			t.Errorf("%s: arrived %d ms early", id, due-a.at.UnixMilli())
+		}
+		if a.headers["x-delay-source"] != source {
+			t.Errorf("%s: x-delay-source %q, want %q", id, a.headers["x-delay-source"], source)
+		}
+	}
+	for id := range sentMsgs {
+		if seen[id] == 0 {
+			t.Errorf("%s never arrived", id)
+		}
+	}
+	return dups
+}

@@ -1,0 +1,320 @@
+package egress
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/internal/observe"
+)
+
+// Completer records the outcome of each publish. The scheduler implements it; it also
+// returns the in-memory credits the messages held (back-pressure).
+type Completer interface {
+	// Published is called once per batch of messages the broker confirmed.
+	Published(ctx context.Context, envs []*envelope.Envelope)
+	// Failed is called for messages whose publish failed (err per message, same order);
+	// the completer schedules a retry with backoff or dead-letters them.
+	Failed(ctx context.Context, envs []*envelope.Envelope, errs []error)
+	// Dropped is called for messages the dispatcher did not publish because this
+	// instance may no longer own their shard (its lease may have passed to another
+	// instance, which recovers and fires them). Nothing is written to Redis.
+	Dropped(envs []*envelope.Envelope)
+}
+
+// RouteSink binds a route to the sink serving its target broker.
+type RouteSink struct {
+	Sink    Sink
+	Broker  string  // envelope.BrokerKafka / BrokerAMQP, for metrics
+	MaxRate float64 // messages per second, 0 = unlimited
+}
+
+// DispatcherOptions configure a Dispatcher.
+type DispatcherOptions struct {
+	Routes    map[string]RouteSink
+	Completer Completer
+	// Workers publishing concurrently (default 4). Concurrent batches let the Kafka
+	// writer and AMQP confirm pipelines fill while another batch waits for acks.
+	Workers int
+	// MaxBatch bounds one Publish call (default 1000).
+	MaxBatch int
+	// PublishTimeout bounds one Publish call (default 10s). It must stay well below the
+	// in-flight lease so a stuck publish is failed and retried before recovery would
+	// fire the same message a second time.
+	PublishTimeout time.Duration
+	// AtMostOnce acknowledges (removes from Redis) before publishing.
+	AtMostOnce bool
+	// Owned reports whether this instance still holds the shard lease for env; a
+	// message whose shard was lost is dropped instead of published (local fencing).
+	Owned    func(env *envelope.Envelope) bool
+	Observer observe.Observer
+	Logger   *slog.Logger
+}
+
+// Dispatcher takes batches fired by the wheel and publishes them through the route's
+// sink, in parallel workers, honouring per-route max_rate. A route with a max_rate gets
+// its own lane (queue and worker), so waiting for its rate never holds up the shared
+// workers that serve every other route. Memory is bounded upstream: the scheduler only
+// claims what its credits allow, so the queues here never hold more than
+// scheduler.max_in_memory messages.
+type Dispatcher struct {
+	opt      DispatcherOptions
+	limiters map[string]*rate.Limiter
+	shared   *fifo
+	lanes    map[string]*fifo // rate-limited routes
+}
+
+// NewDispatcher builds a dispatcher; Run starts its workers.
+func NewDispatcher(opt DispatcherOptions) *Dispatcher {
+	if opt.Workers <= 0 {
+		opt.Workers = 4
+	}
+	if opt.MaxBatch <= 0 {
+		opt.MaxBatch = 1000
+	}
+	if opt.PublishTimeout <= 0 {
+		opt.PublishTimeout = 10 * time.Second
+	}
+	if opt.Observer == nil {
+		opt.Observer = observe.Nop{}
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.Default()
+	}
+	d := &Dispatcher{opt: opt, limiters: map[string]*rate.Limiter{}, shared: newFIFO(opt.MaxBatch), lanes: map[string]*fifo{}}
+	for name, rs := range opt.Routes {
+		if rs.MaxRate > 0 {
+			burst := int(rs.MaxRate / 10) // a tenth of a second's worth: smooth, not bursty
+			if burst < 1 {
+				burst = 1
+			}
+			d.limiters[name] = rate.NewLimiter(rate.Limit(rs.MaxRate), burst)
+			d.lanes[name] = newFIFO(min(opt.MaxBatch, burst))
+		}
+	}
+	return d
+}
+
+// Submit queues fired messages. It never blocks (the wheel goroutine calls it).
+func (d *Dispatcher) Submit(batch []*envelope.Envelope) {
+	if len(d.lanes) == 0 {
+		d.shared.put(batch)
+		return
+	}
+	var shared []*envelope.Envelope
+	byLane := map[*fifo][]*envelope.Envelope{}
+	for _, env := range batch {
+		if lane := d.lanes[env.Route]; lane != nil {
+			byLane[lane] = append(byLane[lane], env)
+		} else {
+			shared = append(shared, env)
+		}
+	}
+	for lane, envs := range byLane {
+		lane.put(envs) // one lock per lane and batch, not per message
+	}
+	d.shared.put(shared)
+}
+
+// Len is the number of queued messages not yet taken by a worker.
+func (d *Dispatcher) Len() int {
+	n := d.shared.len()
+	for _, lane := range d.lanes {
+		n += lane.len()
+	}
+	return n
+}
+
+// Run publishes until ctx is done and the queues are empty. Shutdown order: the caller
+// stops the wheel first, then cancels ctx; Run then finishes what is queued (each
+// publish bounded by PublishTimeout) and returns.
+func (d *Dispatcher) Run(ctx context.Context) {
+	stop := context.AfterFunc(ctx, func() {
+		d.shared.close()
+		for _, lane := range d.lanes {
+			lane.close()
+		}
+	})
+	defer stop()
+	var wg sync.WaitGroup
+	work := func(q *fifo) {
+		defer wg.Done()
+		for {
+			batch := q.take()
+			if batch == nil {
+				return
+			}
+			d.dispatch(batch)
+		}
+	}
+	for i := 0; i < d.opt.Workers; i++ {
+		wg.Add(1)
+		go work(d.shared)
+	}
+	for _, lane := range d.lanes {
+		wg.Add(1)
+		go work(lane)
+	}
+	wg.Wait()
+}
+
+// fifo is a closable queue of fired messages taken in batches of up to max.
+type fifo struct {
+	mu     sync.Mutex
+	cond   *sync.Cond
+	items  []*envelope.Envelope
+	max    int
+	closed bool
+}
+
+func newFIFO(max int) *fifo {
+	q := &fifo{max: max}
+	q.cond = sync.NewCond(&q.mu)
+	return q
+}
+
+func (q *fifo) put(batch []*envelope.Envelope) {
+	if len(batch) == 0 {
+		return
+	}
+	q.mu.Lock()
+	q.items = append(q.items, batch...)
+	q.mu.Unlock()
+	q.cond.Signal()
+}
+
+func (q *fifo) len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.items)
+}
+
+func (q *fifo) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	q.cond.Broadcast()
+}
+
+// take blocks until something is queued, and returns nil once closed and drained.
+func (q *fifo) take() []*envelope.Envelope {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for len(q.items) == 0 && !q.closed {
+		q.cond.Wait()
+	}
+	n := min(len(q.items), q.max)
+	if n == 0 {
+		return nil
+	}
+	batch := make([]*envelope.Envelope, n)
+	copy(batch, q.items)
+	rest := copy(q.items, q.items[n:])
+	clear(q.items[rest:])
+	q.items = q.items[:rest]
+	return batch
+}
+
+// dispatch publishes one batch, grouped by route (each route may have its own sink and
+// rate). Outcomes go to the completer with a context detached from shutdown, because
+// recording an outcome must finish even while the bridge is stopping.
+func (d *Dispatcher) dispatch(batch []*envelope.Envelope) {
+	ctx := context.Background()
+	for len(batch) > 0 {
+		route := batch[0].Route
+		group := batch[:0:0]
+		rest := batch[:0]
+		for _, env := range batch {
+			if env.Route == route {
+				group = append(group, env)
+			} else {
+				rest = append(rest, env)
+			}
+		}
+		batch = rest
+		d.publishRoute(ctx, route, group)
+	}
+}
+
+func (d *Dispatcher) publishRoute(ctx context.Context, route string, envs []*envelope.Envelope) {
+	rs, ok := d.opt.Routes[route]
+	if !ok {
+		errs := make([]error, len(envs))
+		for i := range errs {
+			errs[i] = fmt.Errorf("route %q is not configured on this instance: %w", route, ErrPermanent)
+		}
+		d.opt.Completer.Failed(ctx, envs, errs)
+		return
+	}
+	if lim := d.limiters[route]; lim != nil {
+		// Take tokens in chunks no larger than the burst.
+		for left := len(envs); left > 0; {
+			n := min(left, lim.Burst())
+			_ = lim.WaitN(ctx, n)
+			left -= n
+		}
+	}
+	// Ownership is checked after the rate limiter's wait, right before publishing: a
+	// throttled message whose shard moved meanwhile is left to the new owner.
+	if d.opt.Owned != nil {
+		kept := envs[:0:0]
+		var dropped []*envelope.Envelope
+		for _, env := range envs {
+			if d.opt.Owned(env) {
+				kept = append(kept, env)
+			} else {
+				dropped = append(dropped, env)
+			}
+		}
+		if len(dropped) > 0 {
+			d.opt.Completer.Dropped(dropped)
+		}
+		if envs = kept; len(envs) == 0 {
+			return
+		}
+	}
+	if d.opt.AtMostOnce {
+		d.opt.Completer.Published(ctx, envs)
+	}
+	pctx, cancel := context.WithTimeout(ctx, d.opt.PublishTimeout)
+	start := time.Now()
+	errs := rs.Sink.Publish(pctx, envs)
+	took := time.Since(start)
+	cancel()
+	if len(errs) != len(envs) {
+		// A sink breaking its contract must not lose messages: fail them all.
+		bad := fmt.Errorf("sink returned %d results for %d messages", len(errs), len(envs))
+		errs = make([]error, len(envs))
+		for i := range errs {
+			errs[i] = bad
+		}
+	}
+	var okEnvs, failEnvs []*envelope.Envelope
+	var failErrs []error
+	for i, err := range errs {
+		if err == nil {
+			okEnvs = append(okEnvs, envs[i])
+		} else {
+			failEnvs = append(failEnvs, envs[i])
+			failErrs = append(failErrs, err)
+		}
+	}
+	if len(okEnvs) > 0 {
+		d.opt.Observer.Published(route, rs.Broker, len(okEnvs), took)
+		if !d.opt.AtMostOnce {
+			d.opt.Completer.Published(ctx, okEnvs)
+		}
+	}
+	if len(failEnvs) > 0 {
+		d.opt.Logger.Warn("publish failed", "route", route, "failed", len(failEnvs), "of", len(envs), "err", failErrs[0])
+		if d.opt.AtMostOnce {
+			return // already acknowledged: at-most-once loses what the broker refused
+		}
+		d.opt.Completer.Failed(ctx, failEnvs, failErrs)
+	}
+}

@@ -1,0 +1,178 @@
+package egress
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/delaybridge/delay-bridge/internal/envelope"
+)
+
+// OutgoingHeaders returns the headers to publish env with (DESIGN §2): every original
+// header kept in order, x-delay rewritten to its negative (the delayed-message plugin's
+// loop guard, so a republish to a delay exchange does not delay again), and x-message-id,
+// x-delay-due-at, x-delay-source and x-delay-attempt set. attempt is 1 for the first
+// publish. Values are typed (int64 for the numbers we add); Kafka sinks turn them into
+// bytes with HeaderBytes, AMQP sinks put them in the table as they are.
+func OutgoingHeaders(env *envelope.Envelope, attempt int32) []envelope.Header {
+	out := make([]envelope.Header, 0, len(env.Headers)+4)
+	for _, h := range env.Headers {
+		switch h.Key {
+		case envelope.HeaderMessageID, envelope.HeaderDueAt, envelope.HeaderSource, envelope.HeaderAttempt:
+			continue // replaced below
+		case envelope.HeaderDelay:
+			out = append(out, envelope.Header{Key: h.Key, Value: negate(h.Value)})
+		default:
+			out = append(out, h)
+		}
+	}
+	return append(out,
+		envelope.Header{Key: envelope.HeaderMessageID, Value: env.ID},
+		envelope.Header{Key: envelope.HeaderDueAt, Value: env.DueAt},
+		envelope.Header{Key: envelope.HeaderSource, Value: env.Source},
+		envelope.Header{Key: envelope.HeaderAttempt, Value: int64(attempt)},
+	)
+}
+
+// negate returns -|v| keeping v's type where it can carry a sign; text stays text (Kafka
+// producers send text), unsigned and unparsable values become an int64.
+func negate(v any) any {
+	abs := func(x int64) int64 {
+		if x < 0 {
+			return x
+		}
+		return -x
+	}
+	switch x := v.(type) {
+	case int8:
+		return int8(abs(int64(x)))
+	case int16:
+		return int16(abs(int64(x)))
+	case int32:
+		return int32(abs(int64(x)))
+	case int64:
+		return abs(x)
+	case int:
+		return abs(int64(x))
+	case uint8:
+		return abs(int64(x))
+	case uint16:
+		return abs(int64(x))
+	case uint32:
+		return abs(int64(x))
+	case uint64:
+		if x > math.MaxInt64 {
+			return int64(-math.MaxInt64)
+		}
+		return abs(int64(x))
+	case float32:
+		return float32(negFloat(float64(x)))
+	case float64:
+		return negFloat(x)
+	case envelope.Decimal:
+		if x.Value > 0 {
+			x.Value = -x.Value
+		}
+		return x
+	case string:
+		if n, ok := negText(x); ok {
+			return n
+		}
+		return x
+	case []byte:
+		if n, ok := negText(string(x)); ok {
+			return []byte(n)
+		}
+		return x
+	}
+	return v
+}
+
+// negFloat truncates toward zero and negates, without an int64 conversion (undefined for
+// NaN, infinities and values beyond int64). NaN stays NaN.
+func negFloat(f float64) float64 {
+	if math.IsNaN(f) {
+		return f
+	}
+	n := -math.Abs(math.Trunc(f))
+	if n == 0 {
+		return 0 // not -0
+	}
+	return n
+}
+
+// negText negates a delay written as text, accepting what ingress accepts (surrounding
+// blanks, a sign, a fraction, an exponent); integers stay exact. ok is false for text
+// that is not a finite number, which is left unchanged.
+func negText(s string) (string, bool) {
+	t := strings.TrimSpace(s)
+	if n, err := strconv.ParseInt(t, 10, 64); err == nil {
+		if n > 0 {
+			n = -n
+		}
+		return strconv.FormatInt(n, 10), true
+	}
+	f, err := strconv.ParseFloat(t, 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		return s, false
+	}
+	n := negFloat(f)
+	if n < math.MinInt64 {
+		return strconv.FormatFloat(n, 'f', 0, 64), true
+	}
+	return strconv.FormatInt(int64(n), 10), true
+}
+
+// HeaderBytes renders a typed header value as Kafka header bytes: text and bytes as they
+// are, numbers in decimal, booleans as true/false, times as RFC 3339, tables and arrays
+// as JSON.
+func HeaderBytes(v any) []byte {
+	switch x := v.(type) {
+	case nil:
+		return nil
+	case string:
+		return []byte(x)
+	case []byte:
+		return x
+	case int8, int16, int32, int64, int, uint8, uint16, uint32, uint64:
+		return []byte(fmt.Sprint(x))
+	case float32:
+		return strconv.AppendFloat(nil, float64(x), 'g', -1, 32)
+	case float64:
+		return strconv.AppendFloat(nil, x, 'g', -1, 64)
+	case bool:
+		return strconv.AppendBool(nil, x)
+	case time.Time:
+		return []byte(x.UTC().Format(time.RFC3339))
+	case envelope.Decimal:
+		return []byte(decimalText(x))
+	default:
+		b, err := json.Marshal(x)
+		if err != nil {
+			return []byte(fmt.Sprint(x))
+		}
+		return b
+	}
+}
+
+func decimalText(d envelope.Decimal) string {
+	s := strconv.FormatInt(int64(d.Value), 10)
+	if d.Scale == 0 {
+		return s
+	}
+	neg := d.Value < 0
+	if neg {
+		s = s[1:]
+	}
+	for len(s) <= int(d.Scale) {
+		s = "0" + s
+	}
+	s = s[:len(s)-int(d.Scale)] + "." + s[len(s)-int(d.Scale):]
+	if neg {
+		s = "-" + s
+	}
+	return s
+}

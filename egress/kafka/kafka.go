@@ -1,0 +1,346 @@
+// Package kafka is the Kafka sink (import it as kafkaout): it republishes fired messages
+// with a segmentio/kafka-go Writer shared by every route that targets Kafka.
+//
+// Writer settings: RequiredAcks = RequireAll (the broker confirms only once every
+// in-sync replica has the record), the Murmur2 balancer (a key lands on the same
+// partition as with the Java client's default partitioner), BatchTimeout 1ms and
+// BatchSize 1000 (kafka-go's defaults are 1s and fire-and-forget acks: DESIGN §8),
+// synchronous writes, and no automatic topic creation: a missing target topic is a failed
+// publish, retried by the dispatcher and then dead-lettered.
+//
+// Each message goes to env.Target if set, else to the default topic of env.Route; key and
+// payload are unchanged and the headers are egress.OutgoingHeaders rendered with
+// egress.HeaderBytes. Publish hands the whole batch to one WriteMessages call (kafka-go
+// also merges concurrent callers into the same produce requests) and maps its per-message
+// results; when kafka-go fails a call as a whole before sending anything (an oversized
+// record, an unknown topic among several), the culprit is failed alone and the others
+// written again, in order, so one bad message never fails its neighbours.
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/delaybridge/delay-bridge/config"
+	"github.com/delaybridge/delay-bridge/egress"
+	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/internal/kafkaconn"
+)
+
+// HeaderDeadReason carries why a message was dead-lettered, on dead-letter copies.
+const HeaderDeadReason = "x-delay-dead-reason"
+
+// Defaults for Options.
+const (
+	DefaultBatchTimeout = time.Millisecond
+	DefaultBatchSize    = 1000
+	DefaultBatchBytes   = 16 << 20
+)
+
+// ErrClosed is returned for messages published after Close.
+var ErrClosed = errors.New("kafka sink closed")
+
+// Options tunes a Sink. Zero values take the defaults.
+type Options struct {
+	Logger *slog.Logger // default slog.Default()
+	// BatchTimeout is how long a partition's batch waits for more messages; default 1ms.
+	BatchTimeout time.Duration
+	// BatchSize is the most messages per partition batch; default 1000.
+	BatchSize int
+	// BatchBytes is the most bytes per partition batch; a single record larger than this
+	// fails permanently. Default 16 MiB (the broker's own message.max.bytes applies too).
+	BatchBytes int64
+}
+
+// Sink publishes to Kafka. It implements egress.Sink and is safe for concurrent use.
+type Sink struct {
+	w      *kafka.Writer
+	tr     *kafka.Transport
+	routes map[string]string
+	log    *slog.Logger
+	closed atomic.Bool
+	once   sync.Once
+}
+
+var _ egress.Sink = (*Sink)(nil)
+
+// New returns a sink for the brokers of cfg. routes maps each route name that targets
+// Kafka to its default topic (to.kafka.topic). Nothing is dialed until the first Publish.
+func New(cfg config.KafkaConfig, routes map[string]string, opts Options) (*Sink, error) {
+	tr, err := kafkaconn.Transport(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("egress/kafka: %w: %w", egress.ErrPermanent, err)
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.BatchTimeout <= 0 {
+		opts.BatchTimeout = DefaultBatchTimeout
+	}
+	if opts.BatchSize <= 0 {
+		opts.BatchSize = DefaultBatchSize
+	}
+	if opts.BatchBytes <= 0 {
+		opts.BatchBytes = DefaultBatchBytes
+	}
+	rt := make(map[string]string, len(routes))
+	for name, topic := range routes {
+		if topic == "" {
+			return nil, fmt.Errorf("egress/kafka: route %q: empty default topic: %w", name, egress.ErrPermanent)
+		}
+		rt[name] = topic
+	}
+	log := opts.Logger.With("sink", "kafka")
+	w := &kafka.Writer{
+		Addr:                   kafka.TCP(cfg.Brokers...),
+		Balancer:               &kafka.Murmur2Balancer{},
+		RequiredAcks:           kafka.RequireAll,
+		BatchTimeout:           opts.BatchTimeout,
+		BatchSize:              opts.BatchSize,
+		BatchBytes:             opts.BatchBytes,
+		MaxAttempts:            5,
+		WriteBackoffMin:        20 * time.Millisecond,
+		WriteBackoffMax:        time.Second,
+		Async:                  false,
+		AllowAutoTopicCreation: false,
+		Transport:              tr,
+		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
+			log.Debug("kafka-go: " + fmt.Sprintf(msg, args...))
+		}),
+	}
+	return &Sink{w: w, tr: tr, routes: rt, log: log}, nil
+}
+
+// Publish implements egress.Sink.
+func (s *Sink) Publish(ctx context.Context, msgs []*envelope.Envelope) []error {
+	return s.publish(ctx, msgs, func(env *envelope.Envelope) (string, error) {
+		if env.Target != "" {
+			return env.Target, nil
+		}
+		if t, ok := s.routes[env.Route]; ok {
+			return t, nil
+		}
+		return "", fmt.Errorf("kafka: route %q has no kafka target and the message names none: %w", env.Route, egress.ErrPermanent)
+	}, func(env *envelope.Envelope) []envelope.Header {
+		return egress.OutgoingHeaders(env, env.Attempt+1)
+	})
+}
+
+// Close stops the writer and releases its connections. Publish afterwards fails with
+// ErrClosed. Close may be called more than once.
+func (s *Sink) Close() error {
+	s.once.Do(func() {
+		s.closed.Store(true)
+		if err := s.w.Close(); err != nil {
+			s.log.Debug("close writer", "err", err)
+		}
+		s.tr.CloseIdleConnections()
+	})
+	return nil
+}
+
+// DeadLetters returns a publisher of dead-letter copies to topic (dead_letter.kafka.topic)
+// over this sink's writer.
+func (s *Sink) DeadLetters(topic string) *DeadLetters { return &DeadLetters{s: s, topic: topic} }
+
+// DeadLetters publishes dead-letter copies to one topic: key and payload unchanged, the
+// egress headers with x-delay-attempt = the attempts made, and x-delay-dead-reason.
+type DeadLetters struct {
+	s     *Sink
+	topic string
+}
+
+// Topic is the dead-letter topic.
+func (d *DeadLetters) Topic() string { return d.topic }
+
+// Publish returns one error per message, like egress.Sink.Publish.
+func (d *DeadLetters) Publish(ctx context.Context, envs []*envelope.Envelope) []error {
+	return d.s.publish(ctx, envs, func(*envelope.Envelope) (string, error) {
+		if d.topic == "" {
+			return "", fmt.Errorf("kafka: no dead-letter topic configured: %w", egress.ErrPermanent)
+		}
+		return d.topic, nil
+	}, func(env *envelope.Envelope) []envelope.Header {
+		h := egress.OutgoingHeaders(env, env.Attempt)
+		return append(h, envelope.Header{Key: HeaderDeadReason, Value: env.Reason})
+	})
+}
+
+// PublishDead publishes envs and returns the failures joined (nil when all arrived).
+func (d *DeadLetters) PublishDead(ctx context.Context, envs []*envelope.Envelope) error {
+	var failed []error
+	for i, err := range d.Publish(ctx, envs) {
+		if err != nil {
+			failed = append(failed, fmt.Errorf("dead letter %q: %w", envs[i].ID, err))
+		}
+	}
+	return errors.Join(failed...)
+}
+
+// publish builds the records and writes them; errs has one slot per message.
+func (s *Sink) publish(ctx context.Context, msgs []*envelope.Envelope, topicOf func(*envelope.Envelope) (string, error), headersOf func(*envelope.Envelope) []envelope.Header) []error {
+	errs := make([]error, len(msgs))
+	if len(msgs) == 0 {
+		return errs
+	}
+	fail := func(err error) []error {
+		for i := range errs {
+			if errs[i] == nil {
+				errs[i] = err
+			}
+		}
+		return errs
+	}
+	if s.closed.Load() {
+		return fail(ErrClosed)
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(fmt.Errorf("kafka: publish: %w", err))
+	}
+	recs := make([]kafka.Message, 0, len(msgs))
+	slots := make([]int, 0, len(msgs))
+	for i, env := range msgs {
+		topic, err := topicOf(env)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		hs := headersOf(env)
+		kh := make([]kafka.Header, len(hs))
+		for j, h := range hs {
+			kh[j] = kafka.Header{Key: h.Key, Value: egress.HeaderBytes(h.Value)}
+		}
+		recs = append(recs, kafka.Message{Topic: topic, Key: kafkaKey(env), Value: env.Payload, Headers: kh})
+		slots = append(slots, i)
+	}
+	if len(recs) > 0 {
+		s.write(ctx, recs, slots, errs, true)
+	}
+	return errs
+}
+
+// write writes recs (whose results go to errs[slots[i]]). kafka-go fails a call as a whole
+// only before sending anything (topic metadata, an oversized record) or when ctx ends.
+// An oversized record is failed alone and the rest written again in order; any other
+// whole-call failure with several topics in the batch is retried once per topic
+// (concurrently, each topic's records in order), so an unknown topic fails only its own
+// records.
+func (s *Sink) write(ctx context.Context, recs []kafka.Message, slots []int, errs []error, splitTopics bool) {
+	for len(recs) > 0 {
+		err := s.w.WriteMessages(ctx, recs...)
+		if err == nil {
+			return
+		}
+		var werrs kafka.WriteErrors
+		if errors.As(err, &werrs) && len(werrs) == len(recs) {
+			for i, e := range werrs {
+				if e != nil {
+					errs[slots[i]] = classify(recs[i].Topic, e)
+				}
+			}
+			return
+		}
+		var tooLarge kafka.MessageTooLargeError
+		if errors.As(err, &tooLarge) && ctx.Err() == nil {
+			if i := removedIndex(recs, tooLarge.Remaining); i >= 0 {
+				errs[slots[i]] = classify(recs[i].Topic, err)
+				recs = append(recs[:i:i], recs[i+1:]...)
+				slots = append(slots[:i:i], slots[i+1:]...)
+				continue
+			}
+		}
+		if splitTopics && ctx.Err() == nil && !errors.Is(err, io.ErrClosedPipe) {
+			if groups := byTopic(recs); len(groups) > 1 {
+				var wg sync.WaitGroup
+				for _, g := range groups {
+					gr := make([]kafka.Message, len(g))
+					gs := make([]int, len(g))
+					for j, i := range g {
+						gr[j], gs[j] = recs[i], slots[i]
+					}
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						s.write(ctx, gr, gs, errs, false) // disjoint slots of errs
+					}()
+				}
+				wg.Wait()
+				return
+			}
+		}
+		if errors.Is(err, io.ErrClosedPipe) {
+			err = ErrClosed
+		}
+		for i := range recs {
+			errs[slots[i]] = classify(recs[i].Topic, err)
+		}
+		return
+	}
+}
+
+// byTopic groups the indexes of recs by topic, in order of first appearance.
+func byTopic(recs []kafka.Message) [][]int {
+	var groups [][]int
+	at := map[string]int{}
+	for i := range recs {
+		g, ok := at[recs[i].Topic]
+		if !ok {
+			g = len(groups)
+			at[recs[i].Topic] = g
+			groups = append(groups, nil)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	return groups
+}
+
+// removedIndex finds the record kafka-go left out of remaining (recs minus one record,
+// in order), identifying records by their header slice, which publish allocates per
+// record and which always holds the egress headers.
+func removedIndex(recs, remaining []kafka.Message) int {
+	if len(remaining) != len(recs)-1 {
+		return -1
+	}
+	for i := range remaining {
+		if len(recs[i].Headers) == 0 || len(remaining[i].Headers) == 0 || &recs[i].Headers[0] != &remaining[i].Headers[0] {
+			return i
+		}
+	}
+	return len(recs) - 1
+}
+
+// classify wraps a publish error, marking those that retrying cannot fix.
+func classify(topic string, err error) error {
+	var tooLarge kafka.MessageTooLargeError
+	var kerr kafka.Error
+	permanent := errors.As(err, &tooLarge)
+	if errors.As(err, &kerr) {
+		switch kerr {
+		case kafka.MessageSizeTooLarge, kafka.InvalidTopic, kafka.RecordListTooLarge, kafka.InvalidRecord:
+			permanent = true
+		}
+	}
+	if permanent {
+		return fmt.Errorf("kafka: publish to %q: %w: %w", topic, egress.ErrPermanent, err)
+	}
+	return fmt.Errorf("kafka: publish to %q: %w", topic, err)
+}
+
+// kafkaKey is the record key: the message's Kafka key; for a message without one that
+// came from AMQP, its routing key, so messages published with the same routing key keep
+// their order on one partition (the reverse of the AMQP sink, which routes a Kafka
+// message by its key).
+func kafkaKey(env *envelope.Envelope) []byte {
+	if env.Key == nil && env.RoutingKey != "" {
+		return []byte(env.RoutingKey)
+	}
+	return env.Key
+}

@@ -1,0 +1,528 @@
+// Package amqp is the RabbitMQ (AMQP 0-9-1) delay source: it consumes one durable queue
+// with manual acknowledgements and hands batches of parsed messages to an
+// ingress.Handler, acknowledging them only once the handler has them in Redis.
+//
+// Topology. For a route `from: { amqp: { queue, exchange, exchange_type, binding_key } }`
+// the source declares, on every (re)connection: the exchange (durable, exchange_type
+// default "topic") when set, the durable queue, and the binding (binding_key default "#").
+// exchange_type direct with binding_key "#" is refused (ErrPermanent): "#" is no wildcard
+// on a direct exchange, so every message published with another key would be dropped.
+// An existing exchange of another type is a configuration error (ErrPermanent): the
+// plugin's x-delayed-message exchange of the same name must be deleted first. An existing
+// queue with other arguments (quorum queue, length limit...) is used as it is.
+//
+// Delivery. QoS prefetch = amqp.prefetch. Deliveries are batched (up to prefetch, or what
+// arrived within BatchWait of the first), parsed with ingress.Parse and handed to the
+// handler; on success the batch is acknowledged with one multiple basic.ack up to its
+// last delivery tag; on failure the source backs off and hands the same batch again,
+// and after RetryInPlace failures rejects it with basic.nack(multiple, requeue), so the
+// broker delivers it again, in order, to a healthy consumer. Nothing is acknowledged
+// that the handler did not accept, and a delivery tag is only ever acknowledged on the
+// channel that delivered it: when the channel or connection drops, the unacknowledged
+// deliveries return to the queue by themselves and the source reconnects with backoff and
+// consumes again.
+//
+// Message ids. The id used for idempotency (so a redelivered message is not parked
+// twice), cancel and lookup is, in order: the x-message-id header, the message_id
+// property, else "<queue>/<hash>" where hash is a SHA-256 (first 128 bits, hex) over
+// the message as published: exchange, routing key, every property, every header except
+// the x-delivery-count that quorum queues add on redelivery, and the body. It survives
+// redelivery, reconnection and a bridge crash. The trade-off: two messages identical in
+// all of these, published without message_id or x-message-id, are one message to the
+// bridge — the second is dropped as a duplicate while the first is pending and for
+// scheduler.done_window after it fired. Producers that may publish byte-identical
+// messages must set message_id (or x-message-id, or a timestamp property that differs).
+package amqp
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaybridge/delay-bridge/config"
+	"github.com/delaybridge/delay-bridge/ingress"
+	"github.com/delaybridge/delay-bridge/internal/amqpconn"
+	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/internal/observe"
+)
+
+// HeaderDeliveryCount is the header quorum queues add to redelivered messages; it is
+// kept in the message but left out of the content-derived id.
+const HeaderDeliveryCount = "x-delivery-count"
+
+// Options tunes a Source. Zero values take the defaults shown.
+type Options struct {
+	// Rules are the route's parsing limits; Rules.Route names the route.
+	Rules ingress.Rules
+	// Prefetch is the QoS prefetch count and the largest batch (amqp.prefetch); default 500.
+	Prefetch int
+	// BatchWait is how long a batch stays open after its first delivery; default 2ms.
+	BatchWait time.Duration
+	// MinBackoff and MaxBackoff bound the waits before reconnecting and before
+	// rejecting a batch the handler failed; defaults 100ms and 5s.
+	MinBackoff, MaxBackoff time.Duration
+	// RetryInPlace is how many times a failed batch is handed to the handler again on
+	// the same channel (after a backoff each time) before it is rejected back to the
+	// queue with basic.nack(requeue), where any healthy consumer may take it; default 5.
+	RetryInPlace int
+	// ConsumerTag prefix; default "delay-bridge". A random suffix is added.
+	ConsumerTag string
+	Observer    observe.Observer // default observe.Nop
+	Logger      *slog.Logger     // default slog.Default()
+	// Now is the receive clock (default time.Now).
+	Now func() time.Time
+}
+
+// Source consumes one AMQP queue. It implements ingress.Source.
+type Source struct {
+	conn    *amqpconn.Manager
+	ep      config.AMQPEndpoint
+	opts    Options
+	log     *slog.Logger
+	running atomic.Bool
+	warned  atomic.Bool
+}
+
+var _ ingress.Source = (*Source)(nil)
+
+// New returns a source for the route's `from.amqp` endpoint. conn is shared and owned by
+// the caller (close it after Run returned). Nothing is dialed before Run.
+func New(conn *amqpconn.Manager, ep config.AMQPEndpoint, opts Options) (*Source, error) {
+	if conn == nil {
+		return nil, fmt.Errorf("ingress/amqp: nil connection manager: %w", ingress.ErrPermanent)
+	}
+	if ep.Queue == "" {
+		return nil, fmt.Errorf("ingress/amqp: route %q: from.amqp.queue is required: %w", opts.Rules.Route, ingress.ErrPermanent)
+	}
+	if ep.ExchangeType == "" {
+		ep.ExchangeType = amqp.ExchangeTopic
+	}
+	if ep.Exchange != "" && ep.BindingKey == "" {
+		ep.BindingKey = "#"
+	}
+	if ep.Exchange != "" && ep.ExchangeType == amqp.ExchangeDirect && ep.BindingKey == "#" {
+		// A direct exchange matches routing keys exactly: "#" is no wildcard there, and
+		// RabbitMQ would silently drop every message published with another key (a
+		// plugin user's natural config, x-delayed-type being "direct" most often).
+		return nil, fmt.Errorf("ingress/amqp: route %q: from.amqp.exchange_type direct with binding_key \"#\" receives only "+
+			"messages published with the routing key \"#\" (a direct exchange has no wildcards; RabbitMQ drops the rest): "+
+			"use exchange_type topic or fanout to take every routing key — the routing key is kept, so the target "+
+			"exchange can be the direct one — or set binding_key to the one key to delay: %w", opts.Rules.Route, ingress.ErrPermanent)
+	}
+	if opts.Prefetch <= 0 {
+		opts.Prefetch = 500
+	}
+	if opts.Prefetch > 65535 {
+		opts.Prefetch = 65535
+	}
+	if opts.BatchWait <= 0 {
+		opts.BatchWait = 2 * time.Millisecond
+	}
+	if opts.MinBackoff <= 0 {
+		opts.MinBackoff = 100 * time.Millisecond
+	}
+	if opts.MaxBackoff < opts.MinBackoff {
+		opts.MaxBackoff = max(5*time.Second, opts.MinBackoff)
+	}
+	if opts.RetryInPlace <= 0 {
+		opts.RetryInPlace = 5
+	}
+	if opts.ConsumerTag == "" {
+		opts.ConsumerTag = "delay-bridge"
+	}
+	if opts.Observer == nil {
+		opts.Observer = observe.Nop{}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Source{
+		conn: conn,
+		ep:   ep,
+		opts: opts,
+		log:  opts.Logger.With("component", "ingress/amqp", "route", opts.Rules.Route, "queue", ep.Queue),
+	}, nil
+}
+
+// Name is "amqp:<queue>".
+func (s *Source) Name() string { return "amqp:" + s.ep.Queue }
+
+// Run consumes until ctx is cancelled (returns nil) or an unrecoverable error: a
+// permanent configuration or authentication problem (wrapped with ingress.ErrPermanent)
+// or the connection manager being closed. Connection and channel losses are retried with
+// backoff.
+func (s *Source) Run(ctx context.Context, h ingress.Handler) error {
+	if !s.running.CompareAndSwap(false, true) {
+		return fmt.Errorf("ingress/amqp: %s: Run called twice", s.Name())
+	}
+	defer s.running.Store(false)
+	bo := amqpconn.Backoff{Min: s.opts.MinBackoff, Max: s.opts.MaxBackoff}
+	for {
+		progressed, err := s.session(ctx, h)
+		if ctx.Err() != nil {
+			return nil
+		}
+		switch {
+		case errors.Is(err, amqpconn.ErrClosed):
+			return fmt.Errorf("ingress/amqp: %s: %w", s.Name(), err)
+		case errors.Is(err, ingress.ErrPermanent):
+			return err
+		case errors.Is(err, amqpconn.ErrPermanent):
+			return fmt.Errorf("ingress/amqp: %s: %w: %w", s.Name(), err, ingress.ErrPermanent)
+		}
+		if progressed {
+			bo.Reset()
+		}
+		d := bo.Next()
+		s.log.Warn("amqp consumer interrupted; resuming", "err", err, "retry_in", d.Round(time.Millisecond))
+		if amqpconn.Sleep(ctx, d) != nil {
+			return nil
+		}
+	}
+}
+
+// session runs one channel's lifetime: declare, consume, batch, ack. It returns when the
+// channel or connection fails (error), or ctx is done. progressed reports whether a batch
+// was acknowledged (which resets the reconnect backoff).
+func (s *Source) session(ctx context.Context, h ingress.Handler) (progressed bool, err error) {
+	ch, err := s.setup(ctx)
+	if err != nil {
+		return false, err
+	}
+	// Closing the channel returns every unacknowledged delivery to the queue.
+	defer s.conn.CloseChannel(ch, time.Second)
+
+	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+	cancelled := ch.NotifyCancel(make(chan string, 1))
+	if err := s.conn.Do(ctx, func() error { return ch.Qos(s.opts.Prefetch, 0, false) }); err != nil {
+		return false, fmt.Errorf("basic.qos: %w", err)
+	}
+	tag := s.opts.ConsumerTag + "-" + strconv.FormatUint(rand.Uint64(), 36)
+	var deliveries <-chan amqp.Delivery
+	if err := s.conn.Do(ctx, func() error {
+		var err error
+		deliveries, err = ch.Consume(s.ep.Queue, tag, false, false, false, false, nil)
+		return err
+	}); err != nil {
+		return false, fmt.Errorf("basic.consume %s: %w", s.ep.Queue, classify(err))
+	}
+	s.log.Debug("consuming")
+
+	handlerBackoff := amqpconn.Backoff{Min: s.opts.MinBackoff, Max: s.opts.MaxBackoff}
+	batch := make([]amqp.Delivery, 0, s.opts.Prefetch)
+	recv := make([]time.Time, 0, s.opts.Prefetch)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	lost := func(e *amqp.Error) error {
+		if e == nil {
+			return errors.New("channel closed")
+		}
+		return fmt.Errorf("channel closed: %w", e)
+	}
+	for {
+		batch, recv = batch[:0], recv[:0]
+		select {
+		case <-ctx.Done():
+			return progressed, nil
+		case e := <-closed:
+			return progressed, lost(e)
+		case t, ok := <-cancelled:
+			if !ok {
+				return progressed, lost(nil)
+			}
+			return progressed, fmt.Errorf("consumer %s cancelled by the server (queue deleted?)", t)
+		case d, ok := <-deliveries:
+			if !ok {
+				return progressed, lost(nil)
+			}
+			batch, recv = append(batch, d), append(recv, s.opts.Now())
+		}
+		timer.Reset(s.opts.BatchWait)
+	fill:
+		for len(batch) < s.opts.Prefetch {
+			select {
+			case d, ok := <-deliveries:
+				if !ok {
+					// The channel died: nothing of this batch can be acknowledged any more,
+					// the broker delivers it again.
+					return progressed, lost(nil)
+				}
+				batch, recv = append(batch, d), append(recv, s.opts.Now())
+			case <-timer.C:
+				break fill
+			case <-ctx.Done():
+				return progressed, nil
+			}
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+
+		s.opts.Observer.Received(s.opts.Rules.Route, len(batch))
+		last := batch[len(batch)-1].DeliveryTag
+		for failures := 1; ; failures++ {
+			// Parsed afresh for every attempt, so a handler that modified the items of a
+			// failed attempt is handed the records as they were.
+			items := make([]ingress.Item, len(batch))
+			for i := range batch {
+				items[i] = ingress.Parse(s.raw(&batch[i], recv[i]), s.opts.Rules)
+			}
+			returned, herr := s.call(ctx, h, items)
+			if !returned {
+				// Shutting down while h is still blocked: closing the channel requeues
+				// the batch; if h did park it, the redelivery is recognised by id and not
+				// parked twice.
+				return progressed, nil
+			}
+			if herr == nil {
+				// Parked: acknowledged even when shutdown began meanwhile, so a graceful
+				// stop leaves nothing it parked to be delivered again.
+				if err := ch.Ack(last, true); err != nil {
+					return progressed, fmt.Errorf("basic.ack: %w", err)
+				}
+				progressed = true
+				handlerBackoff.Reset()
+				break
+			}
+			if ctx.Err() != nil {
+				return progressed, nil
+			}
+			d := handlerBackoff.Next()
+			requeue := failures >= s.opts.RetryInPlace
+			s.log.Warn("handler failed; batch will be handed over again", "err", herr, "messages", len(batch),
+				"attempt", failures, "requeue", requeue, "retry_in", d.Round(time.Millisecond))
+			if amqpconn.Sleep(ctx, d) != nil {
+				return progressed, nil
+			}
+			if ch.IsClosed() {
+				return progressed, lost(nil)
+			}
+			if requeue {
+				// Back to the queue, in order, for whichever consumer is healthy.
+				if err := ch.Nack(last, true, true); err != nil {
+					return progressed, fmt.Errorf("basic.nack: %w", err)
+				}
+				break
+			}
+		}
+	}
+}
+
+// call runs h in its own goroutine so that Run can return when ctx is cancelled even if
+// h ignores ctx (a stuck Redis call). returned is false when ctx ended first; the
+// goroutine then ends when h does, and its result is discarded (nothing is acknowledged).
+func (s *Source) call(ctx context.Context, h ingress.Handler, items []ingress.Item) (returned bool, err error) {
+	res := make(chan error, 1)
+	go func() { res <- h(ctx, items) }()
+	select {
+	case err := <-res:
+		return true, err
+	case <-ctx.Done():
+		select {
+		case err := <-res: // h finished too: its result counts
+			return true, err
+		default:
+			return false, nil
+		}
+	}
+}
+
+// setup opens a channel and declares the topology. A declaration the server refuses
+// closes the channel, so fallbacks use a new one.
+func (s *Source) setup(ctx context.Context) (*amqp.Channel, error) {
+	ch, err := s.conn.Channel(ctx)
+	if err != nil {
+		return nil, err
+	}
+	fail := func(what string, err error) (*amqp.Channel, error) {
+		s.conn.CloseChannel(ch, time.Second)
+		return nil, fmt.Errorf("%s: %w", what, classify(err))
+	}
+	ep := s.ep
+	if ep.Exchange != "" {
+		if err := s.conn.Do(ctx, func() error {
+			return ch.ExchangeDeclare(ep.Exchange, ep.ExchangeType, true, false, false, false, nil)
+		}); err != nil {
+			return fail(fmt.Sprintf("declare exchange %q (type %s)", ep.Exchange, ep.ExchangeType), err)
+		}
+	}
+	err = s.conn.Do(ctx, func() error {
+		_, err := ch.QueueDeclare(ep.Queue, true, false, false, false, nil)
+		return err
+	})
+	var aerr *amqp.Error
+	if err != nil && errors.As(err, &aerr) && aerr.Code == amqp.PreconditionFailed {
+		// The queue exists with other arguments (x-queue-type: quorum, limits...):
+		// use it as it is.
+		s.conn.CloseChannel(ch, time.Second)
+		if ch, err = s.conn.Channel(ctx); err != nil {
+			return nil, err
+		}
+		err = s.conn.Do(ctx, func() error {
+			_, err := ch.QueueDeclarePassive(ep.Queue, true, false, false, false, nil)
+			return err
+		})
+		if err == nil && !s.warned.Swap(true) {
+			s.log.Info("queue exists with other arguments; using it as declared", "reason", aerr.Reason)
+		}
+	}
+	if err != nil {
+		return fail(fmt.Sprintf("declare queue %q", ep.Queue), err)
+	}
+	if ep.Exchange != "" {
+		if err := s.conn.Do(ctx, func() error {
+			return ch.QueueBind(ep.Queue, ep.BindingKey, ep.Exchange, false, nil)
+		}); err != nil {
+			return fail(fmt.Sprintf("bind queue %q to %q with %q", ep.Queue, ep.Exchange, ep.BindingKey), err)
+		}
+	}
+	return ch, nil
+}
+
+// classify marks the server's refusals that no retry fixes (inequivalent exchange,
+// access refused) with ingress.ErrPermanent.
+func classify(err error) error {
+	var aerr *amqp.Error
+	if errors.As(err, &aerr) && aerr.Server {
+		switch aerr.Code {
+		case amqp.PreconditionFailed, amqp.AccessRefused, amqp.NotAllowed, amqp.CommandInvalid, amqp.NotImplemented:
+			return fmt.Errorf("%w: %w", err, ingress.ErrPermanent)
+		}
+	}
+	return err
+}
+
+// raw turns a delivery into the broker-neutral record ingress.Parse takes.
+func (s *Source) raw(d *amqp.Delivery, received time.Time) ingress.Raw {
+	var base time.Time
+	if !d.Timestamp.IsZero() && d.Timestamp.Unix() != 0 {
+		base = d.Timestamp
+	}
+	id := d.MessageId
+	if id == "" {
+		id = ContentID(s.ep.Queue, d)
+	}
+	return ingress.Raw{
+		Broker:     envelope.BrokerAMQP,
+		Source:     s.ep.Queue,
+		RoutingKey: d.RoutingKey,
+		Payload:    d.Body,
+		Headers:    Headers(d.Headers),
+		AMQP: &envelope.AMQPProperties{
+			ContentType:     d.ContentType,
+			ContentEncoding: d.ContentEncoding,
+			DeliveryMode:    d.DeliveryMode,
+			Priority:        d.Priority,
+			CorrelationID:   d.CorrelationId,
+			ReplyTo:         d.ReplyTo,
+			Expiration:      d.Expiration,
+			MessageID:       d.MessageId,
+			Timestamp:       d.Timestamp,
+			Type:            d.Type,
+			UserID:          d.UserId,
+			AppID:           d.AppId,
+		},
+		BaseTime:   base,
+		ReceivedAt: received,
+		DefaultID:  id,
+	}
+}
+
+// Headers converts an AMQP header table to envelope headers, sorted by key, keeping each
+// value's type (amqp.Decimal becomes envelope.Decimal, nested tables map[string]any).
+func Headers(t amqp.Table) []envelope.Header {
+	if len(t) == 0 {
+		return nil
+	}
+	keys := make([]string, 0, len(t))
+	for k := range t {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	out := make([]envelope.Header, len(keys))
+	for i, k := range keys {
+		out[i] = envelope.Header{Key: k, Value: FromAMQP(t[k])}
+	}
+	return out
+}
+
+// FromAMQP converts one value decoded by amqp091-go to the envelope's representation.
+func FromAMQP(v any) any {
+	switch x := v.(type) {
+	case amqp.Decimal:
+		return envelope.Decimal{Scale: x.Scale, Value: x.Value}
+	case amqp.Table:
+		m := make(map[string]any, len(x))
+		for k, e := range x {
+			m[k] = FromAMQP(e)
+		}
+		return m
+	case map[string]any:
+		m := make(map[string]any, len(x))
+		for k, e := range x {
+			m[k] = FromAMQP(e)
+		}
+		return m
+	case []any:
+		a := make([]any, len(x))
+		for i, e := range x {
+			a[i] = FromAMQP(e)
+		}
+		return a
+	}
+	return v
+}
+
+// ContentID is the id of a message that has neither x-message-id nor message_id: see
+// the package documentation.
+func ContentID(queue string, d *amqp.Delivery) string {
+	h := sha256.New()
+	put := func(s string) {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(s)))
+		h.Write(n[:])
+		h.Write([]byte(s))
+	}
+	put(queue)
+	put(d.Exchange)
+	put(d.RoutingKey)
+	for _, p := range []string{d.ContentType, d.ContentEncoding, d.CorrelationId, d.ReplyTo,
+		d.Expiration, d.Type, d.UserId, d.AppId} {
+		put(p)
+	}
+	put(fmt.Sprintf("%d/%d/%d", d.DeliveryMode, d.Priority, d.Timestamp.Unix()))
+	keys := make([]string, 0, len(d.Headers))
+	for k := range d.Headers {
+		if k != HeaderDeliveryCount {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		put(k)
+		// fmt prints maps with sorted keys, so nested tables hash deterministically.
+		v := d.Headers[k]
+		put(fmt.Sprintf("%T=%v", v, v))
+	}
+	put(string(d.Body))
+	sum := h.Sum(nil)
+	return queue + "/" + hex.EncodeToString(sum[:16])
+}

@@ -1,0 +1,49 @@
+// Package ingress consumes delay sources (Kafka topics, AMQP queues), turns each record
+// into an envelope (or an invalid item, or a cancel request) and hands batches to a
+// Handler that parks them in Redis. Implementations live in ingress/kafka and ingress/amqp.
+package ingress
+
+import (
+	"context"
+	"errors"
+
+	"github.com/delaybridge/delay-bridge/internal/envelope"
+)
+
+// Item is one consumed record after parsing. Exactly one of the cases holds:
+//   - CancelID != "": a cancel request for that message id (the record is not delivered);
+//   - Env.Reason != "": invalid input; Env is complete enough to dead-letter (or, per
+//     route `on_invalid: deliver`, to deliver at once) and Invalid names the metric reason;
+//   - otherwise: a message to park until Env.DueAt.
+type Item struct {
+	Env      *envelope.Envelope
+	CancelID string
+	Invalid  string // low-cardinality reason label: bad_delay, delay_out_of_range, payload_too_large, target_not_allowed, bad_deliver_at
+}
+
+// Handler makes a batch durable. It returns nil only once every item is safely in Redis
+// (parked, dead-lettered or cancelled). An error means nothing may be acknowledged; the
+// source must redeliver the whole batch later (parking is idempotent by id, so a partial
+// success followed by a replay never duplicates).
+type Handler func(ctx context.Context, items []Item) error
+
+// Source is one consumer of one delay source.
+//
+// Contract:
+//   - Run consumes until ctx is cancelled (then returns nil) or an unrecoverable error
+//     occurs (returned). Broker disconnects are not unrecoverable: Run reconnects with
+//     backoff by itself.
+//   - Batches are handed to h in source order, one at a time.
+//   - A record is acknowledged to the broker (offset commit, basic.ack) only after h
+//     returned nil for the batch holding it. When h fails, Run backs off and hands the
+//     same records again (or lets the broker redeliver them); it never skips them.
+//   - Run returns promptly after ctx is cancelled, even while h or the broker blocks,
+//     leaving unacknowledged records to be redelivered.
+type Source interface {
+	Run(ctx context.Context, h Handler) error
+	// Name identifies the source in logs and metrics (e.g. "kafka:orders.delay").
+	Name() string
+}
+
+// ErrPermanent marks an error that retrying will not fix (bad config, auth failure).
+var ErrPermanent = errors.New("permanent")

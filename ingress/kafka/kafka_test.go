@@ -1,0 +1,469 @@
+package kafka_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+	"go.uber.org/goleak"
+
+	"github.com/delaybridge/delay-bridge/config"
+	"github.com/delaybridge/delay-bridge/ingress"
+	kafkain "github.com/delaybridge/delay-bridge/ingress/kafka"
+	"github.com/delaybridge/delay-bridge/internal/conformance"
+	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/internal/testutil"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// producer is a franz-go client: a different Kafka client than the kafka-go reader under
+// test, so the wire format is checked end to end.
+func producer(t *testing.T, addr string) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0))
+	if err != nil {
+		t.Fatalf("franz-go client: %v", err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+func produce(t *testing.T, cl *kgo.Client, topic string, key, payload []byte, headers map[string]string) {
+	t.Helper()
+	rec := &kgo.Record{Topic: topic, Key: key, Value: payload}
+	for k, v := range headers {
+		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+		t.Fatalf("produce to %s: %v", topic, err)
+	}
+}
+
+func route(topic string) config.Route {
+	return config.Route{
+		Name: "r-" + topic,
+		From: config.Endpoint{Kafka: &config.KafkaEndpoint{Topic: topic}},
+		To:   config.Endpoint{Kafka: &config.KafkaEndpoint{Topic: topic + ".out"}},
+	}
+}
+
+func TestConformance(t *testing.T) {
+	conformance.RunSourceSuite(t, conformance.SourceHarness{
+		Broker: envelope.BrokerKafka,
+		Keys:   true,
+		Fresh: func(t *testing.T) conformance.SourceFixture {
+			topic := testutil.Uniq(t, "delay")
+			addr, _ := testutil.StartKafka(t, 1, topic)
+			cfg := config.KafkaConfig{Brokers: []string{addr}, GroupID: testutil.Uniq(t, "group")}
+			cl := producer(t, addr)
+			return conformance.SourceFixture{
+				Source: topic,
+				NewSource: func(t *testing.T) ingress.Source {
+					s, err := kafkain.New(cfg, route(topic), config.Default().Limits, kafkain.Options{})
+					if err != nil {
+						t.Fatalf("New: %v", err)
+					}
+					return s
+				},
+				Produce: func(t *testing.T, key, payload []byte, headers map[string]string) {
+					produce(t, cl, topic, key, payload, headers)
+				},
+			}
+		},
+	})
+}
+
+// collect runs src until want items were acknowledged, then stops it.
+func collect(t *testing.T, src ingress.Source, want int) (batches [][]ingress.Item) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	n := 0
+	done := make(chan error, 1)
+	enough := make(chan struct{})
+	go func() {
+		done <- src.Run(ctx, func(_ context.Context, items []ingress.Item) error {
+			mu.Lock()
+			defer mu.Unlock()
+			batches = append(batches, items)
+			n += len(items)
+			if n >= want && n-len(items) < want {
+				close(enough)
+			}
+			return nil
+		})
+	}()
+	select {
+	case <-enough:
+	case err := <-done:
+		t.Fatalf("Run returned early: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatalf("fewer than %d items within 60s", want)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return batches
+}
+
+func TestRecordToItem(t *testing.T) {
+	topic := testutil.Uniq(t, "delay")
+	addr, _ := testutil.StartKafka(t, 1, topic)
+	cl := producer(t, addr)
+	ts := time.Now().Add(-10 * time.Second).Truncate(time.Millisecond)
+	rec := &kgo.Record{Topic: topic, Value: []byte("v"), Timestamp: ts, Headers: []kgo.RecordHeader{
+		{Key: envelope.HeaderDelay, Value: []byte("30000")},
+		{Key: "bin", Value: []byte{0, 0xff, 'a'}},
+		{Key: "dup", Value: []byte("1")}, {Key: "dup", Value: []byte("2")},
+		{Key: "empty", Value: nil},
+	}}
+	if err := cl.ProduceSync(context.Background(), rec).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	recv := time.Now().Add(time.Hour) // an injected clock far from the record time
+	src, err := kafkain.New(config.KafkaConfig{Brokers: []string{addr}, GroupID: testutil.Uniq(t, "g")}, route(topic), config.Default().Limits,
+		kafkain.Options{Now: func() time.Time { return recv }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	it := collect(t, src, 1)[0][0]
+	e := it.Env
+	if want := topic + "/0/0"; e.ID != want {
+		t.Errorf("default id %q, want %q", e.ID, want)
+	}
+	if want := ts.UnixMilli() + 30000; e.DueAt != want {
+		t.Errorf("due %d, want record timestamp + 30000 = %d", e.DueAt, want)
+	}
+	if e.ReceivedAt != recv.UnixMilli() {
+		t.Errorf("received_at %d, want the injected clock %d", e.ReceivedAt, recv.UnixMilli())
+	}
+	if e.Route != "r-"+topic || e.SourceBroker != envelope.BrokerKafka || e.Source != topic {
+		t.Errorf("route/broker/source = %q/%q/%q", e.Route, e.SourceBroker, e.Source)
+	}
+	want := []envelope.Header{{Key: envelope.HeaderDelay, Value: "30000"}, {Key: "bin", Value: "\x00\xffa"}, {Key: "dup", Value: "1"}, {Key: "dup", Value: "2"}, {Key: "empty", Value: ""}}
+	if fmt.Sprintf("%#v", e.Headers) != fmt.Sprintf("%#v", want) {
+		t.Errorf("headers\n got %#v\nwant %#v (order, duplicates, string values)", e.Headers, want)
+	}
+	if e.Key != nil {
+		t.Errorf("null key became %q", e.Key)
+	}
+}
+
+func TestBatchSizeAndOversizedPayload(t *testing.T) {
+	topic := testutil.Uniq(t, "delay")
+	addr, _ := testutil.StartKafka(t, 1, topic)
+	cl := producer(t, addr)
+	for i := 0; i < 25; i++ {
+		produce(t, cl, topic, nil, []byte("small"), nil)
+	}
+	produce(t, cl, topic, nil, make([]byte, 3000), map[string]string{envelope.HeaderMessageID: "big"})
+	limits := config.Default().Limits
+	limits.MaxPayloadBytes = 2000
+	src, err := kafkain.New(config.KafkaConfig{Brokers: []string{addr}, GroupID: testutil.Uniq(t, "g")}, route(topic), limits,
+		kafkain.Options{BatchSize: 10, BatchWait: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batches := collect(t, src, 26)
+	var last ingress.Item
+	for _, b := range batches {
+		if len(b) > 10 {
+			t.Errorf("batch of %d, BatchSize is 10", len(b))
+		}
+		last = b[len(b)-1]
+	}
+	if last.Invalid != ingress.InvalidPayloadTooLarge || last.Env.ID != "big" || len(last.Env.Payload) != 3000 {
+		t.Errorf("oversized record: invalid %q id %q, want payload_too_large, kept whole", last.Invalid, last.Env.ID)
+	}
+}
+
+func TestMultiplePartitionsAndGroupMembers(t *testing.T) {
+	topic := testutil.Uniq(t, "delay")
+	addr, _ := testutil.StartKafka(t, 4, topic)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	const n = 400
+	for i := 0; i < n; i++ {
+		produce(t, cl, topic, []byte(fmt.Sprint("key", i)), []byte(fmt.Sprint(i)), map[string]string{envelope.HeaderMessageID: fmt.Sprint("m", i)})
+	}
+	cfg := config.KafkaConfig{Brokers: []string{addr}, GroupID: testutil.Uniq(t, "g")}
+	// Two bridge instances in one group share the partitions; together they see every
+	// record (a rebalance may replay some: at-least-once, same ids).
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	for i := 0; i < 2; i++ {
+		src, err := kafkain.New(cfg, route(topic), config.Default().Limits, kafkain.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- src.Run(ctx, func(_ context.Context, items []ingress.Item) error {
+				mu.Lock()
+				defer mu.Unlock()
+				for _, it := range items {
+					seen[it.Env.ID] = true
+				}
+				return nil
+			})
+		}()
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		mu.Lock()
+		got := len(seen)
+		mu.Unlock()
+		if got == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("saw %d of %d records", got, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}
+}
+
+func TestBadCredentialsArePermanent(t *testing.T) {
+	port := testutil.FreePort(t)
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(port), kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-512", "bridge", "right"), kfake.SeedTopics(1, "delay"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	topic := "delay"
+	cfg := config.KafkaConfig{Brokers: c.ListenAddrs(), GroupID: "g", SASL: config.SASLConfig{Mechanism: "SCRAM-SHA-512", Username: "bridge", Password: "wrong"}}
+	src, err := kafkain.New(cfg, route(topic), config.Default().Limits, kafkain.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = src.Run(ctx, func(context.Context, []ingress.Item) error { return nil })
+	if !errors.Is(err, ingress.ErrPermanent) {
+		t.Fatalf("Run with a wrong password: %v, want ErrPermanent", err)
+	}
+
+	// The right password consumes through SCRAM.
+	cfg.SASL.Password = "right"
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.AllowAutoTopicCreation(), kgo.SASL(scramAuth("bridge", "right")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	produce(t, cl, topic, nil, []byte("over scram"), nil)
+	src, err = kafkain.New(cfg, route(topic), config.Default().Limits, kafkain.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := collect(t, src, 1)[0][0]; string(got.Env.Payload) != "over scram" {
+		t.Fatalf("got %q", got.Env.Payload)
+	}
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	good := config.KafkaConfig{Brokers: []string{"127.0.0.1:1"}, GroupID: "g"}
+	cases := map[string]struct {
+		cfg config.KafkaConfig
+		r   config.Route
+	}{
+		"no topic":      {good, config.Route{Name: "x", From: config.Endpoint{AMQP: &config.AMQPEndpoint{Queue: "q"}}}},
+		"empty topic":   {good, config.Route{Name: "x", From: config.Endpoint{Kafka: &config.KafkaEndpoint{}}}},
+		"no group":      {config.KafkaConfig{Brokers: good.Brokers}, route("t")},
+		"no brokers":    {config.KafkaConfig{GroupID: "g"}, route("t")},
+		"bad mechanism": {config.KafkaConfig{Brokers: good.Brokers, GroupID: "g", SASL: config.SASLConfig{Mechanism: "KERBEROS"}}, route("t")},
+	}
+	for name, c := range cases {
+		if _, err := kafkain.New(c.cfg, c.r, config.Default().Limits, kafkain.Options{}); !errors.Is(err, ingress.ErrPermanent) {
+			t.Errorf("%s: %v, want ErrPermanent", name, err)
+		}
+	}
+	s, err := kafkain.New(good, route("orders.delay"), config.Default().Limits, kafkain.Options{})
+	if err != nil || !strings.HasPrefix(s.Name(), "kafka:orders.delay") {
+		t.Fatalf("New: %v %v", s, err)
+	}
+}
+
+func scramAuth(user, pass string) sasl.Mechanism {
+	return scram.Auth{User: user, Pass: pass}.AsSha512Mechanism()
+}
+
+// TestResumesAfterBrokerRestart: a broker outage is not an error of Run; the source
+// keeps retrying and consumes again once a broker answers on the same address.
+func TestResumesAfterBrokerRestart(t *testing.T) {
+	topic := testutil.Uniq(t, "delay")
+	port := testutil.FreePort(t)
+	start := func() *kfake.Cluster {
+		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(port), kfake.SeedTopics(1, topic))
+		if err != nil {
+			t.Fatalf("kfake: %v", err)
+		}
+		return c
+	}
+	c := start()
+	addr := c.ListenAddrs()[0]
+	produce(t, producer(t, addr), topic, nil, []byte("before"), nil)
+	src, err := kafkain.New(config.KafkaConfig{Brokers: []string{addr}, GroupID: "g"}, route(topic), config.Default().Limits, kafkain.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	got := make(chan string, 16)
+	done := make(chan error, 1)
+	go func() {
+		done <- src.Run(ctx, func(_ context.Context, items []ingress.Item) error {
+			for _, it := range items {
+				got <- string(it.Env.Payload)
+			}
+			return nil
+		})
+	}()
+	wait := func(want string) {
+		t.Helper()
+		for {
+			select {
+			case p := <-got:
+				if p == want {
+					return
+				}
+			case err := <-done:
+				t.Fatalf("Run returned during the outage: %v", err)
+			case <-time.After(60 * time.Second):
+				t.Fatalf("%q not consumed within 60s", want)
+			}
+		}
+	}
+	wait("before")
+	c.Close()
+	time.Sleep(500 * time.Millisecond) // let the reader notice the outage; not an assertion
+	c = start()
+	defer c.Close()
+	produce(t, producer(t, addr), topic, nil, []byte("after"), nil)
+	wait("after")
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+}
+
+// BenchmarkSource measures consumption through the Source (fetch, parse, hand over,
+// commit) with a handler that does nothing: b.N records are produced first, untimed.
+func BenchmarkSource(b *testing.B) {
+	topic := testutil.Uniq(b, "bench")
+	addr, _ := testutil.StartKafka(b, 4, topic)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ProducerLinger(time.Millisecond))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+	payload := make([]byte, 200)
+	var wg sync.WaitGroup
+	for i := 0; i < b.N; i++ {
+		wg.Add(1)
+		cl.Produce(context.Background(), &kgo.Record{Topic: topic, Key: []byte(fmt.Sprint(i)), Value: payload,
+			Headers: []kgo.RecordHeader{{Key: envelope.HeaderDelay, Value: []byte("60000")}, {Key: envelope.HeaderMessageID, Value: []byte(fmt.Sprint("m", i))}}},
+			func(_ *kgo.Record, err error) {
+				if err != nil {
+					b.Error(err)
+				}
+				wg.Done()
+			})
+	}
+	wg.Wait()
+	src, err := kafkain.New(config.KafkaConfig{Brokers: []string{addr}, GroupID: testutil.Uniq(b, "g")}, route(topic), config.Default().Limits, kafkain.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var n, batches int
+	all := make(chan struct{})
+	done := make(chan error, 1)
+	b.ReportAllocs()
+	b.ResetTimer()
+	go func() {
+		done <- src.Run(ctx, func(_ context.Context, items []ingress.Item) error {
+			n += len(items) // handler calls never overlap
+			batches++
+			if n == b.N {
+				close(all)
+			}
+			return nil
+		})
+	}()
+	select {
+	case <-all:
+	case err := <-done:
+		b.Fatalf("Run: %v", err)
+	}
+	b.StopTimer()
+	cancel()
+	<-done
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
+	b.ReportMetric(float64(b.N)/float64(batches), "records/batch")
+}
+
+// TestRecordLargerThanTheFetchLimitStillArrives: the reader fetches at most 1 MiB at a
+// time (larger fetches livelock against a lagging kfake), yet a 3 MiB record — far over
+// limits.max_payload_bytes — must still be read, to be dead-lettered rather than stall
+// the partition.
+func TestRecordLargerThanTheFetchLimitStillArrives(t *testing.T) {
+	topic := testutil.Uniq(t, "delay")
+	addr, _ := testutil.StartKafka(t, 1, topic)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ProducerBatchMaxBytes(8<<20), kgo.ProducerLinger(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	produce(t, cl, topic, nil, make([]byte, 3<<20), map[string]string{envelope.HeaderMessageID: "huge"})
+	produce(t, cl, topic, nil, []byte("after"), map[string]string{envelope.HeaderMessageID: "after"})
+	src, err := kafkain.New(config.KafkaConfig{Brokers: []string{addr}, GroupID: testutil.Uniq(t, "g")}, route(topic), config.Default().Limits, kafkain.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []ingress.Item
+	for _, b := range collect(t, src, 2) {
+		got = append(got, b...)
+	}
+	if got[0].Env.ID != "huge" || got[0].Invalid != ingress.InvalidPayloadTooLarge || len(got[0].Env.Payload) != 3<<20 || got[1].Env.ID != "after" {
+		t.Fatalf("got %q (%s, %d bytes) then %q; want the 3 MiB record as payload_too_large, then the next one", got[0].Env.ID, got[0].Invalid, len(got[0].Env.Payload), got[1].Env.ID)
+	}
+}

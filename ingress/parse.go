@@ -1,0 +1,227 @@
+package ingress
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/big"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/delaybridge/delay-bridge/internal/envelope"
+)
+
+// Raw is a consumed record before parsing, in broker-neutral form.
+type Raw struct {
+	Broker     string // envelope.BrokerKafka, BrokerAMQP, BrokerHTTP
+	Source     string // topic or queue name
+	Key        []byte
+	RoutingKey string
+	Payload    []byte
+	Headers    []envelope.Header
+	AMQP       *envelope.AMQPProperties
+	// BaseTime is what x-delay counts from: the Kafka record timestamp; for AMQP the
+	// timestamp property if set, else ReceivedAt. Zero means ReceivedAt.
+	BaseTime   time.Time
+	ReceivedAt time.Time
+	// DefaultID is used when no x-message-id header is present: the AMQP message_id
+	// property, else a stable id from the source position (Kafka topic/partition/offset).
+	DefaultID string
+}
+
+// Rules are the per-route limits applied while parsing.
+type Rules struct {
+	Route           string
+	MaxDelay        time.Duration
+	MaxPayloadBytes int
+	AllowTargets    []string
+}
+
+// MaxIDBytes bounds x-message-id; longer ids are invalid input.
+const MaxIDBytes = 512
+
+// Invalid reasons (metric label values).
+const (
+	InvalidBadDelay         = "bad_delay"
+	InvalidBadDeliverAt     = "bad_deliver_at"
+	InvalidDelayOutOfRange  = "delay_out_of_range"
+	InvalidPayloadTooLarge  = "payload_too_large"
+	InvalidTargetNotAllowed = "target_not_allowed"
+	InvalidBadMessageID     = "bad_message_id"
+)
+
+// Parse turns a raw record into an Item following DESIGN §2. It never fails: bad input
+// becomes an invalid Item carrying a reason, so it can be dead-lettered and counted.
+func Parse(r Raw, rules Rules) Item {
+	recv := r.ReceivedAt
+	if recv.IsZero() {
+		recv = time.Now()
+	}
+	base := r.BaseTime
+	if base.IsZero() {
+		base = recv
+	}
+	env := &envelope.Envelope{
+		ID:           r.DefaultID,
+		Route:        rules.Route,
+		SourceBroker: r.Broker,
+		Source:       r.Source,
+		ReceivedAt:   recv.UnixMilli(),
+		DueAt:        recv.UnixMilli(),
+		Key:          r.Key,
+		RoutingKey:   r.RoutingKey,
+		Payload:      r.Payload,
+		Headers:      r.Headers,
+		AMQP:         r.AMQP,
+	}
+	invalid := func(label, format string, args ...any) Item {
+		env.Reason = label + ": " + fmt.Sprintf(format, args...)
+		return Item{Env: env, Invalid: label}
+	}
+
+	var delayV, deliverV, targetV any
+	var hasDelay, hasDeliver, hasTarget bool
+	for _, h := range r.Headers {
+		switch h.Key {
+		case envelope.HeaderMessageID:
+			if s, ok := textOf(h.Value); ok && s != "" {
+				env.ID = s
+			}
+		case envelope.HeaderCancel:
+			if s, ok := textOf(h.Value); ok && s != "" {
+				return Item{Env: env, CancelID: s}
+			}
+		case envelope.HeaderDelay:
+			delayV, hasDelay = h.Value, true
+		case envelope.HeaderDeliverAt:
+			deliverV, hasDeliver = h.Value, true
+		case envelope.HeaderDelayTarget:
+			targetV, hasTarget = h.Value, true
+		}
+	}
+	if env.ID == "" || len(env.ID) > MaxIDBytes || !utf8.ValidString(env.ID) {
+		if len(env.ID) > MaxIDBytes {
+			env.ID = env.ID[:MaxIDBytes]
+		}
+		if env.ID == "" {
+			env.ID = fmt.Sprintf("%s/%s/%d", r.Broker, r.Source, recv.UnixNano())
+		}
+		return invalid(InvalidBadMessageID, "message id must be 1..%d bytes of UTF-8", MaxIDBytes)
+	}
+	if rules.MaxPayloadBytes > 0 && len(r.Payload) > rules.MaxPayloadBytes {
+		return invalid(InvalidPayloadTooLarge, "payload is %d bytes, limit %d", len(r.Payload), rules.MaxPayloadBytes)
+	}
+	if hasTarget {
+		t, ok := textOf(targetV)
+		if !ok || !allowed(t, rules.AllowTargets) {
+			return invalid(InvalidTargetNotAllowed, "x-delay-target %v is not in the route's allow_targets", targetV)
+		}
+		env.Target = t
+	}
+	maxDelayMs := rules.MaxDelay.Milliseconds()
+	now := recv.UnixMilli()
+	switch {
+	case hasDeliver:
+		at, err := deliverAtOf(deliverV)
+		if errors.Is(err, errOutOfRange) {
+			return invalid(InvalidDelayOutOfRange, "x-deliver-at %v is out of range", deliverV)
+		}
+		if err != nil {
+			return invalid(InvalidBadDeliverAt, "x-deliver-at %v: %v", deliverV, err)
+		}
+		if maxDelayMs > 0 && at-now > maxDelayMs {
+			return invalid(InvalidDelayOutOfRange, "x-deliver-at is %d ms ahead, limit %d ms", at-now, maxDelayMs)
+		}
+		env.DueAt = at
+	case hasDelay:
+		d, err := delayOf(delayV)
+		if errors.Is(err, errOutOfRange) {
+			return invalid(InvalidDelayOutOfRange, "x-delay %v is out of range", delayV)
+		}
+		if err != nil {
+			return invalid(InvalidBadDelay, "x-delay %v: %v", delayV, err)
+		}
+		if d > 0 && d > math.MaxInt64-base.UnixMilli() {
+			return invalid(InvalidDelayOutOfRange, "x-delay %d ms is out of range", d)
+		}
+		if maxDelayMs > 0 && d > maxDelayMs {
+			return invalid(InvalidDelayOutOfRange, "x-delay %d ms exceeds limit %d ms", d, maxDelayMs)
+		}
+		if d <= 0 {
+			env.DueAt = now
+		} else {
+			env.DueAt = base.UnixMilli() + d
+		}
+	}
+	return Item{Env: env}
+}
+
+func allowed(t string, list []string) bool {
+	for _, a := range list {
+		if a == t {
+			return true
+		}
+	}
+	return false
+}
+
+// textOf returns the text of a string-like header value.
+func textOf(v any) (string, bool) {
+	switch x := v.(type) {
+	case string:
+		return x, true
+	case []byte:
+		return string(x), true
+	}
+	return "", false
+}
+
+// delayOf reads x-delay in any form an AMQP table or a Kafka header carries (see
+// envelope.Millis).
+func delayOf(v any) (int64, error) { return envelope.Millis(v) }
+
+// errOutOfRange marks a well-formed number too large to be a delay or a time: the item is
+// invalid as delay_out_of_range (not bad_delay, which is for unparsable values).
+var errOutOfRange = envelope.ErrOutOfRange
+
+// deliverAtOf reads x-deliver-at: unix milliseconds (integer or numeric text), RFC 3339
+// text, or an AMQP timestamp.
+func deliverAtOf(v any) (int64, error) {
+	switch x := v.(type) {
+	case time.Time:
+		return x.UnixMilli(), nil
+	case string, []byte:
+		s, _ := textOf(x)
+		s = strings.TrimSpace(s)
+		if s == "" {
+			return 0, fmt.Errorf("empty value")
+		}
+		if c := s[0]; c >= '0' && c <= '9' && !strings.ContainsAny(s, "T:-") {
+			if _, ok := new(big.Float).SetString(s); ok {
+				ms, err := envelope.Millis(s)
+				if err != nil {
+					return 0, err
+				}
+				if ms <= 0 {
+					return 0, fmt.Errorf("must be positive unix milliseconds")
+				}
+				return ms, nil
+			}
+		}
+		t, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			return 0, fmt.Errorf("want unix milliseconds or RFC 3339")
+		}
+		return t.UnixMilli(), nil
+	default:
+		ms, err := delayOf(v)
+		if err != nil {
+			return 0, err
+		}
+		if ms <= 0 {
+			return 0, fmt.Errorf("must be positive unix milliseconds")
+		}
+		return ms, nil
+	}
+}

@@ -1,0 +1,499 @@
+// Package amqpconn is a small reconnecting connection manager over amqp091-go, which does
+// not reconnect by itself (its experimental Recovery mode is deliberately not used: it
+// reopens channels under the caller's feet and restarts delivery tags at 1, so an ack for
+// a delivery from before the drop would ack a different message).
+//
+// A Manager holds at most one live connection. Callers ask it for fresh channels with
+// Channel; when the connection is gone (NotifyClose fired, or it was never up) the next
+// caller dials again, waiting an exponential backoff between attempts. Channels are never
+// recovered: a caller whose channel dies asks for a new one and rebuilds its own state
+// (declarations, QoS, consumer, confirm mode), so a delivery tag is only ever used on the
+// channel that issued it.
+//
+// Every goroutine the Manager starts (one close watcher per connection, and the helpers
+// of Do) is owned by it and has stopped when Close returns.
+package amqpconn
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaybridge/delay-bridge/config"
+)
+
+// ErrClosed is returned by a Manager (and wrapped by its users) after Close.
+var ErrClosed = errors.New("amqpconn: manager closed")
+
+// ErrPermanent marks failures that reconnecting cannot fix: a malformed URL, bad TLS
+// files, refused credentials or vhost. Source and sink wrap it with their own package's
+// ErrPermanent as well.
+var ErrPermanent = errors.New("permanent")
+
+// Config configures a Manager. Zero durations take the defaults shown.
+type Config struct {
+	URL string           // amqp:// or amqps://
+	TLS config.TLSConfig // amqp.tls; Enabled upgrades an amqp:// URL to amqps://
+	// Name is advertised as the connection_name client property (shown in the
+	// management UI), e.g. "delay-bridge ingress".
+	Name string
+
+	Heartbeat   time.Duration // default 10s
+	DialTimeout time.Duration // TCP connect + TLS + AMQP handshake; default 15s
+	MinBackoff  time.Duration // first wait after a failed dial; default 100ms
+	MaxBackoff  time.Duration // cap of the exponential backoff; default 10s
+	// MaxAuthRefusals is how many handshakes in a row may end like a credentials or
+	// vhost refusal before dialing fails with ErrPermanent; default 3. (A connection
+	// cut during the handshake ends the same way, so one is not enough.)
+	MaxAuthRefusals int
+
+	Logger *slog.Logger // default slog.Default()
+}
+
+// FromConfig builds a Config from the amqp section of the bridge configuration.
+func FromConfig(c config.AMQPConfig, name string) Config {
+	return Config{URL: c.URL, TLS: c.TLS, Name: name}
+}
+
+// Manager hands out channels on a connection it re-dials when it drops.
+type Manager struct {
+	cfg    Config
+	url    string
+	user   string
+	tlsCfg *tls.Config
+	log    *slog.Logger
+
+	base   context.Context // cancelled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu          sync.Mutex
+	conn        *amqp.Connection
+	connectedAt time.Time
+	dialing     chan struct{} // non-nil while one caller dials; closed when it is done
+	backoff     Backoff
+	nextDial    time.Time
+	lastErr     error
+	refusals    int // consecutive handshakes that ended like a credentials refusal
+	closed      bool
+}
+
+// New validates cfg (URL, TLS files) without dialing. Errors are permanent.
+func New(cfg Config) (*Manager, error) {
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = 10 * time.Second
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = 15 * time.Second
+	}
+	if cfg.MinBackoff <= 0 {
+		cfg.MinBackoff = 100 * time.Millisecond
+	}
+	if cfg.MaxBackoff <= 0 {
+		cfg.MaxBackoff = 10 * time.Second
+	}
+	if cfg.MaxAuthRefusals <= 0 {
+		cfg.MaxAuthRefusals = 3
+	}
+	if cfg.MaxBackoff < cfg.MinBackoff {
+		cfg.MaxBackoff = cfg.MinBackoff
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	url := cfg.URL
+	if cfg.TLS.Enabled && strings.HasPrefix(url, "amqp://") {
+		url = "amqps://" + strings.TrimPrefix(url, "amqp://")
+	}
+	uri, err := amqp.ParseURI(url)
+	if err != nil {
+		return nil, fmt.Errorf("amqpconn: amqp.url: %w: %w", err, ErrPermanent)
+	}
+	m := &Manager{
+		cfg:     cfg,
+		url:     url,
+		user:    uri.Username,
+		log:     cfg.Logger.With("component", "amqpconn", "conn", cfg.Name),
+		backoff: Backoff{Min: cfg.MinBackoff, Max: cfg.MaxBackoff},
+	}
+	if uri.Scheme == "amqps" {
+		if m.tlsCfg, err = cfg.TLS.ClientTLS(); err != nil {
+			return nil, fmt.Errorf("amqpconn: amqp.tls: %w: %w", err, ErrPermanent)
+		}
+	}
+	m.base, m.cancel = context.WithCancel(context.Background())
+	return m, nil
+}
+
+// Username is the user the manager authenticates as (from the URL). RabbitMQ rejects a
+// publish whose user_id property names another user, so sinks compare against it.
+func (m *Manager) Username() string { return m.user }
+
+// Connected reports whether a connection is currently open (for readiness checks).
+func (m *Manager) Connected() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.conn != nil && !m.conn.IsClosed()
+}
+
+// LastError returns the error of the latest failed dial or connection loss (nil after a
+// successful dial).
+func (m *Manager) LastError() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.lastErr
+}
+
+// Connection returns the live connection, dialing (with backoff between failed
+// attempts) until one is up, ctx is done, the manager is closed, or a dial fails
+// permanently (ErrPermanent: credentials, vhost, TLS).
+func (m *Manager) Connection(ctx context.Context) (*amqp.Connection, error) {
+	for {
+		m.mu.Lock()
+		if m.closed {
+			m.mu.Unlock()
+			return nil, ErrClosed
+		}
+		if m.conn != nil && !m.conn.IsClosed() {
+			c := m.conn
+			m.mu.Unlock()
+			return c, nil
+		}
+		if wait := m.dialing; wait != nil {
+			m.mu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-m.base.Done():
+				return nil, ErrClosed
+			}
+		}
+		done := make(chan struct{})
+		m.dialing = done
+		delay := time.Until(m.nextDial)
+		m.mu.Unlock()
+
+		c, err := m.dial(ctx, delay)
+
+		m.mu.Lock()
+		m.dialing = nil
+		close(done)
+		switch {
+		case err == nil && m.closed:
+			m.mu.Unlock()
+			_ = c.CloseDeadline(time.Now().Add(time.Second))
+			return nil, ErrClosed
+		case err == nil:
+			m.conn, m.connectedAt, m.lastErr, m.refusals = c, time.Now(), nil, 0
+			m.watch(c)
+			m.mu.Unlock()
+			m.log.Debug("amqp connected")
+			return c, nil
+		}
+		if ctx.Err() != nil || m.closed {
+			m.mu.Unlock()
+			if m.closed {
+				return nil, ErrClosed
+			}
+			return nil, ctx.Err()
+		}
+		m.lastErr = err
+		m.nextDial = time.Now().Add(m.backoff.Next())
+		if errors.Is(err, errRefused) {
+			m.refusals++
+			if m.refusals >= m.cfg.MaxAuthRefusals {
+				err = fmt.Errorf("%w (%d handshakes in a row): %w", err, m.refusals, ErrPermanent)
+				m.lastErr = err
+			}
+		} else {
+			m.refusals = 0
+		}
+		m.mu.Unlock()
+		if errors.Is(err, ErrPermanent) {
+			return nil, err
+		}
+		m.log.Warn("amqp dial failed; retrying", "err", err, "retry_in", time.Until(m.nextDial).Round(time.Millisecond))
+	}
+}
+
+// dial waits delay (the backoff) and dials once. ctx and Close abort both.
+func (m *Manager) dial(ctx context.Context, delay time.Duration) (*amqp.Connection, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(m.base, cancel)
+	defer stop()
+	if err := Sleep(ctx, delay); err != nil {
+		return nil, err
+	}
+
+	var mu sync.Mutex
+	var raw net.Conn
+	props := amqp.NewConnectionProperties()
+	if m.cfg.Name != "" {
+		props.SetClientConnectionName(m.cfg.Name)
+	}
+	acfg := amqp.Config{
+		Heartbeat:  m.cfg.Heartbeat,
+		Properties: props,
+		Dial: func(network, addr string) (net.Conn, error) {
+			d := net.Dialer{Timeout: m.cfg.DialTimeout, KeepAlive: 30 * time.Second}
+			c, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			// Bounds the TLS and AMQP handshakes; amqp091 clears it once open.
+			_ = c.SetDeadline(time.Now().Add(m.cfg.DialTimeout))
+			mu.Lock()
+			raw = c
+			mu.Unlock()
+			return c, nil
+		},
+	}
+	if m.tlsCfg != nil {
+		acfg.TLSClientConfig = m.tlsCfg.Clone()
+	}
+	// A cancelled ctx interrupts a handshake in progress by expiring the socket deadline.
+	abort := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		if raw != nil {
+			_ = raw.SetDeadline(time.Unix(1, 0))
+		}
+		mu.Unlock()
+	})
+	c, err := amqp.DialConfig(m.url, acfg)
+	if !abort() {
+		if err == nil {
+			_ = c.Close() // the deadline is in the past: returns at once
+		}
+		return nil, ctx.Err()
+	}
+	if err != nil {
+		return nil, classify(err)
+	}
+	return c, nil
+}
+
+// errRefused marks a handshake that ended the way a credentials or vhost refusal does.
+var errRefused = errors.New("refused")
+
+// classify marks handshake refusals the broker stated and TLS certificate problems as
+// permanent, and handshakes that ended like a refusal with errRefused.
+func classify(err error) error {
+	var aerr *amqp.Error
+	// Only the broker's own refusal counts: amqp091-go reports a socket that closed
+	// during the handshake (a cut, a load balancer reset) as a local ErrCredentials or
+	// ErrVhost, which a retry fixes.
+	if errors.As(err, &aerr) && aerr.Server && (aerr.Code == amqp.AccessRefused || aerr.Code == amqp.NotAllowed) {
+		return fmt.Errorf("amqp handshake refused: %w: %w", err, ErrPermanent)
+	}
+	if errors.Is(err, amqp.ErrSASL) {
+		return fmt.Errorf("amqp handshake: %w: %w", err, ErrPermanent)
+	}
+	if errors.Is(err, amqp.ErrCredentials) || errors.Is(err, amqp.ErrVhost) {
+		// RabbitMQ refuses bad credentials by closing the socket (amqp091-go does not
+		// advertise authentication_failure_close), which looks the same as a cut during
+		// the handshake: permanent only after MaxAuthRefusals in a row.
+		return fmt.Errorf("amqp handshake refused: %w: %w", err, errRefused)
+	}
+	var uerr x509.UnknownAuthorityError
+	var herr x509.HostnameError
+	var cerr x509.CertificateInvalidError
+	if errors.As(err, &uerr) || errors.As(err, &herr) || errors.As(err, &cerr) {
+		return fmt.Errorf("amqp tls: %w: %w", err, ErrPermanent)
+	}
+	return fmt.Errorf("amqp dial: %w", err)
+}
+
+// watch starts the close watcher of c. Called with m.mu held.
+func (m *Manager) watch(c *amqp.Connection) {
+	notify := c.NotifyClose(make(chan *amqp.Error, 1))
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		var e *amqp.Error
+		select {
+		case e = <-notify:
+		case <-m.base.Done():
+			return
+		}
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if m.conn != c {
+			return
+		}
+		m.conn = nil
+		lived := time.Since(m.connectedAt)
+		if e != nil {
+			m.lastErr = e
+		} else {
+			m.lastErr = errors.New("connection closed")
+		}
+		// A connection that lived a while resets the backoff: redial at once. One that
+		// died young (server refusing us right after the handshake, say) keeps growing it.
+		if lived > m.cfg.MaxBackoff {
+			m.backoff.Reset()
+			m.nextDial = time.Time{}
+		} else {
+			m.nextDial = time.Now().Add(m.backoff.Next())
+		}
+		if !m.closed {
+			m.log.Warn("amqp connection lost; will reconnect", "err", m.lastErr, "lived", lived.Round(time.Millisecond))
+		}
+	}()
+}
+
+// Channel opens a fresh channel on the live connection, dialing first when needed
+// (see Connection). The caller owns the channel: it must not share it between
+// goroutines, and closes it (CloseChannel) when done.
+func (m *Manager) Channel(ctx context.Context) (*amqp.Channel, error) {
+	for {
+		c, err := m.Connection(ctx)
+		if err != nil {
+			return nil, err
+		}
+		var ch *amqp.Channel
+		err = m.Do(ctx, func() error {
+			var err error
+			ch, err = c.Channel()
+			return err
+		})
+		if err == nil {
+			return ch, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if c.IsClosed() || errors.Is(err, amqp.ErrClosed) {
+			m.forget(c)
+			continue // the connection died under us: dial again
+		}
+		return nil, fmt.Errorf("amqp open channel: %w", err)
+	}
+}
+
+// forget drops c if it is still the current connection (its watcher may lag behind).
+func (m *Manager) forget(c *amqp.Connection) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.conn == c {
+		m.conn = nil
+	}
+}
+
+// Do runs fn, a blocking amqp091 call that does not take a context (QueueDeclare, Qos,
+// Confirm, Channel.Close...), and returns its error, or ctx's error as soon as ctx is
+// done. In that case fn keeps running in a goroutine owned by the manager; it returns
+// when the server answers or the channel or connection closes, and Close waits for it.
+func (m *Manager) Do(ctx context.Context, fn func() error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return ErrClosed
+	}
+	m.wg.Add(1)
+	m.mu.Unlock()
+	res := make(chan error, 1)
+	go func() {
+		defer m.wg.Done()
+		res <- fn()
+	}()
+	select {
+	case err := <-res:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// CloseChannel closes ch (which returns unacknowledged deliveries to their queue),
+// waiting at most grace for the server's close-ok; the close goes on in the background
+// (owned by the manager) if the server is slow.
+func (m *Manager) CloseChannel(ch *amqp.Channel, grace time.Duration) {
+	if ch == nil || ch.IsClosed() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	_ = m.Do(ctx, ch.Close)
+}
+
+// Close closes the connection and waits for every goroutine the manager started.
+// Channels handed out are closed with the connection. Close is idempotent.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	c := m.conn
+	m.conn = nil
+	m.mu.Unlock()
+	m.cancel()
+	var err error
+	if c != nil && !c.IsClosed() {
+		err = c.CloseDeadline(time.Now().Add(2 * time.Second))
+		if errors.Is(err, amqp.ErrClosed) {
+			err = nil
+		}
+	}
+	m.wg.Wait()
+	return err
+}
+
+// Backoff is an exponential backoff with jitter: each Next doubles the base from Min up
+// to Max and returns a duration in [base/2, base]. Not safe for concurrent use.
+type Backoff struct {
+	Min, Max time.Duration
+	cur      time.Duration
+}
+
+// Next returns the next wait.
+func (b *Backoff) Next() time.Duration {
+	if b.Min <= 0 {
+		b.Min = 100 * time.Millisecond
+	}
+	if b.Max < b.Min {
+		b.Max = b.Min
+	}
+	if b.cur == 0 {
+		b.cur = b.Min
+	} else if b.cur *= 2; b.cur > b.Max {
+		b.cur = b.Max
+	}
+	half := b.cur / 2
+	return half + rand.N(b.cur-half+1)
+}
+
+// Reset starts the next Next from Min again.
+func (b *Backoff) Reset() { b.cur = 0 }
+
+// Sleep waits d or until ctx is done (then it returns ctx.Err()).
+func Sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,219 @@
+package amqpconn_test
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/delaybridge/delay-bridge/internal/amqpconn"
+	"github.com/delaybridge/delay-bridge/internal/amqpconn/tcpproxy"
+	"github.com/delaybridge/delay-bridge/internal/testutil"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func fast(u string) amqpconn.Config {
+	return amqpconn.Config{URL: u, Name: "amqpconn-test", MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}
+}
+
+func newManager(t *testing.T, cfg amqpconn.Config) *amqpconn.Manager {
+	t.Helper()
+	m, err := amqpconn.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close() })
+	return m
+}
+
+func TestChannelAndReconnectAfterCut(t *testing.T) {
+	base := testutil.RequireRabbitMQ(t)
+	p := tcpproxy.Start(t, "127.0.0.1:5672")
+	m := newManager(t, fast(p.URL(base)))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	ch, err := m.Channel(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.Connected() {
+		t.Fatal("Connected() = false after a channel was opened")
+	}
+	q := testutil.Uniq(t, "amqpconn")
+	if _, err := ch.QueueDeclare(q, false, true, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	p.Cut()
+	deadline := time.Now().Add(5 * time.Second)
+	for !ch.IsClosed() && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !ch.IsClosed() {
+		t.Fatal("channel still open after the connection was cut")
+	}
+	ch2, err := m.Channel(ctx)
+	if err != nil {
+		t.Fatalf("no channel after reconnect: %v", err)
+	}
+	if _, err := ch2.QueueDeclare(q, false, true, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	m.CloseChannel(ch2, time.Second)
+	if err := m.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if _, err := m.Channel(ctx); !errors.Is(err, amqpconn.ErrClosed) {
+		t.Fatalf("Channel after Close: %v, want ErrClosed", err)
+	}
+}
+
+func TestDownThenUpAndCtx(t *testing.T) {
+	base := testutil.RequireRabbitMQ(t)
+	p := tcpproxy.Start(t, "127.0.0.1:5672")
+	p.SetDown(true)
+	m := newManager(t, fast(p.URL(base)))
+
+	// While the broker is unreachable, Channel keeps dialing until ctx ends.
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	start := time.Now()
+	_, err := m.Channel(ctx)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Channel while down: %v, want deadline exceeded", err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("Channel returned %v after its ctx ended", took)
+	}
+	if m.LastError() == nil {
+		t.Fatal("LastError() = nil after failed dials")
+	}
+
+	// It connects by itself once the broker is back.
+	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		p.SetDown(false)
+	}()
+	ch, err := m.Channel(ctx)
+	if err != nil {
+		t.Fatalf("Channel after the broker came back: %v", err)
+	}
+	m.CloseChannel(ch, time.Second)
+}
+
+func TestCloseAbortsWaitingCallers(t *testing.T) {
+	base := testutil.RequireRabbitMQ(t)
+	p := tcpproxy.Start(t, "127.0.0.1:5672")
+	p.SetDown(true)
+	m := newManager(t, fast(p.URL(base)))
+	errc := make(chan error, 3)
+	for range 3 {
+		go func() {
+			_, err := m.Channel(context.Background())
+			errc <- err
+		}()
+	}
+	time.Sleep(100 * time.Millisecond)
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		select {
+		case err := <-errc:
+			if !errors.Is(err, amqpconn.ErrClosed) {
+				t.Fatalf("waiting caller got %v, want ErrClosed", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("a caller waiting for a connection did not return after Close")
+		}
+	}
+}
+
+func TestBadCredentialsArePermanent(t *testing.T) {
+	base := testutil.RequireRabbitMQ(t)
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword("guest", "definitely-not-the-password")
+	cfg := fast(u.String())
+	cfg.MaxAuthRefusals = 2 // RabbitMQ answers each refused login after a ~3 s delay
+	m := newManager(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err = m.Channel(ctx)
+	if !errors.Is(err, amqpconn.ErrPermanent) || !strings.Contains(err.Error(), "2 handshakes in a row") {
+		t.Fatalf("bad credentials: %v, want ErrPermanent after 2 refusals", err)
+	}
+}
+
+// TestCutDuringLoginIsNotPermanent: a socket closed during the login looks like a
+// credentials refusal to amqp091-go; fewer than MaxAuthRefusals in a row are retried.
+func TestCutDuringLoginIsNotPermanent(t *testing.T) {
+	base := testutil.RequireRabbitMQ(t)
+	p := tcpproxy.Start(t, "127.0.0.1:5672")
+	m := newManager(t, fast(p.URL(base)))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p.KillHandshakes(2)
+	ch, err := m.Channel(ctx)
+	if err != nil {
+		t.Fatalf("after 2 cut logins: %v, want a channel", err)
+	}
+	m.CloseChannel(ch, time.Second)
+
+	m2 := newManager(t, fast(p.URL(base)))
+	p.KillHandshakes(3)
+	if _, err := m2.Channel(ctx); !errors.Is(err, amqpconn.ErrPermanent) {
+		t.Fatalf("after 3 refused logins: %v, want ErrPermanent", err)
+	}
+}
+
+func TestBadURLAndTLSFiles(t *testing.T) {
+	if _, err := amqpconn.New(amqpconn.Config{URL: "http://nope"}); !errors.Is(err, amqpconn.ErrPermanent) {
+		t.Fatalf("bad scheme: %v", err)
+	}
+	cfg := amqpconn.Config{URL: "amqp://127.0.0.1:5671/"}
+	cfg.TLS.Enabled = true
+	cfg.TLS.CAFile = "/nonexistent/ca.pem"
+	_, err := amqpconn.New(cfg)
+	if !errors.Is(err, amqpconn.ErrPermanent) || !strings.Contains(err.Error(), "ca_file") {
+		t.Fatalf("missing CA file: %v", err)
+	}
+}
+
+func TestDoReturnsOnCtx(t *testing.T) {
+	testutil.RequireRabbitMQ(t)
+	m := newManager(t, fast(testutil.AMQPURL()))
+	release := make(chan struct{})
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	err := m.Do(ctx, func() error { <-release; return nil })
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Do: %v", err)
+	}
+	close(release) // Close waits for the helper goroutine
+}
+
+func TestBackoff(t *testing.T) {
+	b := amqpconn.Backoff{Min: 10 * time.Millisecond, Max: 80 * time.Millisecond}
+	for i := range 8 {
+		d := b.Next()
+		want := min(10*time.Millisecond<<i, 80*time.Millisecond)
+		if d < want/2 || d > want {
+			t.Fatalf("step %d: %v not in [%v, %v]", i, d, want/2, want)
+		}
+	}
+	b.Reset()
+	if d := b.Next(); d > 10*time.Millisecond {
+		t.Fatalf("after Reset: %v", d)
+	}
+}

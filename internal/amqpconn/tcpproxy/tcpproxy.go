@@ -1,0 +1,172 @@
+// Package tcpproxy is a tiny TCP forwarder for fault-injection tests: it sits between a
+// client and a shared server (RabbitMQ on 127.0.0.1:5672) so a test can cut the client's
+// connections, or refuse new ones for a while, without disturbing the server or other
+// tests.
+package tcpproxy
+
+import (
+	"io"
+	"net"
+	"net/url"
+	"sync"
+	"testing"
+)
+
+// Proxy forwards connections accepted on Addr to a target address.
+type Proxy struct {
+	Addr string // 127.0.0.1:port
+
+	target string
+	ln     net.Listener
+	wg     sync.WaitGroup
+
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	down   bool
+	closed bool
+	cuts   int
+	kill   int // the next kill connections die in the AMQP handshake
+}
+
+// Start listens on a free 127.0.0.1 port and forwards to target. The proxy is closed at
+// the end of the test.
+func Start(t testing.TB, target string) *Proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("tcpproxy: listen: %v", err)
+	}
+	p := &Proxy{Addr: ln.Addr().String(), target: target, ln: ln, conns: map[net.Conn]struct{}{}}
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(p.Close)
+	return p
+}
+
+func (p *Proxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		if p.down || p.closed {
+			p.mu.Unlock()
+			_ = c.Close()
+			continue
+		}
+		p.mu.Unlock()
+		s, err := net.Dial("tcp", p.target)
+		if err != nil {
+			_ = c.Close()
+			continue
+		}
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			_ = c.Close()
+			_ = s.Close()
+			continue
+		}
+		p.conns[c], p.conns[s] = struct{}{}, struct{}{}
+		kill := p.kill > 0
+		if kill {
+			p.kill--
+		}
+		p.mu.Unlock()
+		p.wg.Add(2)
+		if kill {
+			go p.killAfterHeader(s, c)
+		} else {
+			go p.pipe(s, c)
+		}
+		go p.pipe(c, s)
+	}
+}
+
+func (p *Proxy) pipe(dst, src net.Conn) {
+	defer p.wg.Done()
+	_, _ = io.Copy(dst, src)
+	_ = dst.Close()
+	_ = src.Close()
+	p.mu.Lock()
+	delete(p.conns, dst)
+	delete(p.conns, src)
+	p.mu.Unlock()
+}
+
+// killAfterHeader forwards the client's 8-byte protocol header, then waits for the
+// client's next frame (connection.start-ok, carrying the credentials) and closes both
+// sides without forwarding it: to the client it looks exactly like RabbitMQ refusing
+// the login by closing the socket.
+func (p *Proxy) killAfterHeader(dst, src net.Conn) {
+	defer p.wg.Done()
+	if _, err := io.CopyN(dst, src, 8); err == nil {
+		var b [1]byte
+		_, _ = src.Read(b[:])
+	}
+	_ = dst.Close()
+	_ = src.Close()
+	p.mu.Lock()
+	delete(p.conns, dst)
+	delete(p.conns, src)
+	p.mu.Unlock()
+}
+
+// KillHandshakes makes the next n connections die during the AMQP login (see
+// killAfterHeader).
+func (p *Proxy) KillHandshakes(n int) {
+	p.mu.Lock()
+	p.kill = n
+	p.mu.Unlock()
+}
+
+// Cut closes every connection currently forwarded (both sides). New connections are
+// accepted as before unless SetDown(true).
+func (p *Proxy) Cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cuts++
+	for c := range p.conns {
+		_ = c.Close()
+	}
+}
+
+// SetDown makes the proxy refuse (accept and close at once) new connections while down.
+func (p *Proxy) SetDown(down bool) {
+	p.mu.Lock()
+	p.down = down
+	p.mu.Unlock()
+}
+
+// Active is the number of client connections currently forwarded.
+func (p *Proxy) Active() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.conns) / 2
+}
+
+// Close stops listening, cuts everything and waits for the forwarding goroutines.
+func (p *Proxy) Close() {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.closed = true
+	p.mu.Unlock()
+	_ = p.ln.Close()
+	p.Cut()
+	p.wg.Wait()
+}
+
+// URL returns base (an amqp:// URL of the real server) pointed at the proxy instead.
+func (p *Proxy) URL(base string) string {
+	u, err := url.Parse(base)
+	if err != nil {
+		return "amqp://guest:guest@" + p.Addr + "/"
+	}
+	u.Host = p.Addr
+	return u.String()
+}

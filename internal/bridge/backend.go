@@ -1,0 +1,296 @@
+package bridge
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/delaybridge/delay-bridge/admin"
+	"github.com/delaybridge/delay-bridge/egress"
+	"github.com/delaybridge/delay-bridge/ingress"
+	"github.com/delaybridge/delay-bridge/internal/amqpconn"
+	"github.com/delaybridge/delay-bridge/internal/clock"
+	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/scheduler"
+)
+
+var _ admin.Backend = (*Bridge)(nil)
+
+// parts returns the running store and scheduler, or ErrUnavailable before Run has
+// connected to Redis.
+func (b *Bridge) parts() (*scheduler.Store, *scheduler.Scheduler, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.store == nil || !b.running {
+		return nil, nil, fmt.Errorf("%w: %w", admin.ErrUnavailable, errNotRunning)
+	}
+	return b.store, b.sched, nil
+}
+
+// storeErr maps store errors onto the admin API's sentinels.
+func storeErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, scheduler.ErrNotFound):
+		return fmt.Errorf("%w: %w", admin.ErrNotFound, err)
+	case scheduler.IsRetryable(err):
+		return fmt.Errorf("%w: redis: %w", admin.ErrUnavailable, err)
+	}
+	return err
+}
+
+// dueOf turns an admin When into a due time in unix ms, checking limits.max_delay.
+func (b *Bridge) dueOf(w admin.When) (int64, error) {
+	now := clock.NowMs(b.clk)
+	due := now + w.Delay.Milliseconds()
+	field := "delay_ms"
+	if !w.DeliverAt.IsZero() {
+		due, field = w.DeliverAt.UnixMilli(), "deliver_at"
+	}
+	if due < now {
+		due = now
+	}
+	if due-now > b.cfg.Limits.MaxDelay.Milliseconds() {
+		return 0, admin.Invalid(field, "due time is %d ms ahead, beyond limits.max_delay (%s)", due-now, b.cfg.Limits.MaxDelay)
+	}
+	return due, nil
+}
+
+// Schedule implements admin.Backend.
+func (b *Bridge) Schedule(ctx context.Context, req admin.ScheduleRequest) (admin.Scheduled, error) {
+	store, _, err := b.parts()
+	if err != nil {
+		return admin.Scheduled{}, err
+	}
+	rules, ok := b.rules[req.Route]
+	if !ok {
+		return admin.Scheduled{}, admin.Invalid("route", "no route named %q", req.Route)
+	}
+	if len(req.Payload) > b.cfg.Limits.MaxPayloadBytes {
+		return admin.Scheduled{}, admin.Invalid("payload", "%d bytes, beyond limits.max_payload_bytes (%d)", len(req.Payload), b.cfg.Limits.MaxPayloadBytes)
+	}
+	due, err := b.dueOf(req.When)
+	if err != nil {
+		return admin.Scheduled{}, err
+	}
+	id := req.ID
+	if id == "" {
+		var r [16]byte
+		_, _ = rand.Read(r[:])
+		id = "http-" + hex.EncodeToString(r[:])
+	}
+	if len(id) > ingress.MaxIDBytes {
+		return admin.Scheduled{}, admin.Invalid("id", "longer than %d bytes", ingress.MaxIDBytes)
+	}
+	keys := make([]string, 0, len(req.Headers))
+	for k := range req.Headers {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	env := &envelope.Envelope{
+		ID: id, Route: rules.Route, SourceBroker: envelope.BrokerHTTP, Source: "http",
+		DueAt: due, ReceivedAt: clock.NowMs(b.clk), Key: req.Key, RoutingKey: req.RoutingKey, Payload: req.Payload,
+	}
+	for _, k := range keys {
+		env.Headers = append(env.Headers, envelope.Header{Key: k, Value: req.Headers[k]})
+	}
+	b.obs.Received(rules.Route, 1)
+	if err := b.handle(ctx, []ingress.Item{{Env: env}}); err != nil {
+		return admin.Scheduled{}, storeErr(err)
+	}
+	st, score, _, err := store.Get(ctx, id)
+	if err != nil {
+		return admin.Scheduled{}, storeErr(err)
+	}
+	if st == scheduler.StatePending && score == due {
+		return admin.Scheduled{ID: id, DueAt: due}, nil
+	}
+	out := admin.Scheduled{ID: id, Duplicate: true}
+	if st == scheduler.StatePending {
+		out.DueAt = score
+	}
+	return out, nil
+}
+
+// Get implements admin.Backend.
+func (b *Bridge) Get(ctx context.Context, id string) (admin.Message, error) {
+	store, _, err := b.parts()
+	if err != nil {
+		return admin.Message{}, err
+	}
+	st, score, env, err := store.Get(ctx, id)
+	if err != nil && !errors.Is(err, envelope.ErrCorrupt) {
+		return admin.Message{}, storeErr(err)
+	}
+	if st == scheduler.StateUnknown {
+		return admin.Message{}, fmt.Errorf("%w: no message %q", admin.ErrNotFound, id)
+	}
+	m := admin.Message{ID: id, State: string(st)}
+	if env != nil {
+		m = messageOf(env, st)
+	}
+	switch st {
+	case scheduler.StatePending:
+		m.DueAt = score
+	case scheduler.StateDead:
+		m.DeadAt = score
+	}
+	return m, nil
+}
+
+func messageOf(env *envelope.Envelope, st scheduler.State) admin.Message {
+	m := admin.Message{
+		ID: env.ID, State: string(st), DueAt: env.DueAt, Route: env.Route, Source: env.Source,
+		SourceBroker: env.SourceBroker, Target: env.Target, ReceivedAt: env.ReceivedAt,
+		Attempt: int(env.Attempt), Reason: env.Reason, PayloadSize: len(env.Payload),
+	}
+	if len(env.Headers) > 0 {
+		m.Headers = make(map[string]string, len(env.Headers))
+		for _, h := range env.Headers {
+			m.Headers[h.Key] = string(egress.HeaderBytes(h.Value))
+		}
+	}
+	return m
+}
+
+// Cancel implements admin.Backend.
+func (b *Bridge) Cancel(ctx context.Context, id string) (string, error) {
+	if _, _, err := b.parts(); err != nil {
+		return "", err
+	}
+	prior, err := b.cancel(ctx, id)
+	if err != nil {
+		return "", storeErr(err)
+	}
+	switch prior {
+	case scheduler.StateUnknown:
+		return "", fmt.Errorf("%w: no message %q", admin.ErrNotFound, id)
+	case scheduler.StateDone:
+		return string(prior), fmt.Errorf("%w: %q was already published or cancelled", admin.ErrConflict, id)
+	}
+	return string(prior), nil
+}
+
+// Reschedule implements admin.Backend.
+func (b *Bridge) Reschedule(ctx context.Context, id string, when admin.When) (admin.Scheduled, error) {
+	store, sched, err := b.parts()
+	if err != nil {
+		return admin.Scheduled{}, err
+	}
+	due, err := b.dueOf(when)
+	if err != nil {
+		return admin.Scheduled{}, err
+	}
+	prior, err := store.Reschedule(ctx, id, due)
+	if err != nil {
+		return admin.Scheduled{}, storeErr(err)
+	}
+	switch prior {
+	case scheduler.StatePending, scheduler.StateDead:
+		b.wake(ctx, sched, store, map[int]int64{store.ShardOf(id): due})
+		return admin.Scheduled{ID: id, DueAt: due}, nil
+	case scheduler.StateUnknown:
+		return admin.Scheduled{}, fmt.Errorf("%w: no message %q", admin.ErrNotFound, id)
+	}
+	return admin.Scheduled{}, fmt.Errorf("%w: %q is %s", admin.ErrConflict, id, prior)
+}
+
+// Stats implements admin.Backend.
+func (b *Bridge) Stats(ctx context.Context) (admin.Stats, error) {
+	store, _, err := b.parts()
+	if err != nil {
+		return admin.Stats{}, err
+	}
+	shards, err := store.ShardStats(ctx)
+	if err != nil {
+		return admin.Stats{}, storeErr(err)
+	}
+	out := admin.Stats{Instance: b.cfg.Instance, Shards: make([]admin.ShardStats, 0, len(shards))}
+	for _, s := range shards {
+		ss := admin.ShardStats{Shard: s.Shard, Counts: admin.Counts{Pending: s.Pending, Inflight: s.Inflight, Dead: s.Dead}, Owner: s.Owner}
+		if s.NextDue > 0 {
+			ss.NextDue = s.NextDue
+		}
+		out.Shards = append(out.Shards, ss)
+		out.Totals.Pending += s.Pending
+		out.Totals.Inflight += s.Inflight
+		out.Totals.Dead += s.Dead
+	}
+	members, err := store.Members(ctx, clock.NowMs(b.clk), b.cfg.Scheduler.LeaseTTL)
+	if err != nil {
+		return admin.Stats{}, storeErr(err)
+	}
+	out.Members = members
+	return out, nil
+}
+
+// ListDead implements admin.Backend.
+func (b *Bridge) ListDead(ctx context.Context, limit int) ([]admin.Message, error) {
+	store, _, err := b.parts()
+	if err != nil {
+		return nil, err
+	}
+	envs, err := store.ListDead(ctx, limit)
+	if err != nil {
+		return nil, storeErr(err)
+	}
+	out := make([]admin.Message, 0, len(envs))
+	for _, env := range envs {
+		out = append(out, messageOf(env, scheduler.StateDead))
+	}
+	return out, nil
+}
+
+// RequeueDead implements admin.Backend.
+func (b *Bridge) RequeueDead(ctx context.Context, id string) (admin.Scheduled, error) {
+	store, sched, err := b.parts()
+	if err != nil {
+		return admin.Scheduled{}, err
+	}
+	due := clock.NowMs(b.clk)
+	if err := store.RequeueDead(ctx, id, due); err != nil {
+		return admin.Scheduled{}, storeErr(err)
+	}
+	b.wake(ctx, sched, store, map[int]int64{store.ShardOf(id): due})
+	return admin.Scheduled{ID: id, DueAt: due}, nil
+}
+
+// PurgeDead implements admin.Backend.
+func (b *Bridge) PurgeDead(ctx context.Context) (int64, error) {
+	store, _, err := b.parts()
+	if err != nil {
+		return 0, err
+	}
+	n, err := store.PurgeDead(ctx)
+	return n, storeErr(err)
+}
+
+// Ready implements admin.Backend: Redis answers, this instance has completed an
+// ownership round (with other instances alive it may rightly own no shard), and its
+// AMQP connections are up. Kafka clients connect per request and reconnect by
+// themselves; a Kafka outage shows in the logs and in lateness, not here.
+func (b *Bridge) Ready(ctx context.Context) error {
+	_, sched, err := b.parts()
+	if err != nil {
+		return err
+	}
+	if err := b.rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("%w: redis: %w", admin.ErrUnavailable, err)
+	}
+	if !sched.Ready() {
+		return fmt.Errorf("%w: shard ownership not established yet", admin.ErrUnavailable)
+	}
+	b.mu.Lock()
+	conns := b.conns
+	b.mu.Unlock()
+	for name, m := range map[string]*amqpconn.Manager{"amqp ingress": conns.amqpIn, "amqp egress": conns.amqpOut} {
+		if m != nil && !m.Connected() {
+			return fmt.Errorf("%w: %s not connected: %v", admin.ErrUnavailable, name, m.LastError())
+		}
+	}
+	return nil
+}

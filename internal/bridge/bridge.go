@@ -1,0 +1,321 @@
+// Package bridge assembles one delay-bridge instance from its configuration: the Redis
+// shard store, the scheduler, the egress dispatcher and sinks, and one ingress source per
+// route. cmd/bridge runs it; the admin API reaches it through its Backend methods.
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delaybridge/delay-bridge/config"
+	"github.com/delaybridge/delay-bridge/egress"
+	"github.com/delaybridge/delay-bridge/ingress"
+	"github.com/delaybridge/delay-bridge/internal/clock"
+	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/internal/observe"
+	"github.com/delaybridge/delay-bridge/scheduler"
+)
+
+// Options are the parts of a bridge that are not configuration.
+type Options struct {
+	Logger   *slog.Logger
+	Observer observe.Observer
+	Clock    clock.Clock
+}
+
+// Bridge is one running instance.
+type Bridge struct {
+	cfg   config.Config
+	log   *slog.Logger
+	obs   observe.Observer
+	clk   clock.Clock
+	rdb   redis.UniversalClient
+	rules map[string]ingress.Rules
+
+	mu      sync.Mutex
+	store   *scheduler.Store
+	sched   *scheduler.Scheduler
+	sinks   map[string]egress.Sink // by broker
+	sources []ingress.Source
+	dlq     map[string]deadLetterPublisher // by broker
+	conns   *connections
+	running bool
+}
+
+// deadLetterPublisher is implemented by the Kafka and AMQP dead-letter publishers.
+type deadLetterPublisher interface {
+	Publish(ctx context.Context, envs []*envelope.Envelope) []error
+}
+
+// New checks the configuration and builds a bridge. It does not connect to anything:
+// Run does, and waits for Redis and the brokers to become reachable.
+func New(cfg config.Config, opts Options) (*Bridge, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Observer == nil {
+		opts.Observer = observe.Nop{}
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.Real{}
+	}
+	if cfg.Instance == "" {
+		host, _ := os.Hostname()
+		cfg.Instance = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	rdb, err := NewRedis(cfg.Redis)
+	if err != nil {
+		return nil, err
+	}
+	b := &Bridge{cfg: cfg, log: opts.Logger, obs: opts.Observer, clk: opts.Clock, rdb: rdb, rules: map[string]ingress.Rules{}}
+	for _, r := range cfg.Routes {
+		b.rules[r.Name] = ingress.Rules{
+			Route: r.Name, MaxDelay: cfg.Limits.MaxDelay, MaxPayloadBytes: cfg.Limits.MaxPayloadBytes, AllowTargets: r.AllowTargets,
+		}
+	}
+	return b, nil
+}
+
+// Config returns the effective configuration (with the instance name filled in).
+func (b *Bridge) Config() config.Config { return b.cfg }
+
+// Run connects, owns shards, consumes and fires until ctx is cancelled, then shuts down
+// in this order (docs/ARCHITECTURE.md "Shutdown"): stop ingress (nothing new is parked;
+// unacknowledged records are redelivered to whoever consumes next); stop the scheduler
+// (pumps stop claiming; the wheel's unfired messages go back to `due`; the dispatcher
+// finishes in-flight publishes and records outcomes; leases are released); close the
+// sinks; close Redis.
+func (b *Bridge) Run(ctx context.Context) error {
+	defer b.rdb.Close()
+	store, err := b.connectStore(ctx)
+	if err != nil {
+		return err
+	}
+	if store == nil {
+		return nil // cancelled while waiting for Redis
+	}
+	conns := &connections{}
+	defer conns.close()
+	sinks, routeSinks, err := b.buildSinks(ctx, conns)
+	defer func() {
+		for name, s := range sinks {
+			if err := s.Close(); err != nil {
+				b.log.Warn("close sink", "broker", name, "err", err)
+			}
+		}
+	}()
+	if err != nil {
+		return err
+	}
+	sources, err := b.buildSources(conns)
+	if err != nil {
+		return err
+	}
+	sc := b.cfg.Scheduler
+	sched := scheduler.New(scheduler.Options{
+		Store: store, Redis: b.rdb, Clock: b.clk, Instance: b.cfg.Instance,
+		Tick: sc.Tick, Lookahead: sc.Lookahead, ClaimBatch: sc.ClaimBatch, InflightLease: sc.InflightLease,
+		LeaseTTL: sc.LeaseTTL, SafetyScan: sc.SafetyScan, MaxInMemory: sc.MaxInMemory,
+		MaxAttempts: b.cfg.Retry.MaxAttempts, BackoffInitial: b.cfg.Retry.Backoff.Initial, BackoffMax: b.cfg.Retry.Backoff.Max,
+		OnDead: b.publishDead, Observer: b.obs, Logger: b.log,
+	})
+	disp := egress.NewDispatcher(egress.DispatcherOptions{
+		Routes: routeSinks, Completer: sched, AtMostOnce: b.cfg.Delivery == config.DeliveryAtMostOnce,
+		Owned: sched.Owns, Observer: b.obs, Logger: b.log,
+	})
+	b.mu.Lock()
+	b.store, b.sched, b.sinks, b.sources, b.conns, b.running = store, sched, sinks, sources, conns, true
+	b.mu.Unlock()
+
+	schedCtx, stopSched := context.WithCancel(context.WithoutCancel(ctx))
+	schedDone := make(chan error, 1)
+	go func() { schedDone <- sched.Run(schedCtx, disp) }()
+
+	ingressCtx, stopIngress := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	errc := make(chan error, len(sources))
+	for _, src := range sources {
+		wg.Add(1)
+		go func(src ingress.Source) {
+			defer wg.Done()
+			if err := src.Run(ingressCtx, b.handle); err != nil {
+				errc <- fmt.Errorf("ingress %s: %w", src.Name(), err)
+			}
+		}(src)
+	}
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+		b.log.Error("ingress failed; shutting down", "err", runErr)
+	}
+	b.log.Info("shutting down: stopping ingress")
+	stopIngress()
+	wg.Wait()
+	b.log.Info("shutting down: stopping scheduler")
+	stopSched()
+	if err := <-schedDone; err != nil && runErr == nil {
+		runErr = err
+	}
+	b.mu.Lock()
+	b.running = false
+	b.mu.Unlock()
+	b.log.Info("stopped")
+	return runErr
+}
+
+// connectStore waits for Redis (logging while it is down) and opens the shard store.
+// A wrong shard count is permanent and returned at once.
+func (b *Bridge) connectStore(ctx context.Context) (*scheduler.Store, error) {
+	wait := 100 * time.Millisecond
+	for {
+		store, err := scheduler.NewStore(ctx, b.rdb, scheduler.StoreOptions{
+			Prefix: b.cfg.Prefix, Cluster: b.cfg.Cluster, Shards: b.cfg.Shards,
+			DoneWindow: b.cfg.Scheduler.DoneWindow, MinReplicas: b.cfg.Redis.MinReplicas, Observer: b.obs,
+		})
+		if err == nil {
+			return store, nil
+		}
+		if !scheduler.IsRetryable(err) {
+			return nil, fmt.Errorf("redis: %w", err)
+		}
+		b.log.Warn("waiting for redis", "addrs", strings.Join(b.cfg.Redis.Addrs, ","), "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, nil
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, 5*time.Second)
+	}
+}
+
+// handle is the ingress Handler: it makes a batch durable in Redis. It returns an error
+// (so the source acknowledges nothing and redelivers) when any part could not be stored.
+func (b *Bridge) handle(ctx context.Context, items []ingress.Item) error {
+	b.mu.Lock()
+	store, sched := b.store, b.sched
+	b.mu.Unlock()
+	now := clock.NowMs(b.clk)
+	var park, bury []*envelope.Envelope
+	var cancels []string
+	for _, it := range items {
+		switch {
+		case it.CancelID != "":
+			cancels = append(cancels, it.CancelID)
+		case it.Invalid != "":
+			b.obs.Invalid(it.Env.Route, it.Invalid)
+			if r := b.cfg.RouteByName(it.Env.Route); r != nil && r.OnInvalid == config.OnInvalidDeliver {
+				it.Env.DueAt = now
+				park = append(park, it.Env)
+			} else {
+				bury = append(bury, it.Env)
+			}
+		default:
+			park = append(park, it.Env)
+		}
+	}
+	if len(park) > 0 {
+		parked, minDue, err := store.Park(ctx, park)
+		if err != nil {
+			return fmt.Errorf("park: %w", err)
+		}
+		n := 0
+		for i, ok := range parked {
+			if ok {
+				n++
+				b.obs.RequestedDelay(park[i].Route, time.Duration(park[i].DueAt-park[i].ReceivedAt)*time.Millisecond)
+			}
+		}
+		b.obs.Parked(park[0].Route, n)
+		b.wake(ctx, sched, store, minDue)
+	}
+	if len(bury) > 0 {
+		if err := store.Bury(ctx, bury, now); err != nil {
+			return fmt.Errorf("dead-letter invalid input: %w", err)
+		}
+		b.obs.DeadLettered(bury[0].Route, len(bury))
+		b.publishDead(bury)
+	}
+	for _, id := range cancels {
+		if _, err := b.cancel(ctx, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// wake tells local pumps (and, for messages due soon, other instances' pumps through
+// Redis pub/sub) that something earlier than their next claim was parked.
+func (b *Bridge) wake(ctx context.Context, sched *scheduler.Scheduler, store *scheduler.Store, minDue map[int]int64) {
+	if len(minDue) == 0 {
+		return
+	}
+	sched.Notify(minDue)
+	soon := map[int]int64{}
+	for shard, due := range minDue {
+		if sched.NeedsBroadcast(due) {
+			soon[shard] = due
+		}
+	}
+	if len(soon) > 0 {
+		if err := store.PublishWake(ctx, soon); err != nil {
+			b.log.Debug("publish wake-up (the safety scan covers it)", "err", err)
+		}
+	}
+}
+
+// cancel removes id from Redis wherever it is and from this instance's wheel; other
+// instances hear of it through the wake channel.
+func (b *Bridge) cancel(ctx context.Context, id string) (scheduler.State, error) {
+	b.mu.Lock()
+	store, sched := b.store, b.sched
+	b.mu.Unlock()
+	prior, err := store.Cancel(ctx, id, clock.NowMs(b.clk))
+	if err != nil {
+		return prior, fmt.Errorf("cancel %q: %w", id, err)
+	}
+	if prior == scheduler.StateInflight {
+		if !sched.CancelLocal(id) {
+			if err := sched.BroadcastCancel(ctx, id); err != nil {
+				b.log.Warn("broadcast cancel of an in-flight message", "id", id, "err", err)
+			}
+		}
+	}
+	return prior, nil
+}
+
+// publishDead copies dead letters to the configured dead-letter topic/exchange. Redis
+// keeps them regardless; this copy is best effort and logged on failure.
+func (b *Bridge) publishDead(envs []*envelope.Envelope) {
+	if len(b.dlq) == 0 || len(envs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for broker, p := range b.dlq {
+		failed := 0
+		var first error
+		for _, err := range p.Publish(ctx, envs) {
+			if err != nil {
+				failed++
+				first = err
+			}
+		}
+		if failed > 0 {
+			b.log.Warn("publish to dead-letter target failed (the dead letters stay in Redis)", "broker", broker, "failed", failed, "of", len(envs), "err", first)
+		}
+	}
+}
+
+var errNotRunning = errors.New("bridge is not running (waiting for Redis)")

@@ -1,0 +1,131 @@
+package bridge
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/delaybridge/delay-bridge/config"
+	"github.com/delaybridge/delay-bridge/egress"
+	amqpout "github.com/delaybridge/delay-bridge/egress/amqp"
+	kafkaout "github.com/delaybridge/delay-bridge/egress/kafka"
+	"github.com/delaybridge/delay-bridge/ingress"
+	amqpin "github.com/delaybridge/delay-bridge/ingress/amqp"
+	kafkain "github.com/delaybridge/delay-bridge/ingress/kafka"
+	"github.com/delaybridge/delay-bridge/internal/amqpconn"
+	"github.com/delaybridge/delay-bridge/internal/envelope"
+)
+
+// connections the bridge owns for its whole run: one AMQP connection for ingress and one
+// for egress (a blocked publisher connection — RabbitMQ's flow control — must not stall
+// consuming), created only when a route uses AMQP.
+type connections struct {
+	amqpIn, amqpOut *amqpconn.Manager
+}
+
+func (c *connections) close() {
+	for _, m := range []*amqpconn.Manager{c.amqpIn, c.amqpOut} {
+		if m != nil {
+			_ = m.Close()
+		}
+	}
+}
+
+func (b *Bridge) amqpManager(name string) (*amqpconn.Manager, error) {
+	cfg := amqpconn.FromConfig(b.cfg.AMQP, name)
+	cfg.Logger = b.log
+	m, err := amqpconn.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("amqp: %w", err)
+	}
+	return m, nil
+}
+
+// buildSinks creates one sink per target broker used by the routes, the dispatcher's
+// route table, and the dead-letter publishers.
+func (b *Bridge) buildSinks(ctx context.Context, conns *connections) (map[string]egress.Sink, map[string]egress.RouteSink, error) {
+	kafkaRoutes := map[string]string{}
+	amqpRoutes := map[string]config.AMQPEndpoint{}
+	for _, r := range b.cfg.Routes {
+		if r.To.Kafka != nil {
+			kafkaRoutes[r.Name] = r.To.Kafka.Topic
+		} else if r.To.AMQP != nil {
+			amqpRoutes[r.Name] = *r.To.AMQP
+		}
+	}
+	sinks := map[string]egress.Sink{}
+	b.dlq = map[string]deadLetterPublisher{}
+	dlTopic := b.cfg.DeadLetter.Kafka.Topic
+	if len(kafkaRoutes) > 0 || dlTopic != "" {
+		ks, err := kafkaout.New(b.cfg.Kafka, kafkaRoutes, kafkaout.Options{Logger: b.log})
+		if err != nil {
+			return nil, nil, fmt.Errorf("kafka sink: %w", err)
+		}
+		sinks[envelope.BrokerKafka] = ks
+		if dlTopic != "" {
+			b.dlq[envelope.BrokerKafka] = ks.DeadLetters(dlTopic)
+		}
+	}
+	dlExchange := b.cfg.DeadLetter.AMQP.Exchange
+	if len(amqpRoutes) > 0 || dlExchange != "" {
+		m, err := b.amqpManager("delay-bridge egress")
+		if err != nil {
+			return nil, nil, err
+		}
+		conns.amqpOut = m
+		if len(amqpRoutes) > 0 {
+			as, err := amqpout.New(ctx, m, amqpRoutes, amqpout.Options{Logger: b.log})
+			if err != nil {
+				return sinks, nil, fmt.Errorf("amqp sink: %w", err)
+			}
+			sinks[envelope.BrokerAMQP] = as
+		}
+		if dlExchange != "" {
+			ds, err := amqpout.NewDeadLetter(ctx, m, dlExchange, amqpout.Options{Logger: b.log})
+			if err != nil {
+				return sinks, nil, fmt.Errorf("dead_letter.amqp.exchange: %w", err)
+			}
+			sinks["amqp-dead-letter"] = ds
+			b.dlq[envelope.BrokerAMQP] = ds
+		}
+	}
+	routes := map[string]egress.RouteSink{}
+	for _, r := range b.cfg.Routes {
+		broker := envelope.BrokerKafka
+		if r.To.AMQP != nil {
+			broker = envelope.BrokerAMQP
+		}
+		routes[r.Name] = egress.RouteSink{Sink: sinks[broker], Broker: broker, MaxRate: r.MaxRate}
+	}
+	return sinks, routes, nil
+}
+
+// buildSources creates one source per route.
+func (b *Bridge) buildSources(conns *connections) ([]ingress.Source, error) {
+	var out []ingress.Source
+	for _, r := range b.cfg.Routes {
+		switch {
+		case r.From.Kafka != nil:
+			s, err := kafkain.New(b.cfg.Kafka, r, b.cfg.Limits, kafkain.Options{Logger: b.log, Observer: b.obs, Now: b.clk.Now})
+			if err != nil {
+				return nil, fmt.Errorf("route %q: %w", r.Name, err)
+			}
+			out = append(out, s)
+		case r.From.AMQP != nil:
+			if conns.amqpIn == nil {
+				m, err := b.amqpManager("delay-bridge ingress")
+				if err != nil {
+					return nil, err
+				}
+				conns.amqpIn = m
+			}
+			s, err := amqpin.New(conns.amqpIn, *r.From.AMQP, amqpin.Options{
+				Rules: b.rules[r.Name], Prefetch: b.cfg.AMQP.Prefetch, Observer: b.obs, Logger: b.log, Now: b.clk.Now,
+			})
+			if err != nil {
+				return nil, fmt.Errorf("route %q: %w", r.Name, err)
+			}
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,45 @@
+package bridge
+
+import (
+	"crypto/tls"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delaybridge/delay-bridge/config"
+)
+
+// NewRedis builds the UniversalClient for redis.*: one address is a standalone server,
+// several are a Redis Cluster, and master_name selects Sentinel (addrs are sentinels).
+func NewRedis(c config.RedisConfig) (redis.UniversalClient, error) {
+	var tlsCfg *tls.Config
+	if c.TLS.Enabled {
+		var err error
+		if tlsCfg, err = c.TLS.ClientTLS(); err != nil {
+			return nil, fmt.Errorf("redis.%w", err)
+		}
+	}
+	opt := &redis.UniversalOptions{
+		Addrs:        c.Addrs,
+		Username:     c.Username,
+		Password:     c.Password,
+		DB:           c.DB,
+		MasterName:   c.MasterName,
+		TLSConfig:    tlsCfg,
+		DialTimeout:  2 * time.Second,
+		ReadTimeout:  3 * time.Second,
+		WriteTimeout: 3 * time.Second,
+		// Pipelined park/claim calls run from many goroutines (one pump per shard).
+		PoolSize: 64,
+		// Retries inside go-redis would hide an outage from the callers that must
+		// react to it (ingress stops committing, pumps back off), so keep them short.
+		MaxRetries:      1,
+		MinRetryBackoff: 8 * time.Millisecond,
+		MaxRetryBackoff: 128 * time.Millisecond,
+	}
+	if len(c.Addrs) > 1 && c.MasterName == "" {
+		opt.IsClusterMode = true
+	}
+	return redis.NewUniversalClient(opt), nil
+}

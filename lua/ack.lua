@@ -1,0 +1,35 @@
+-- ack: a claimed message was published; forget it and remember its id in done.
+--
+-- KEYS[1] msg       HASH
+-- KEYS[2] inflight  ZSET
+-- KEYS[3] done      ZSET id -> time fired (dedup window)
+-- ARGV[1] now (integer unix ms)
+-- ARGV[2] remember: 1 to record acked ids in done, 0 when the dedup window is off
+-- ARGV[3] trimBefore: done entries with a score below this are forgotten (now - window)
+-- ARGV[4] trimLimit: forget at most this many per call, so one call stays short however
+--         large done has grown
+-- ARGV[5..] ids; the caller bounds the batch (a few hundred: they are unpacked at once)
+-- Returns { acked, trimmed }.
+--
+-- Only an id still in inflight is acked: if it was recovered, cancelled or acked already,
+-- it no longer belongs to this claim and must be left alone.
+local acked, zadd = {}, {}
+for i = 5, #ARGV do
+  local id = ARGV[i]
+  if redis.call('ZREM', KEYS[2], id) == 1 then
+    acked[#acked + 1] = id
+    zadd[#zadd + 1] = ARGV[1]
+    zadd[#zadd + 1] = id
+  end
+end
+if #acked > 0 then
+  redis.call('HDEL', KEYS[1], unpack(acked))
+  if ARGV[2] == '1' then
+    redis.call('ZADD', KEYS[3], unpack(zadd))
+  end
+end
+local old = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. ARGV[3], 'LIMIT', 0, ARGV[4])
+if #old > 0 then
+  redis.call('ZREM', KEYS[3], unpack(old))
+end
+return { #acked, #old }

@@ -1,0 +1,58 @@
+-- claim: move due messages of one shard into inflight, for the shard's lease holder only.
+--
+-- KEYS[1] due       ZSET id -> due time
+-- KEYS[2] msg       HASH id -> envelope
+-- KEYS[3] inflight  ZSET id -> lease deadline
+-- KEYS[4] owner     STRING "instance|token"
+-- ARGV[1] owner value "instance|token" the caller believes it holds
+-- ARGV[2] upTo: claim ids with due <= upTo (now + lookahead, unix ms)
+-- ARGV[3] lease deadline (unix ms): inflight score; recover re-fires after it
+-- ARGV[4] limit: at most this many ids
+-- Returns: error reply "FENCED ..." when the owner key is not ARGV[1] (lease lost or
+-- taken over: a stale owner must not claim), else a flat array
+--   { nextDue, dropped, id1, due1, env1, id2, due2, env2, ... }
+-- in due order. nextDue: due time of the earliest message still pending after this
+-- claim, -1 if none. dropped: ids found in due without an envelope (corruption); they
+-- are removed rather than left to wedge the head of the shard, and reported so the
+-- caller can count them. dueN is the ZSET score, which wins over the envelope's DueAt
+-- because reschedule changes only the score.
+if redis.call('GET', KEYS[4]) ~= ARGV[1] then
+  return redis.error_reply('FENCED shard lease is not held by ' .. ARGV[1])
+end
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[2], 'WITHSCORES', 'LIMIT', 0, ARGV[4])
+local out = { -1, 0 }
+local n = 2
+local dropped = 0
+-- Commands take many members at once, in steps small enough for unpack's stack limit.
+local step = 500
+for first = 1, #ids, 2 * step do
+  local members, scores = {}, {}
+  for i = first, math.min(first + 2 * step - 1, #ids), 2 do
+    members[#members + 1] = ids[i]
+    scores[#scores + 1] = ids[i + 1]
+  end
+  redis.call('ZREM', KEYS[1], unpack(members))
+  local envs = redis.call('HMGET', KEYS[2], unpack(members))
+  local zadd = {}
+  for j = 1, #members do
+    if envs[j] then
+      zadd[#zadd + 1] = ARGV[3]
+      zadd[#zadd + 1] = members[j]
+      out[n + 1] = members[j]
+      out[n + 2] = tonumber(scores[j])
+      out[n + 3] = envs[j]
+      n = n + 3
+    else
+      dropped = dropped + 1
+    end
+  end
+  if #zadd > 0 then
+    redis.call('ZADD', KEYS[3], unpack(zadd))
+  end
+end
+local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if head[2] then
+  out[1] = tonumber(head[2])
+end
+out[2] = dropped
+return out

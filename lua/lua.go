@@ -1,0 +1,67 @@
+// Package lua holds the Redis Lua scripts of the shard store, one operation per file,
+// embedded into the binary. Each file starts with a comment stating its KEYS, ARGV and
+// return value; scheduler/store.go is the only caller and the contract's Go side.
+//
+// Conventions every script keeps, because the store relies on them:
+//   - every key is passed in KEYS, never built inside the script, and all keys of one
+//     call share one Redis Cluster hash tag, so a script touches exactly one slot;
+//   - times are integer unix milliseconds passed in ARGV (never TIME), so tests can
+//     inject time and the scripts stay deterministic for replication;
+//   - batches are bounded by the caller or by a LIMIT argument, so no call blocks Redis
+//     for long however large a shard grows.
+//
+// The scripts use only commands that Redis 6+ and the embedded Redis-compatible server
+// of `bridge dev` both run.
+package lua
+
+import _ "embed"
+
+// Script sources, named after their files.
+var (
+	//go:embed park.lua
+	Park string
+	//go:embed bury.lua
+	Bury string
+	//go:embed claim.lua
+	Claim string
+	//go:embed ack.lua
+	Ack string
+	//go:embed retry.lua
+	Retry string
+	//go:embed recover.lua
+	Recover string
+	//go:embed cancel.lua
+	Cancel string
+	//go:embed reschedule.lua
+	Reschedule string
+	//go:embed get.lua
+	Get string
+	//go:embed purge_dead.lua
+	PurgeDead string
+	//go:embed lease_acquire.lua
+	LeaseAcquire string
+	//go:embed lease_renew.lua
+	LeaseRenew string
+	//go:embed lease_release.lua
+	LeaseRelease string
+)
+
+// All returns every script by name (the file name without ".lua"), for callers that
+// preload or inspect them all, such as tests and the dev server.
+func All() map[string]string {
+	return map[string]string{
+		"park":          Park,
+		"bury":          Bury,
+		"claim":         Claim,
+		"ack":           Ack,
+		"retry":         Retry,
+		"recover":       Recover,
+		"cancel":        Cancel,
+		"reschedule":    Reschedule,
+		"get":           Get,
+		"purge_dead":    PurgeDead,
+		"lease_acquire": LeaseAcquire,
+		"lease_renew":   LeaseRenew,
+		"lease_release": LeaseRelease,
+	}
+}

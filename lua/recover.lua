@@ -1,0 +1,25 @@
+-- recover: move inflight messages back to due so they fire again (at-least-once): those
+-- whose lease deadline has passed (a claim that was never acked or retried), or, when a
+-- new owner takes a shard over, everything its previous owner left in flight.
+--
+-- KEYS[1] due       ZSET
+-- KEYS[2] inflight  ZSET id -> lease deadline
+-- ARGV[1] now (integer unix ms): the new due time
+-- ARGV[2] limit: move at most this many per call
+-- ARGV[3] optional cutoff: move entries with deadline <= cutoff; default now; "+inf"
+--         moves every entry
+-- Returns { moved, more } with more = 1 when entries up to the cutoff remain.
+--
+-- They are due at now, not at their original due time (inflight keeps only the
+-- deadline), which puts them at the head of the shard.
+local cutoff = ARGV[3] or ARGV[1]
+local ids = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', cutoff, 'LIMIT', 0, ARGV[2])
+for i = 1, #ids do
+  redis.call('ZREM', KEYS[2], ids[i])
+  redis.call('ZADD', KEYS[1], ARGV[1], ids[i])
+end
+local more = 0
+if redis.call('ZCOUNT', KEYS[2], '-inf', cutoff) > 0 then
+  more = 1
+end
+return { #ids, more }

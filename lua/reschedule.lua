@@ -1,0 +1,49 @@
+-- reschedule: give a pending message a new due time, or requeue a dead letter.
+--
+-- KEYS[1] due       ZSET
+-- KEYS[2] msg       HASH
+-- KEYS[3] inflight  ZSET
+-- KEYS[4] dead      ZSET
+-- KEYS[5] done      ZSET
+-- ARGV[1] id
+-- ARGV[2] new due (integer unix ms)
+-- ARGV[3] optional: envelope to store (a pending message's with DueAt = the new due; a
+--         dead letter's with reason and attempts cleared by the caller); without it the
+--         envelope is kept
+-- ARGV[4] optional with ARGV[3]: the score (due time or dead-letter time) the caller
+--         read the envelope at; if it changed since, nothing is done and "stale" is
+--         returned so the caller can read again instead of overwriting a newer envelope
+-- Returns the state the id was in: "pending" (due time changed), "dead" (moved to
+-- due), "inflight", "done" or "" (unchanged:
+-- a message being published or already gone cannot be rescheduled), or "stale".
+local id = ARGV[1]
+local dueAt = redis.call('ZSCORE', KEYS[1], id)
+if dueAt then
+  if ARGV[3] then
+    if ARGV[4] and tonumber(dueAt) ~= tonumber(ARGV[4]) then
+      return 'stale'
+    end
+    redis.call('HSET', KEYS[2], id, ARGV[3])
+  end
+  redis.call('ZADD', KEYS[1], ARGV[2], id)
+  return 'pending'
+end
+local deadAt = redis.call('ZSCORE', KEYS[4], id)
+if deadAt then
+  if ARGV[3] then
+    if ARGV[4] and tonumber(deadAt) ~= tonumber(ARGV[4]) then
+      return 'stale'
+    end
+    redis.call('HSET', KEYS[2], id, ARGV[3])
+  end
+  redis.call('ZREM', KEYS[4], id)
+  redis.call('ZADD', KEYS[1], ARGV[2], id)
+  return 'dead'
+end
+if redis.call('ZSCORE', KEYS[3], id) then
+  return 'inflight'
+end
+if redis.call('ZSCORE', KEYS[5], id) then
+  return 'done'
+end
+return ''

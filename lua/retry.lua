@@ -1,0 +1,28 @@
+-- retry: a claimed message failed to publish; put it back in due for a later attempt,
+-- or into the dead letters once attempts are exhausted. The caller computes the attempt
+-- count, backoff and reason and passes the re-encoded envelope.
+--
+-- KEYS[1] due       ZSET
+-- KEYS[2] msg       HASH
+-- KEYS[3] inflight  ZSET
+-- KEYS[4] dead      ZSET id -> time dead-lettered
+-- ARGV[1] now (integer unix ms): the dead-letter time
+-- ARGV[2..] quadruples: id, new due (unix ms), new envelope bytes, dead flag (1 or 0)
+-- Returns { requeued, dead }.
+--
+-- Only an id still in inflight is touched, for the same reason as in ack.
+local requeued, dead = 0, 0
+for i = 2, #ARGV, 4 do
+  local id = ARGV[i]
+  if redis.call('ZREM', KEYS[3], id) == 1 then
+    redis.call('HSET', KEYS[2], id, ARGV[i + 2])
+    if ARGV[i + 3] == '1' then
+      redis.call('ZADD', KEYS[4], ARGV[1], id)
+      dead = dead + 1
+    else
+      redis.call('ZADD', KEYS[1], ARGV[i + 1], id)
+      requeued = requeued + 1
+    end
+  end
+end
+return { requeued, dead }

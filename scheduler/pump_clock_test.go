@@ -1,0 +1,119 @@
+package scheduler
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/delaybridge/delay-bridge/egress"
+	"github.com/delaybridge/delay-bridge/internal/clock"
+	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/internal/observe"
+	"github.com/delaybridge/delay-bridge/internal/testutil"
+)
+
+// firedRecorder records, per message, the lateness the wheel reported when it fired
+// (fake-clock time minus due time).
+type firedRecorder struct {
+	observe.Nop
+	mu       sync.Mutex
+	lateness map[string]time.Duration
+	order    []string
+}
+
+func (f *firedRecorder) Fired(route string, late time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.order = append(f.order, route) // the test puts the message id in Route's place below
+	f.lateness[route] = late
+}
+
+func (f *firedRecorder) get(id string) (time.Duration, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l, ok := f.lateness[id]
+	return l, ok
+}
+
+// TestPumpOnInjectedClock drives the pump, wheel and ownership loop with a fake clock
+// against a real redis-server: a message fires exactly at its due time on the fake
+// clock, never a millisecond before, however long the pump sleeps; and a message parked
+// earlier than the pump's planned wake-up is claimed at once through Notify instead of
+// waiting for the safety scan.
+func TestPumpOnInjectedClock(t *testing.T) {
+	r := testutil.StartRedis(t)
+	ctx := context.Background()
+	rdb := r.Client()
+	store, err := NewStore(ctx, rdb, StoreOptions{Prefix: "clk", Cluster: "c", Shards: 4, DoneWindow: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := clock.NewFake(time.UnixMilli(1_800_000_000_000))
+	t0 := fake.Now().UnixMilli()
+	rec := &firedRecorder{lateness: map[string]time.Duration{}}
+	s := New(Options{
+		Store: store, Clock: fake, Instance: "fake",
+		// A safety scan far longer than the test's fake time span: every timely claim
+		// below comes from the pump's own planning (sleep until next due - lookahead)
+		// or from Notify, never from a periodic scan.
+		Tick: time.Millisecond, Lookahead: 50 * time.Millisecond, ClaimBatch: 100,
+		InflightLease: 30 * time.Second, LeaseTTL: 3 * time.Second, SafetyScan: time.Hour,
+		MaxInMemory: 1000, MaxAttempts: 3, BackoffInitial: time.Second, BackoffMax: time.Second,
+		Observer: rec,
+	})
+	sink := &recordingSink{}
+	disp := egress.NewDispatcher(egress.DispatcherOptions{
+		Routes:    map[string]egress.RouteSink{"late": {Sink: sink}, "early": {Sink: sink}},
+		Completer: s, Owned: s.Owns,
+	})
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.Run(rctx, disp) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	waitFor(t, "ownership of all shards", 5*time.Second, func() bool { return len(s.OwnedShards()) == 4 })
+
+	park := func(id string, due int64) map[int]int64 {
+		_, minDue, err := store.Park(ctx, []*envelope.Envelope{{ID: id, Route: id, DueAt: due}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return minDue
+	}
+	// step advances the fake clock and gives the goroutines a moment of real time to
+	// react (claims go to the real Redis).
+	step := func(d time.Duration) {
+		fake.Advance(d)
+		time.Sleep(3 * time.Millisecond)
+	}
+
+	s.Notify(park("late", t0+5000))
+	time.Sleep(20 * time.Millisecond) // the woken pump looks at Redis and plans its sleep
+	for fake.Now().UnixMilli() < t0+4999-100 {
+		step(100 * time.Millisecond)
+	}
+	step(time.Duration(t0+4999-fake.Now().UnixMilli()) * time.Millisecond)
+	if _, fired := rec.get("late"); fired {
+		t.Fatal("fired before its due time on the injected clock")
+	}
+	step(time.Millisecond)
+	waitFor(t, "the message to fire at its due time", 5*time.Second, func() bool { _, ok := rec.get("late"); return ok })
+	if l, _ := rec.get("late"); l != 0 {
+		t.Fatalf("fired with lateness %s on the fake clock, want exactly 0", l)
+	}
+
+	// The pump now sleeps for the safety scan (an hour). A message due in 300 ms must
+	// not wait for it: Notify wakes the pump, and it fires at its due time.
+	now := fake.Now().UnixMilli()
+	s.Notify(park("early", now+300))
+	time.Sleep(20 * time.Millisecond) // the woken pump claims it from Redis in real time
+	for i := 0; i < 3; i++ {
+		step(100 * time.Millisecond)
+	}
+	waitFor(t, "the woken pump's message to fire", 5*time.Second, func() bool { _, ok := rec.get("early"); return ok })
+	if l, _ := rec.get("early"); l != 0 {
+		t.Fatalf("message parked after the pump went to sleep fired %s late; the wake-up did not reach the pump", l)
+	}
+	waitFor(t, "both published", 5*time.Second, func() bool { return len(sink.snapshot()) == 2 })
+}
