@@ -6,6 +6,7 @@ package ingress
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 )
@@ -38,11 +39,39 @@ type Handler func(ctx context.Context, items []Item) error
 //     returned nil for the batch holding it. When h fails, Run backs off and hands the
 //     same records again (or lets the broker redeliver them); it never skips them.
 //   - Run returns promptly after ctx is cancelled, even while h or the broker blocks,
-//     leaving unacknowledged records to be redelivered.
+//     leaving unacknowledged records to be redelivered. A batch whose h returns nil
+//     within HandlerGrace of the cancel is still acknowledged, so a graceful stop does
+//     not hand back records it has already parked.
 type Source interface {
 	Run(ctx context.Context, h Handler) error
 	// Name identifies the source in logs and metrics (e.g. "kafka:orders.delay").
 	Name() string
+}
+
+// HandlerGrace is how long a source waits, after its context is cancelled, for a
+// handler call already under way to return before giving up on it.
+const HandlerGrace = 2 * time.Second
+
+// Call runs h in its own goroutine so that a source can stop even if h ignores ctx (a
+// stuck Redis call). returned is false when ctx ended and h had not returned within
+// HandlerGrace; the goroutine then ends when h does and its result is discarded, so
+// nothing of the batch may be acknowledged.
+func Call(ctx context.Context, h Handler, items []Item) (returned bool, err error) {
+	res := make(chan error, 1)
+	go func() { res <- h(ctx, items) }()
+	select {
+	case err := <-res:
+		return true, err
+	case <-ctx.Done():
+	}
+	grace := time.NewTimer(HandlerGrace)
+	defer grace.Stop()
+	select {
+	case err := <-res:
+		return true, err
+	case <-grace.C:
+		return false, nil
+	}
 }
 
 // ErrPermanent marks an error that retrying will not fix (bad config, auth failure).

@@ -285,7 +285,7 @@ func (s *Source) session(ctx context.Context, h ingress.Handler) (progressed boo
 			for i := range batch {
 				items[i] = ingress.Parse(s.raw(&batch[i], recv[i]), s.opts.Rules)
 			}
-			returned, herr := s.call(ctx, h, items)
+			returned, herr := ingress.Call(ctx, h, items)
 			if !returned {
 				// Shutting down while h is still blocked: closing the channel requeues
 				// the batch; if h did park it, the redelivery is recognised by id and not
@@ -322,25 +322,6 @@ func (s *Source) session(ctx context.Context, h ingress.Handler) (progressed boo
 				}
 				break
 			}
-		}
-	}
-}
-
-// call runs h in its own goroutine so that Run can return when ctx is cancelled even if
-// h ignores ctx (a stuck Redis call). returned is false when ctx ended first; the
-// goroutine then ends when h does, and its result is discarded (nothing is acknowledged).
-func (s *Source) call(ctx context.Context, h ingress.Handler, items []ingress.Item) (returned bool, err error) {
-	res := make(chan error, 1)
-	go func() { res <- h(ctx, items) }()
-	select {
-	case err := <-res:
-		return true, err
-	case <-ctx.Done():
-		select {
-		case err := <-res: // h finished too: its result counts
-			return true, err
-		default:
-			return false, nil
 		}
 	}
 }

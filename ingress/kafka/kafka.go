@@ -215,12 +215,12 @@ func (s *Source) Run(ctx context.Context, h ingress.Handler) error {
 		backoff = minBackoff
 		items := s.convert(msgs)
 		for attempt := 1; ; attempt++ {
-			err := s.call(ctx, h, items)
-			if ctx.Err() != nil {
-				return nil
+			returned, err := ingress.Call(ctx, h, items)
+			if returned && err == nil {
+				break // parked: committed below even if shutdown began meanwhile
 			}
-			if err == nil {
-				break
+			if ctx.Err() != nil {
+				return nil // nothing of this batch is committed; it is consumed again
 			}
 			lvl := slog.LevelWarn
 			if attempt > 1 {
@@ -234,6 +234,9 @@ func (s *Source) Run(ctx context.Context, h ingress.Handler) error {
 		}
 		backoff = minBackoff
 		s.commit(ctx, r, msgs)
+		if ctx.Err() != nil {
+			return nil
+		}
 	}
 }
 
@@ -314,20 +317,6 @@ func (s *Source) raw(m *kafka.Message, now time.Time) ingress.Raw {
 		BaseTime:   base,
 		ReceivedAt: now,
 		DefaultID:  fmt.Sprintf("%s/%d/%d", m.Topic, m.Partition, m.Offset),
-	}
-}
-
-// call runs the handler and returns its result, or ctx.Err() as soon as ctx is cancelled:
-// a handler stuck in a call that ignores ctx cannot hold up shutdown. Its late result is
-// discarded (nothing of its batch is committed).
-func (s *Source) call(ctx context.Context, h ingress.Handler, items []ingress.Item) error {
-	done := make(chan error, 1)
-	go func() { done <- h(ctx, items) }()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }
 
