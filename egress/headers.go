@@ -133,28 +133,56 @@ func HeaderBytes(v any) []byte {
 	switch x := v.(type) {
 	case nil:
 		return nil
-	case string:
-		return []byte(x)
 	case []byte:
-		return x
-	case int8, int16, int32, int64, int, uint8, uint16, uint32, uint64:
-		return []byte(fmt.Sprint(x))
+		return x // as it is, not copied
+	}
+	return AppendHeaderBytes([]byte{}, v) // non-nil: an empty text is not a null value
+}
+
+// AppendHeaderBytes appends HeaderBytes(v) to dst, so that a sink can render all of a
+// message's header values into one buffer (one allocation per message, not per header).
+func AppendHeaderBytes(dst []byte, v any) []byte {
+	switch x := v.(type) {
+	case nil:
+		return dst
+	case string:
+		return append(dst, x...)
+	case []byte:
+		return append(dst, x...)
+	case int64:
+		return strconv.AppendInt(dst, x, 10)
+	case int:
+		return strconv.AppendInt(dst, int64(x), 10)
+	case int32:
+		return strconv.AppendInt(dst, int64(x), 10)
+	case int16:
+		return strconv.AppendInt(dst, int64(x), 10)
+	case int8:
+		return strconv.AppendInt(dst, int64(x), 10)
+	case uint64:
+		return strconv.AppendUint(dst, x, 10)
+	case uint32:
+		return strconv.AppendUint(dst, uint64(x), 10)
+	case uint16:
+		return strconv.AppendUint(dst, uint64(x), 10)
+	case uint8:
+		return strconv.AppendUint(dst, uint64(x), 10)
 	case float32:
-		return strconv.AppendFloat(nil, float64(x), 'g', -1, 32)
+		return strconv.AppendFloat(dst, float64(x), 'g', -1, 32)
 	case float64:
-		return strconv.AppendFloat(nil, x, 'g', -1, 64)
+		return strconv.AppendFloat(dst, x, 'g', -1, 64)
 	case bool:
-		return strconv.AppendBool(nil, x)
+		return strconv.AppendBool(dst, x)
 	case time.Time:
-		return []byte(x.UTC().Format(time.RFC3339))
+		return x.UTC().AppendFormat(dst, time.RFC3339)
 	case envelope.Decimal:
-		return []byte(decimalText(x))
+		return append(dst, decimalText(x)...)
 	default:
 		b, err := json.Marshal(x)
 		if err != nil {
-			return []byte(fmt.Sprint(x))
+			return fmt.Append(dst, x)
 		}
-		return b
+		return append(dst, b...)
 	}
 }
 

@@ -213,12 +213,7 @@ func (s *Sink) publish(ctx context.Context, msgs []*envelope.Envelope, topicOf f
 			errs[i] = err
 			continue
 		}
-		hs := headersOf(env)
-		kh := make([]kafka.Header, len(hs))
-		for j, h := range hs {
-			kh[j] = kafka.Header{Key: h.Key, Value: egress.HeaderBytes(h.Value)}
-		}
-		recs = append(recs, kafka.Message{Topic: topic, Key: kafkaKey(env), Value: env.Payload, Headers: kh})
+		recs = append(recs, kafka.Message{Topic: topic, Key: kafkaKey(env), Value: env.Payload, Headers: kafkaHeaders(headersOf(env))})
 		slots = append(slots, i)
 	}
 	if len(recs) > 0 {
@@ -332,6 +327,36 @@ func classify(topic string, err error) error {
 		return fmt.Errorf("kafka: publish to %q: %w: %w", topic, egress.ErrPermanent, err)
 	}
 	return fmt.Errorf("kafka: publish to %q: %w", topic, err)
+}
+
+// kafkaHeaders renders typed header values as Kafka record headers. Every value is
+// appended to one buffer (sized from the text values, which dominate) and each header
+// gets a capacity-limited slice of it: two allocations per message instead of one or two
+// per header, on the path every fired message takes.
+func kafkaHeaders(hs []envelope.Header) []kafka.Header {
+	size := 0
+	for _, h := range hs {
+		switch v := h.Value.(type) {
+		case string:
+			size += len(v)
+		case []byte:
+			size += len(v)
+		default:
+			size += 20 // a decimal int64
+		}
+	}
+	buf := make([]byte, 0, size)
+	kh := make([]kafka.Header, len(hs))
+	for j, h := range hs {
+		if h.Value == nil {
+			kh[j] = kafka.Header{Key: h.Key}
+			continue
+		}
+		start := len(buf)
+		buf = egress.AppendHeaderBytes(buf, h.Value)
+		kh[j] = kafka.Header{Key: h.Key, Value: buf[start:len(buf):len(buf)]}
+	}
+	return kh
 }
 
 // kafkaKey is the record key: the message's Kafka key; for a message without one that
