@@ -144,6 +144,10 @@ func main() {
 	defer stop()
 	e := &env{ctx: ctx, quick: *quick, profile: *profile, partitions: *partitions, outDir: *outDir, burstN: *burstN, scaleN: *scaleN, rates: rates}
 	e.stamp = time.Now().UTC().Format("20060102T150405Z")
+	if err := os.MkdirAll(e.outDir, 0o755); err != nil { // profiles are saved there mid-run
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
 	e.res = &Results{
 		Started: time.Now().UTC(), Command: "cd bench && go run . " + strings.Join(os.Args[1:], " "),
 		Machine: readMachine(), Quick: *quick, KafkaMode: *kafkaMode, Partitions: *partitions,
