@@ -658,7 +658,7 @@ func (s *Store) Claim(ctx context.Context, shard int, instance string, token int
 		id, _ := vals[i].(string)
 		due, _ := vals[i+1].(int64)
 		raw, _ := vals[i+2].(string)
-		e, derr := envelope.Decode([]byte(raw))
+		e, derr := envelope.Decode([]byte(raw), id)
 		if derr != nil {
 			corrupt = append(corrupt, RetryItem{raw: raw, id: id, Dead: true})
 			continue
@@ -965,7 +965,7 @@ func (s *Store) Get(ctx context.Context, id string) (State, int64, *envelope.Env
 		return State(st), score, nil, nil
 	}
 	raw, _ := vals[2].(string)
-	e, err := envelope.Decode([]byte(raw))
+	e, err := envelope.Decode([]byte(raw), id)
 	if err != nil {
 		return State(st), score, nil, fmt.Errorf("scheduler: get %q: %w", id, err)
 	}
@@ -1016,7 +1016,7 @@ func (s *Store) ListDead(ctx context.Context, limit int) ([]*envelope.Envelope, 
 		if err != nil {
 			continue // requeued or purged since the range was read
 		}
-		e, err := envelope.Decode(raw)
+		e, err := envelope.Decode(raw, refs[i].id)
 		if err != nil {
 			e = &envelope.Envelope{ID: refs[i].id, Reason: "corrupt envelope in Redis: " + err.Error()}
 		}

@@ -5,17 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 )
 
-// Version 1 layout (all integers varint/uvarint, byte strings length-prefixed by uvarint):
-//
-//	0x01 | flags | ID Route SourceBroker Source Target | DueAt ReceivedAt Attempt |
-//	Key(present flag) RoutingKey Payload | nHeaders {key value}* | [AMQP props] | Reason
-//
-// flags bit0: Key present (distinguishes nil from empty), bit1: AMQP properties present.
-// A header value is a one-byte type tag followed by its encoding (see appendValue).
-const version1 = 1
+// The envelope's binary form starts with a version byte. Encode writes the current
+// version (2, codec_v2.go); Decode reads it and every earlier one (1, codec_v1.go), so
+// messages parked by an older bridge still fire after an upgrade. A new version gets a
+// new byte and its own file; an existing version's layout never changes.
+const (
+	version1 = 1
+	version2 = 2
+)
 
 // ErrCorrupt is returned by Decode for input that is not a valid envelope.
 var ErrCorrupt = errors.New("envelope: corrupt encoding")
@@ -23,12 +24,8 @@ var ErrCorrupt = errors.New("envelope: corrupt encoding")
 // maxDepth bounds nesting of AMQP tables/arrays so hostile input cannot blow the stack.
 const maxDepth = 32
 
-const (
-	flagKey  = 1 << 0
-	flagAMQP = 1 << 1
-)
-
-// value type tags
+// Header value type tags. A value is its tag followed by its encoding (see appendValue).
+// Tags 0..18 exist in every version; tDecText and tDelayText only in version 2.
 const (
 	tNil     = 0
 	tString  = 1
@@ -49,63 +46,17 @@ const (
 	tArray   = 16
 	tInt     = 17 // Go int (from JSON/HTTP callers); decoded back as int64
 	tUint64  = 18
+
+	// tDecText: a string that is the canonical decimal text of an int64 ("5000",
+	// "-1", not "05000", "+5" or " 5"), stored as a varint and decoded back to exactly
+	// that text. Kafka header values are text, and most numeric ones are like this.
+	tDecText = 19
+	// tDelayText: the same for the top-level x-delay header, stored as the varint
+	// difference between the number and the envelope's own DueAt - ReceivedAt (its
+	// delay as parked). For a Kafka record that difference is the consumer's lag behind
+	// the record timestamp, usually a byte. Decoded back to exactly the original text.
+	tDelayText = 20
 )
-
-// Encode returns the binary form of e. It fails only for header values of a type the
-// format cannot carry.
-func Encode(e *Envelope) ([]byte, error) {
-	return AppendEncode(make([]byte, 0, 64+len(e.Payload)+len(e.Key)+16*len(e.Headers)), e)
-}
-
-// AppendEncode appends the binary form of e to dst.
-func AppendEncode(dst []byte, e *Envelope) ([]byte, error) {
-	var flags byte
-	if e.Key != nil {
-		flags |= flagKey
-	}
-	if e.AMQP != nil {
-		flags |= flagAMQP
-	}
-	b := append(dst, version1, flags)
-	b = appendString(b, e.ID)
-	b = appendString(b, e.Route)
-	b = appendString(b, e.SourceBroker)
-	b = appendString(b, e.Source)
-	b = appendString(b, e.Target)
-	b = binary.AppendVarint(b, e.DueAt)
-	b = binary.AppendVarint(b, e.ReceivedAt)
-	b = binary.AppendVarint(b, int64(e.Attempt))
-	b = appendBytes(b, e.Key)
-	b = appendString(b, e.RoutingKey)
-	b = appendBytes(b, e.Payload)
-	b = binary.AppendUvarint(b, uint64(len(e.Headers)))
-	var err error
-	for _, h := range e.Headers {
-		b = appendString(b, h.Key)
-		if b, err = appendValue(b, h.Value, 0); err != nil {
-			return nil, fmt.Errorf("header %q: %w", h.Key, err)
-		}
-	}
-	if p := e.AMQP; p != nil {
-		b = appendString(b, p.ContentType)
-		b = appendString(b, p.ContentEncoding)
-		b = append(b, p.DeliveryMode, p.Priority)
-		b = appendString(b, p.CorrelationID)
-		b = appendString(b, p.ReplyTo)
-		b = appendString(b, p.Expiration)
-		b = appendString(b, p.MessageID)
-		var ts int64
-		if !p.Timestamp.IsZero() {
-			ts = p.Timestamp.Unix()
-		}
-		b = binary.AppendVarint(b, ts)
-		b = appendString(b, p.Type)
-		b = appendString(b, p.UserID)
-		b = appendString(b, p.AppID)
-	}
-	b = appendString(b, e.Reason)
-	return b, nil
-}
 
 func appendString(b []byte, s string) []byte {
 	b = binary.AppendUvarint(b, uint64(len(s)))
@@ -117,7 +68,9 @@ func appendBytes(b []byte, p []byte) []byte {
 	return append(b, p...)
 }
 
-func appendValue(b []byte, v any, depth int) ([]byte, error) {
+// appendValue appends v with its type tag. compact (version 2) stores canonical decimal
+// text as tDecText.
+func appendValue(b []byte, v any, depth int, compact bool) ([]byte, error) {
 	if depth > maxDepth {
 		return nil, errors.New("nesting too deep")
 	}
@@ -125,6 +78,11 @@ func appendValue(b []byte, v any, depth int) ([]byte, error) {
 	case nil:
 		return append(b, tNil), nil
 	case string:
+		if compact {
+			if n, ok := decText(x); ok {
+				return binary.AppendVarint(append(b, tDecText), n), nil
+			}
+		}
 		return appendString(append(b, tString), x), nil
 	case []byte:
 		return appendBytes(append(b, tBytes), x), nil
@@ -165,7 +123,7 @@ func appendValue(b []byte, v any, depth int) ([]byte, error) {
 		var err error
 		for _, k := range sortedKeys(x) {
 			b = appendString(b, k)
-			if b, err = appendValue(b, x[k], depth+1); err != nil {
+			if b, err = appendValue(b, x[k], depth+1, compact); err != nil {
 				return nil, err
 			}
 		}
@@ -174,7 +132,7 @@ func appendValue(b []byte, v any, depth int) ([]byte, error) {
 		b = binary.AppendUvarint(append(b, tArray), uint64(len(x)))
 		var err error
 		for _, el := range x {
-			if b, err = appendValue(b, el, depth+1); err != nil {
+			if b, err = appendValue(b, el, depth+1, compact); err != nil {
 				return nil, err
 			}
 		}
@@ -184,72 +142,42 @@ func appendValue(b []byte, v any, depth int) ([]byte, error) {
 	}
 }
 
-// Decode parses the binary form produced by Encode.
-func Decode(data []byte) (*Envelope, error) {
-	d := decoder{buf: data}
+// decText reports whether s is the canonical decimal text of an int64 (what
+// strconv.FormatInt gives back), and the number.
+func decText(s string) (int64, bool) {
+	if len(s) == 0 || len(s) > 20 || (s[0] != '-' && (s[0] < '0' || s[0] > '9')) {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || strconv.FormatInt(n, 10) != s {
+		return 0, false
+	}
+	return n, true
+}
+
+// Decode parses an envelope stored under id (the msg hash field), in any version. A
+// version 2 envelope does not carry its id: it gets id. A version 1 envelope carries it
+// (always the field it was stored under); id wins when given, so a caller acting on the
+// envelope (ack, retry) addresses the entry it actually read.
+func Decode(data []byte, id string) (*Envelope, error) {
 	if len(data) < 2 {
 		return nil, ErrCorrupt
 	}
-	if data[0] != version1 {
+	var e *Envelope
+	var err error
+	switch data[0] {
+	case version2:
+		e, err = decodeV2(data[1:])
+	case version1:
+		e, err = decodeV1(data[1:])
+	default:
 		return nil, fmt.Errorf("%w: unknown version %d", ErrCorrupt, data[0])
 	}
-	flags := data[1]
-	d.buf = data[2:]
-	e := &Envelope{}
-	e.ID = d.string()
-	e.Route = d.string()
-	e.SourceBroker = d.string()
-	e.Source = d.string()
-	e.Target = d.string()
-	e.DueAt = d.varint()
-	e.ReceivedAt = d.varint()
-	attempt := d.varint()
-	if attempt < 0 || attempt > math.MaxInt32 {
-		d.fail()
+	if err != nil {
+		return nil, err
 	}
-	e.Attempt = int32(attempt)
-	key := d.bytes()
-	if flags&flagKey != 0 {
-		e.Key = key
-		if e.Key == nil {
-			e.Key = []byte{}
-		}
-	}
-	e.RoutingKey = d.string()
-	e.Payload = d.bytes()
-	n := d.count()
-	if n > 0 {
-		e.Headers = make([]Header, 0, n)
-	}
-	for i := 0; i < n && d.err == nil; i++ {
-		k := d.string()
-		v := d.value(0)
-		e.Headers = append(e.Headers, Header{Key: k, Value: v})
-	}
-	if flags&flagAMQP != 0 {
-		p := &AMQPProperties{}
-		p.ContentType = d.string()
-		p.ContentEncoding = d.string()
-		p.DeliveryMode = d.byte()
-		p.Priority = d.byte()
-		p.CorrelationID = d.string()
-		p.ReplyTo = d.string()
-		p.Expiration = d.string()
-		p.MessageID = d.string()
-		if ts := d.varint(); ts != 0 {
-			p.Timestamp = time.Unix(ts, 0).UTC()
-		}
-		p.Type = d.string()
-		p.UserID = d.string()
-		p.AppID = d.string()
-		e.AMQP = p
-	}
-	e.Reason = d.string()
-	if d.err != nil {
-		return nil, d.err
-	}
-	if len(d.buf) != 0 {
-		return nil, fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(d.buf))
+	if id != "" {
+		e.ID = id
 	}
 	return e, nil
 }
@@ -257,6 +185,19 @@ func Decode(data []byte) (*Envelope, error) {
 type decoder struct {
 	buf []byte
 	err error
+	v2  bool  // version 2 value tags allowed
+	ref int64 // version 2: DueAt - ReceivedAt, the base of tDelayText
+}
+
+// finish returns e if the whole input was read without error.
+func (d *decoder) finish(e *Envelope) (*Envelope, error) {
+	if d.err != nil {
+		return nil, d.err
+	}
+	if len(d.buf) != 0 {
+		return nil, fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(d.buf))
+	}
+	return e, nil
 }
 
 func (d *decoder) fail() {
@@ -397,6 +338,18 @@ func (d *decoder) value(depth int) any {
 		return uint32(v)
 	case tUint64:
 		return d.uvarint()
+	case tDecText:
+		if !d.v2 {
+			d.fail()
+			return nil
+		}
+		return strconv.FormatInt(d.varint(), 10)
+	case tDelayText:
+		if !d.v2 || depth != 0 {
+			d.fail()
+			return nil
+		}
+		return strconv.FormatInt(d.varint()+d.ref, 10) // wraps like the encoder's difference
 	case tFloat32:
 		p := d.fixed(4)
 		if p == nil {

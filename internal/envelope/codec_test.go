@@ -2,6 +2,8 @@ package envelope
 
 import (
 	"bytes"
+	"encoding/hex"
+	"math"
 	"reflect"
 	"testing"
 	"time"
@@ -27,79 +29,301 @@ func sample() *Envelope {
 	}
 }
 
+// Encoded by the version 1 encoder as it shipped before version 2 (commit 1747e6e):
+// what an older bridge left in Redis.
+const (
+	goldenV1Sample = "01030b6f72646572732f302f3432066f726465727304616d71700d62696c6c696e672e64656c617903616c74f6a1abfef96280a0abfef96206000a65752e696e766f6963650d68656c6c6f200020776f726c641207782d64656c617905904e01730104746578740162020300010202693803fd0369313604d7040369363406ffffffffff3f02753807c80375313608e0d403037533320980d0acf30e037536341280808080808080808001036633320a0000c03f036636340b000000000000024004626f6f6c0c0101740d80c49fd50c036465630e02f2c0010374626c0f020161010178016e0f0104646565700602036172721003010161060400036e696c00106170706c69636174696f6e2f6a736f6e00020701630172053630303030016d80c49fd50c0174056775657374036170700f6261645f64656c61793a206e6f7065"
+	goldenV1Kafka  = "0101157363616c652e64656c61792f352f31363636363636057363616c65056b61666b610b7363616c652e64656c617900f6b1edcdd56680f6b5cad56600086b393939393939390064303132333435363738393031323334353637383930313233343536373839303132333435363738393031323334353637383930313233343536373839303132333435363738393031323334353637383930313233343536373839303132333435363738390107782d64656c617901073336303031323300"
+)
+
+// kafkaSample is what ingress/kafka parks for a 100-byte record with x-delay (the
+// bench's scale message, goldenV1Kafka).
+func kafkaSample() *Envelope {
+	return &Envelope{ID: "scale.delay/5/1666666", Route: "scale", SourceBroker: BrokerKafka, Source: "scale.delay",
+		DueAt: 1763836800123, ReceivedAt: 1763833200000, Key: []byte("k9999999"),
+		Payload: []byte("0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789"),
+		Headers: []Header{{"x-delay", "3600123"}}}
+}
+
+func mustHex(t testing.TB, s string) []byte {
+	t.Helper()
+	b, err := hex.DecodeString(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 func TestRoundTripKeepsEveryFieldAndType(t *testing.T) {
-	in := sample()
+	for _, in := range []*Envelope{sample(), kafkaSample()} {
+		b, err := Encode(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b[0] != version2 {
+			t.Fatalf("Encode wrote version %d, want %d", b[0], version2)
+		}
+		out, err := Decode(b, in.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(in, out) {
+			t.Fatalf("round trip differs:\n in=%#v\nout=%#v", in, out)
+		}
+	}
+}
+
+func TestVersion2DoesNotCarryTheID(t *testing.T) {
+	in := kafkaSample()
 	b, err := Encode(in)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := Decode(b)
+	if bytes.Contains(b, []byte(in.ID)) {
+		t.Fatalf("encoding contains the id %q", in.ID)
+	}
+	out, err := Decode(b, "other/id")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(in, out) {
-		t.Fatalf("round trip differs:\n in=%#v\nout=%#v", in, out)
+	if out.ID != "other/id" {
+		t.Fatalf("ID = %q, want the id passed to Decode", out.ID)
+	}
+	if out, _ := Decode(b, ""); out.ID != "" {
+		t.Fatalf("ID = %q without an id, want empty", out.ID)
+	}
+}
+
+// Messages parked by a bridge before version 2 must still fire after an upgrade.
+func TestVersion1StillDecodes(t *testing.T) {
+	for name, c := range map[string]struct {
+		hex  string
+		want *Envelope
+	}{"sample": {goldenV1Sample, sample()}, "kafka": {goldenV1Kafka, kafkaSample()}} {
+		old := mustHex(t, c.hex)
+		got, err := Decode(old, "")
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !reflect.DeepEqual(got, c.want) {
+			t.Fatalf("%s: v1 decode differs:\n got=%#v\nwant=%#v", name, got, c.want)
+		}
+		if got, _ := Decode(old, c.want.ID); !reflect.DeepEqual(got, c.want) {
+			t.Fatalf("%s: v1 decode with its id differs", name)
+		}
+		// The v1 encoder kept for tests writes exactly what the old bridge wrote.
+		if b, _ := EncodeV1(c.want); !bytes.Equal(b, old) {
+			t.Fatalf("%s: EncodeV1 = %x, want %x", name, b, old)
+		}
+		// Re-encoded (a retry or reschedule of an old message) it becomes version 2.
+		b, _ := Encode(got)
+		if again, err := Decode(b, c.want.ID); err != nil || !reflect.DeepEqual(again, c.want) {
+			t.Fatalf("%s: v1 -> v2 differs (%v):\n got=%#v", name, err, again)
+		}
 	}
 }
 
 func TestNilKeyStaysNil(t *testing.T) {
-	in := &Envelope{ID: "a", Payload: []byte("p")}
-	b, _ := Encode(in)
-	out, err := Decode(b)
-	if err != nil {
-		t.Fatal(err)
+	for _, enc := range []func(*Envelope) ([]byte, error){Encode, EncodeV1} {
+		in := &Envelope{ID: "a", Payload: []byte("p")}
+		b, _ := enc(in)
+		out, err := Decode(b, "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.Key != nil || out.AMQP != nil {
+			t.Fatalf("nil key / absent AMQP must stay absent: %#v", out)
+		}
+		in.Key = []byte{}
+		b, _ = enc(in)
+		if out, _ := Decode(b, "a"); out.Key == nil {
+			t.Fatal("an empty key must stay present")
+		}
 	}
-	if out.Key != nil || out.AMQP != nil {
-		t.Fatalf("nil key / absent AMQP must stay absent: %#v", out)
+}
+
+func TestEveryOptionalFieldAloneRoundTrips(t *testing.T) {
+	base := func() *Envelope {
+		return &Envelope{ID: "id", Route: "r", SourceBroker: BrokerAMQP, Source: "q", DueAt: 5, ReceivedAt: 7}
+	}
+	props := []func(*AMQPProperties){
+		func(p *AMQPProperties) { p.ContentType = "a" }, func(p *AMQPProperties) { p.ContentEncoding = "b" },
+		func(p *AMQPProperties) { p.DeliveryMode = 2 }, func(p *AMQPProperties) { p.Priority = 9 },
+		func(p *AMQPProperties) { p.CorrelationID = "c" }, func(p *AMQPProperties) { p.ReplyTo = "d" },
+		func(p *AMQPProperties) { p.Expiration = "e" }, func(p *AMQPProperties) { p.MessageID = "f" },
+		func(p *AMQPProperties) { p.Timestamp = time.Unix(0, 0).UTC() }, func(p *AMQPProperties) { p.Type = "g" },
+		func(p *AMQPProperties) { p.UserID = "h" }, func(p *AMQPProperties) { p.AppID = "i" },
+	}
+	var cases []*Envelope
+	for _, f := range props {
+		e := base()
+		e.AMQP = &AMQPProperties{}
+		f(e.AMQP)
+		cases = append(cases, e)
+	}
+	for _, f := range []func(*Envelope){
+		func(e *Envelope) { e.AMQP = &AMQPProperties{} }, func(e *Envelope) { e.Target = "t" },
+		func(e *Envelope) { e.Attempt = 1 << 30 }, func(e *Envelope) { e.RoutingKey = "rk" },
+		func(e *Envelope) { e.Reason = "why" }, func(e *Envelope) { e.SourceBroker = "" },
+		func(e *Envelope) { e.SourceBroker = "nats" }, func(e *Envelope) { e.SourceBroker = BrokerKafka },
+		func(e *Envelope) { e.SourceBroker = BrokerHTTP }, func(e *Envelope) { e.Route, e.Source = "", "" },
+		func(e *Envelope) { e.DueAt, e.ReceivedAt = math.MaxInt64, math.MinInt64 },
+		func(e *Envelope) { e.DueAt, e.ReceivedAt = math.MinInt64, math.MaxInt64 },
+		func(e *Envelope) { e.Headers = []Header{{"", ""}, {"traceparent", "00-x"}, {"X-Delay", "1"}} },
+	} {
+		e := base()
+		f(e)
+		cases = append(cases, e)
+	}
+	for i, in := range cases {
+		b, err := Encode(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := Decode(b, in.ID)
+		if err != nil {
+			t.Fatalf("case %d: %v", i, err)
+		}
+		if !reflect.DeepEqual(in, out) {
+			t.Fatalf("case %d differs:\n in=%#v\nout=%#v", i, in, out)
+		}
+	}
+}
+
+// Decimal text is stored as a number only when that gives back exactly the same text.
+func TestDecimalTextComesBackExactly(t *testing.T) {
+	texts := []string{"5000", "0", "-1", "-5000", "05000", "+5", " 5", "5 ", "-0", "00", "1e3", "5.0", "",
+		"-", "9223372036854775807", "-9223372036854775808", "9223372036854775808", "-9223372036854775809",
+		"١٢", "0x10", "3600123"}
+	times := [][2]int64{{1763836800123, 1763833200000}, {0, 0}, {math.MaxInt64, math.MinInt64},
+		{math.MinInt64, math.MaxInt64}, {math.MinInt64, 1}, {-1, math.MaxInt64}}
+	for _, s := range texts {
+		for _, tm := range times {
+			in := &Envelope{ID: "i", DueAt: tm[0], ReceivedAt: tm[1], Headers: []Header{
+				{HeaderDelay, s}, {"n", s}, {"tbl", map[string]any{"x-delay": s, "a": []any{s}}},
+				{HeaderDelay, []byte(s)},
+			}}
+			b, err := Encode(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := Decode(b, "i")
+			if err != nil {
+				t.Fatalf("%q %v: %v", s, tm, err)
+			}
+			if !reflect.DeepEqual(in, out) {
+				t.Fatalf("%q %v differs:\n in=%#v\nout=%#v", s, tm, in, out)
+			}
+		}
 	}
 }
 
 func TestUnsupportedHeaderTypeIsAnError(t *testing.T) {
-	_, err := Encode(&Envelope{ID: "a", Headers: []Header{{"x", struct{}{}}}})
-	if err == nil {
-		t.Fatal("want error for unsupported header type")
-	}
-}
-
-func TestDecodeRejectsCorruptInput(t *testing.T) {
-	good, _ := Encode(sample())
-	for _, bad := range [][]byte{nil, {1}, {2, 0}, good[:len(good)-1], append(append([]byte{}, good...), 0)} {
-		if _, err := Decode(bad); err == nil {
-			t.Errorf("Decode(%x) = nil error, want corrupt", bad)
+	for _, enc := range []func(*Envelope) ([]byte, error){Encode, EncodeV1} {
+		_, err := enc(&Envelope{ID: "a", Headers: []Header{{"x", struct{}{}}}})
+		if err == nil {
+			t.Fatal("want error for unsupported header type")
 		}
 	}
 }
 
+// h2 is a version 2 envelope with nothing but one header, whose bytes are given.
+func h2(header ...byte) []byte {
+	return append([]byte{2, 0, 0, 0, 0, 0, 0, 0, 1}, header...)
+}
+
+func TestDecodeRejectsCorruptInput(t *testing.T) {
+	// The frames the cases below break are valid as such.
+	for _, ok := range [][]byte{h2(10, tNil), h2(16+1, 'a', tNil), h2(16, tTable, 1, 0, tDecText, 0), h2(0, tDelayText, 0),
+		{2, v2FlagAMQP, 0, 0, 0, 0, 0, 0, 0, 0x80, 0x1f, 0, 0, 0, 0, 0},
+		{2, v2FlagAttempt, 0, 0, 0, 0, 0, 2, 0, 0}, {1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, tString, 0, 0}} {
+		if _, err := Decode(ok, "x"); err != nil {
+			t.Fatalf("Decode(%x): %v, want a valid envelope", ok, err)
+		}
+	}
+
+	good, _ := Encode(sample())
+	v1 := mustHex(t, goldenV1Sample)
+	bad := [][]byte{nil, {1}, {2}, {2, 0}, {3, 0, 0, 0}, {0, 0},
+		good[:len(good)-1], append(append([]byte{}, good...), 0),
+		v1[:len(v1)-1], append(append([]byte{}, v1...), 0),
+		// version 2 with flags, then empty route, broker name and source, times 0 0,
+		// no payload (h2 prefixes one header):
+		h2(15, tNil),                        // reserved well-known key code
+		h2(16+5, 'a', tNil),                 // key longer than the input
+		h2(0, 99),                           // unknown value tag
+		h2(16, tTable, 1, 0, tDelayText, 0), // tDelayText nested
+		{2, v2FlagAMQP, 0, 0, 0, 0, 0, 0, 0, 0x80, 0x20}, // AMQP mask beyond 12 fields
+		{2, v2FlagAttempt, 0, 0, 0, 0, 0, 1, 0, 0},       // negative attempt
+		// version 1 with a version 2 tag:
+		{1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, tDecText, 2, 0},
+	}
+	for _, b := range bad {
+		if _, err := Decode(b, "x"); err == nil {
+			t.Errorf("Decode(%x) = nil error, want corrupt", b)
+		}
+	}
+}
+
+// TestCompactness pins the size that decides Redis memory per pending message: the
+// envelope is one Redis string (3-byte sds header + NUL for these sizes) in a jemalloc
+// size class (..., 128, 160, 192, 224, 256, ...). The bench's Kafka message (100-byte
+// payload, 8-byte key, x-delay, 21-byte id) was 192 bytes in version 1 (196 -> the
+// 224-byte class); version 2 must stay within the 160-byte class.
 func TestCompactness(t *testing.T) {
-	// A typical Kafka message: the envelope overhead beyond payload+key+headers stays small,
-	// which is what bounds Redis memory per pending message.
-	e := &Envelope{ID: "orders.delay/3/1234567", Route: "orders", SourceBroker: BrokerKafka,
-		Source: "orders.delay", DueAt: 1700000000123, ReceivedAt: 1700000000000,
-		Payload: make([]byte, 100), Headers: []Header{{"x-delay", "5000"}}}
-	b, _ := Encode(e)
-	content := len(e.Payload) + len(e.ID) + len(e.Route) + len(e.SourceBroker) + len(e.Source) + len("x-delay") + len("5000")
-	if overhead := len(b) - content; overhead > 32 {
-		t.Fatalf("envelope framing overhead %d bytes beyond its strings and payload, want <= 32", overhead)
+	e := kafkaSample()
+	b, err := Encode(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := mustHex(t, goldenV1Kafka)
+	t.Logf("bench Kafka message: version 1 %d bytes, version 2 %d bytes", len(old), len(b))
+	if len(b)+4 > 160 {
+		t.Fatalf("version 2 envelope is %d bytes, want <= 156 (the 160-byte jemalloc class)", len(b))
+	}
+	content := len(e.Payload) + len(e.Key) + len(e.Route) + len(e.Source)
+	if overhead := len(b) - content; overhead > 24 {
+		t.Fatalf("version 2 framing is %d bytes beyond payload, key, route and source, want <= 24", overhead)
 	}
 }
 
 func FuzzDecode(f *testing.F) {
-	good, _ := Encode(sample())
-	f.Add(good)
+	for _, e := range []*Envelope{sample(), kafkaSample(), {ID: "a"}} {
+		b, _ := Encode(e)
+		f.Add(b)
+		b, _ = EncodeV1(e)
+		f.Add(b)
+	}
 	f.Add([]byte{1, 0})
+	f.Add([]byte{2, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		e, err := Decode(data)
+		e, err := Decode(data, "fuzz/id")
 		if err != nil {
 			return
 		}
-		// Whatever decodes must re-encode and decode to the same value.
+		if e.ID != "fuzz/id" {
+			t.Fatalf("ID = %q, want the id passed to Decode", e.ID)
+		}
+		// Whatever decodes (either version) must re-encode and decode to the same value.
 		b, err := Encode(e)
 		if err != nil {
 			t.Fatalf("re-encode: %v", err)
 		}
-		e2, err := Decode(b)
+		e2, err := Decode(b, e.ID)
 		if err != nil {
 			t.Fatalf("decode of re-encoded: %v", err)
+		}
+		// Field by field, bit-exact (NaN-safe): the version 1 form holds every field.
+		v1, err := EncodeV1(e)
+		if err != nil {
+			t.Fatalf("EncodeV1: %v", err)
+		}
+		v1b, _ := EncodeV1(e2)
+		if !bytes.Equal(v1, v1b) {
+			t.Fatalf("version 2 round trip changed the envelope:\n%#v\n%#v", e, e2)
+		}
+		if (e.Key == nil) != (e2.Key == nil) {
+			t.Fatalf("key presence changed")
 		}
 		b2, _ := Encode(e2)
 		if !bytes.Equal(b, b2) {
