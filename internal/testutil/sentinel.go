@@ -158,7 +158,7 @@ func (s *RedisSentinel) Primary() *Redis {
 // every sentinel names the new primary and it reports role:master. It returns the old
 // and the new primary. The old primary is made a replica of the new one by the
 // sentinels some seconds later (Sentinel waits about 8 s before reconfiguring a server
-// that still says it is a primary); WaitReplicated waits for that.
+// that still says it is a primary); WaitReplicaSynced waits for that.
 func (s *RedisSentinel) Failover() (old, promoted *Redis) {
 	s.t.Helper()
 	old = s.Primary()
@@ -185,7 +185,8 @@ func (s *RedisSentinel) Failover() (old, promoted *Redis) {
 // it had not yet replicated is gone) and returns it. The sentinels elect a leader and
 // promote the replica once the primary has been unreachable for down-after (1 s);
 // WaitNewPrimary waits for that. The killed server's Restart brings it back (with its
-// append-only file), and the sentinels then make it a replica of the new primary.
+// append-only file), and the sentinels then make it a replica of the new primary
+// (WaitReplicaSynced).
 func (s *RedisSentinel) KillPrimary() *Redis {
 	s.t.Helper()
 	p := s.Primary()
@@ -256,17 +257,45 @@ func (s *RedisSentinel) WaitReplicated(limit time.Duration) {
 	}
 }
 
-// replicated returns "" in the steady state, or what is missing.
-func (s *RedisSentinel) replicated(ctx context.Context) string {
+// WaitReplicaSynced waits until the primary the sentinels agree on has every other
+// data server as an online replica (link up, initial sync done), without waiting for
+// the sentinels' own view of the replicas to catch up (they refresh it every 10 s).
+// That is enough for writes with redis.min_replicas 1 to succeed again; WaitReplicated
+// is the full steady state a further failover needs.
+func (s *RedisSentinel) WaitReplicaSynced(limit time.Duration) {
+	s.t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(limit)
+	for {
+		_, why := s.syncedPrimary(ctx)
+		if why == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("testutil: Sentinel set %s: replicas not synced within %s: %s\n%s", s.MasterName, limit, why, s.logTails())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// syncedPrimary returns the primary the sentinels agree on if every other data server
+// is its online replica, or what is missing.
+func (s *RedisSentinel) syncedPrimary(ctx context.Context) (*Redis, string) {
 	addrs := s.primaryAddrs(ctx)
 	if !agreed(addrs) {
-		return fmt.Sprintf("sentinels name primaries %v", addrs)
+		return nil, fmt.Sprintf("sentinels name primaries %v", addrs)
 	}
 	primary := s.byAddr(addrs[0])
 	if primary == nil {
-		return fmt.Sprintf("sentinels name %s, not one of this set's servers", addrs[0])
+		return nil, fmt.Sprintf("sentinels name %s, not one of this set's servers", addrs[0])
 	}
-	if why := s.replicaLinked(ctx, primary); why != "" {
+	return primary, s.replicaLinked(ctx, primary)
+}
+
+// replicated returns "" in the steady state, or what is missing.
+func (s *RedisSentinel) replicated(ctx context.Context) string {
+	primary, why := s.syncedPrimary(ctx)
+	if why != "" {
 		return why
 	}
 	for _, sn := range s.Sentinels {
