@@ -712,9 +712,9 @@ func TestScaleOutBurstThroughput(t *testing.T) {
 			c.procs["tp-1"].api("GET", "/v1/stats", nil, &stats)
 			return stats.Totals.Pending+stats.Totals.Inflight >= int64(n)
 		})
-		if time.Now().After(due) {
-			t.Fatalf("%d instance(s): parking %d messages took past their due time; raise the lead", k, n)
-		}
+		// Parking slower than the lead (a starved machine) leaves the figure below
+		// meaningless, not the delivery wrong: every message must still arrive.
+		parkedLate := time.Now().After(due)
 		target := len(all)
 		waitUntil(t, "the burst on the target", 120*time.Second, func() bool { return c.target.uniqueCount() >= target })
 		var last time.Time
@@ -730,8 +730,12 @@ func TestScaleOutBurstThroughput(t *testing.T) {
 		sort.Slice(late, func(i, j int) bool { return late[i] < late[j] })
 		span := last.Sub(due)
 		rate := float64(n) / span.Seconds()
-		report = append(report, fmt.Sprintf("%d instance(s): %d msgs fired in %s = %.0f msgs/s (lateness p50 %s, p99 %s)",
-			k, n, span.Round(time.Millisecond), rate, late[len(late)/2].Round(time.Millisecond), late[len(late)*99/100].Round(time.Millisecond)))
+		line := fmt.Sprintf("%d instance(s): %d msgs fired in %s = %.0f msgs/s (lateness p50 %s, p99 %s)",
+			k, n, span.Round(time.Millisecond), rate, late[len(late)/2].Round(time.Millisecond), late[len(late)*99/100].Round(time.Millisecond))
+		if parkedLate {
+			line = fmt.Sprintf("%d instance(s): no figure, parking %d messages took longer than the %s lead on this machine", k, n, lead)
+		}
+		report = append(report, line)
 		t.Log(report[len(report)-1])
 	}
 	if dups := ledger(t, all, c.target.snapshot(), "orders.delay"); dups != 0 {

@@ -523,8 +523,8 @@ func TestPublishWhileBrokerDown(t *testing.T) {
 	if errs[0] == nil || errors.Is(errs[0], egress.ErrPermanent) {
 		t.Fatalf("publish while down: %v, want a retryable error", errs[0])
 	}
-	if took := time.Since(start); took > 3*time.Second {
-		t.Errorf("publish while down took %v", took)
+	if took := time.Since(start); took > 10*time.Second { // ConnectWait 300 ms; generous for a loaded machine
+		t.Errorf("publish while down took %v, want about ConnectWait", took)
 	}
 	p.SetDown(false)
 	// The manager redials with backoff, and each Publish waits only ConnectWait (300 ms)

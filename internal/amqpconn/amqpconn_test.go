@@ -88,7 +88,7 @@ func TestDownThenUpAndCtx(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Channel while down: %v, want deadline exceeded", err)
 	}
-	if took := time.Since(start); took > time.Second {
+	if took := time.Since(start); took > 5*time.Second { // 300 ms ctx; generous for a loaded machine
 		t.Fatalf("Channel returned %v after its ctx ended", took)
 	}
 	if m.LastError() == nil {
