@@ -22,22 +22,24 @@ import (
 //
 // redis.min_replicas is 1 (every park waits for the replica before the Kafka offset is
 // committed), or DELAYBRIDGE_TEST_SENTINEL_MIN_REPLICAS to measure another value: with
-// 0, parks the old primary acknowledged but had not replicated are lost, and the
-// ledger says which.
+// 0, parks the old primary took after the replica was promoted (or had not yet
+// replicated when it was killed) are lost, and the ledger says which.
+// DELAYBRIDGE_TEST_SENTINEL_REPLICAS (default 1) sets the number of replicas.
 
 const (
 	sentinelRate     = 50 // messages per second
 	sentinelMaxDelay = 5 * time.Second
 )
 
-func sentinelMinReplicas(t *testing.T) int {
-	v := os.Getenv("DELAYBRIDGE_TEST_SENTINEL_MIN_REPLICAS")
+// sentinelEnvInt reads a number from the environment: def when unset, at least least.
+func sentinelEnvInt(t *testing.T, name string, def, least int) int {
+	v := os.Getenv(name)
 	if v == "" {
-		return 1
+		return def
 	}
 	n, err := strconv.Atoi(v)
-	if err != nil || n < 0 {
-		t.Fatalf("DELAYBRIDGE_TEST_SENTINEL_MIN_REPLICAS=%q: want a number >= 0", v)
+	if err != nil || n < least {
+		t.Fatalf("%s=%q: want a number >= %d", name, v, least)
 	}
 	return n
 }
@@ -69,8 +71,9 @@ func TestSentinelFailoverKafkaToKafka(t *testing.T) { runSentinelFailover(t, fal
 func TestSentinelPrimaryKilledKafkaToKafka(t *testing.T) { runSentinelFailover(t, true) }
 
 func runSentinelFailover(t *testing.T, kill bool) {
-	minReplicas := sentinelMinReplicas(t)
-	s := testutil.StartRedisSentinel(t)
+	minReplicas := sentinelEnvInt(t, "DELAYBRIDGE_TEST_SENTINEL_MIN_REPLICAS", 1, 0)
+	replicas := sentinelEnvInt(t, "DELAYBRIDGE_TEST_SENTINEL_REPLICAS", 1, 1)
+	s := testutil.StartRedisSentinelReplicas(t, replicas)
 	kaddr, _ := testutil.StartKafka(t, 4, "orders.delay", "orders")
 	cfg, admin := sentinelConfig(t, s, kaddr, minReplicas)
 	e := &kafkaEnv{kaddr: kaddr}
@@ -115,10 +118,13 @@ func runSentinelFailover(t *testing.T, kill bool) {
 	// are gone; what they had moved is in flight again on the new one until the
 	// bridge recovers it. Wait for the shards to drain so late duplicates are counted.
 	drained := false
-	for time.Now().Before(deadline) {
+	for {
 		e.bridge.api("GET", "/v1/stats", nil, &stats)
 		if stats.Totals.Pending == 0 && stats.Totals.Inflight == 0 {
 			drained = true
+			break
+		}
+		if time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -136,8 +142,8 @@ func runSentinelFailover(t *testing.T, kill bool) {
 	if kill {
 		what = "SIGKILL of the primary"
 	}
-	t.Logf("%s (min_replicas %d): %s -> %s; sentinels agreed on the new primary %s after the fault, old primary a synced replica %s after",
-		what, minReplicas, old.Addr(), promoted.Addr(), switchedAt.Sub(faultAt).Round(time.Millisecond), replicatedAt.Sub(faultAt).Round(time.Millisecond))
+	t.Logf("%s (%d replicas, min_replicas %d): %s -> %s; sentinels agreed on the new primary %s after the fault, old primary a synced replica %s after",
+		what, replicas, minReplicas, old.Addr(), promoted.Addr(), switchedAt.Sub(faultAt).Round(time.Millisecond), replicatedAt.Sub(faultAt).Round(time.Millisecond))
 	t.Logf("%d messages produced, %d arrived (%d unique), %d duplicates %v", len(sentMsgs), len(got), e.target.uniqueCount(), dups, duplicateIDs(got))
 	reportFailoverLateness(t, sentMsgs, got, faultAt, replicatedAt)
 	t.Logf("bridge warnings and errors: %s", logSummary(e.bridge.logs()))

@@ -48,12 +48,24 @@ const (
 // must be on PATH, or the test fails saying so.
 func StartRedisSentinel(t testing.TB) *RedisSentinel {
 	t.Helper()
+	return StartRedisSentinelReplicas(t, 1)
+}
+
+// StartRedisSentinelReplicas is StartRedisSentinel with replicas replicas of the
+// primary (Data[1:]).
+func StartRedisSentinelReplicas(t testing.TB, replicas int) *RedisSentinel {
+	t.Helper()
+	if replicas < 1 {
+		t.Fatalf("testutil: a Sentinel set needs at least one replica to fail over to, asked for %d", replicas)
+	}
 	s := &RedisSentinel{t: t, MasterName: Uniq(t, "primary")}
 	// A zero delay so a replica's full sync (the first one, and the old primary's
 	// after a failover) starts at once instead of after 5 s.
 	primary := StartRedis(t, "--repl-diskless-sync-delay", "0")
-	replica := StartRedis(t, "--repl-diskless-sync-delay", "0", "--replicaof", "127.0.0.1", strconv.Itoa(primary.Port))
-	s.Data = []*Redis{primary, replica}
+	s.Data = []*Redis{primary}
+	for i := 0; i < replicas; i++ {
+		s.Data = append(s.Data, StartRedis(t, "--repl-diskless-sync-delay", "0", "--replicaof", "127.0.0.1", strconv.Itoa(primary.Port)))
+	}
 	// Sentinels discover replicas from the primary's INFO, every 10 s once they are
 	// running: start them after the replica is attached so the first INFO shows it.
 	s.waitReplicaLinked(primary, 30*time.Second)
