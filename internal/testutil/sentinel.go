@@ -237,14 +237,23 @@ func agreed(addrs []string) bool {
 	return len(addrs) > 0
 }
 
-func (s *RedisSentinel) role(ctx context.Context, r *Redis) string {
+// replication returns the fields of r's INFO replication.
+func replication(ctx context.Context, r *Redis) (map[string]string, error) {
 	c := redis.NewClient(&redis.Options{Addr: r.Addr(), MaxRetries: -1, DialTimeout: time.Second})
 	defer c.Close()
 	info, err := c.Info(ctx, "replication").Result()
 	if err != nil {
+		return nil, err
+	}
+	return clusterInfoFields(info), nil
+}
+
+func (s *RedisSentinel) role(ctx context.Context, r *Redis) string {
+	f, err := replication(ctx, r)
+	if err != nil {
 		return ""
 	}
-	return clusterInfoFields(info)["role"]
+	return f["role"]
 }
 
 // WaitReplicated waits until the current primary is the primary of every sentinel and
@@ -363,13 +372,10 @@ func (s *RedisSentinel) waitReplicaLinked(primary *Redis, limit time.Duration) {
 }
 
 func (s *RedisSentinel) replicaLinked(ctx context.Context, primary *Redis) string {
-	pc := redis.NewClient(&redis.Options{Addr: primary.Addr(), MaxRetries: -1, DialTimeout: time.Second})
-	info, err := pc.Info(ctx, "replication").Result()
-	pc.Close()
+	f, err := replication(ctx, primary)
 	if err != nil {
 		return fmt.Sprintf("primary %s: %v", primary.Addr(), err)
 	}
-	f := clusterInfoFields(info)
 	if f["role"] != "master" {
 		return fmt.Sprintf("%s has role %q", primary.Addr(), f["role"])
 	}
@@ -387,13 +393,10 @@ func (s *RedisSentinel) replicaLinked(ctx context.Context, primary *Redis) strin
 		if !online {
 			return fmt.Sprintf("%s is not an online replica of %s", d.Addr(), primary.Addr())
 		}
-		rc := redis.NewClient(&redis.Options{Addr: d.Addr(), MaxRetries: -1, DialTimeout: time.Second})
-		rinfo, err := rc.Info(ctx, "replication").Result()
-		rc.Close()
+		rf, err := replication(ctx, d)
 		if err != nil {
 			return fmt.Sprintf("replica %s: %v", d.Addr(), err)
 		}
-		rf := clusterInfoFields(rinfo)
 		if rf["master_port"] != strconv.Itoa(primary.Port) || rf["master_link_status"] != "up" {
 			return fmt.Sprintf("replica %s: master_port %s, link %s", d.Addr(), rf["master_port"], rf["master_link_status"])
 		}
