@@ -653,12 +653,18 @@ func (s *Store) Claim(ctx context.Context, shard int, instance string, token int
 		}
 	}
 	items = make([]*envelope.Envelope, 0, (len(vals)-2)/3)
-	var corrupt []RetryItem
+	var corrupt, newer []RetryItem
 	for i := 2; i+2 < len(vals); i += 3 {
 		id, _ := vals[i].(string)
 		due, _ := vals[i+1].(int64)
 		raw, _ := vals[i+2].(string)
 		e, derr := envelope.Decode([]byte(raw), id)
+		if errors.Is(derr, envelope.ErrNewerVersion) {
+			// Parked by a newer bridge during a rolling upgrade: put it back unchanged,
+			// a little later, until an instance that reads it owns the shard.
+			newer = append(newer, RetryItem{raw: raw, id: id, Due: upTo + newerVersionRetry.Milliseconds()})
+			continue
+		}
 		if derr != nil {
 			corrupt = append(corrupt, RetryItem{raw: raw, id: id, Dead: true})
 			continue
@@ -667,6 +673,14 @@ func (s *Store) Claim(ctx context.Context, shard int, instance string, token int
 		// later (retry backoff) or earlier (recovered "now"): fire at the later one.
 		e.FireAt = max(due, e.DueAt)
 		items = append(items, e)
+	}
+	if len(newer) > 0 {
+		if err := s.Retry(ctx, shard, newer, upTo); err != nil {
+			return items, nextDue, fmt.Errorf("scheduler: put back %d envelopes of a newer bridge version on shard %d: %w", len(newer), shard, err)
+		}
+		for range newer {
+			s.obs.Invalid("", "newer_envelope_version")
+		}
 	}
 	if len(corrupt) > 0 {
 		// Keep the bytes for forensics; ListDead shows them as an envelope with a reason.
@@ -680,6 +694,10 @@ func (s *Store) Claim(ctx context.Context, shard int, instance string, token int
 	}
 	return items, nextDue, nil
 }
+
+// newerVersionRetry is how long an envelope this build cannot read (a newer bridge
+// parked it) waits before this instance looks at it again, if it still owns the shard.
+const newerVersionRetry = 5 * time.Second
 
 // trimArgs are the done-window arguments shared by ack and cancel.
 func (s *Store) trimArgs(now int64, batch int) (remember int, trimBefore int64, trimLimit int) {

@@ -21,6 +21,16 @@ const (
 // ErrCorrupt is returned by Decode for input that is not a valid envelope.
 var ErrCorrupt = errors.New("envelope: corrupt encoding")
 
+// ErrNewerVersion is returned by Decode for an envelope whose version byte is above the
+// versions this build knows: a newer bridge parked it (a rolling upgrade in progress).
+// It is not corrupt; a caller must leave it for an instance that can read it.
+var ErrNewerVersion = errors.New("envelope: written by a newer bridge version")
+
+// maxPlausibleVersion bounds the version bytes taken for a newer format rather than
+// garbage: versions are allocated one at a time, so a byte far above the current one
+// is corruption.
+const maxPlausibleVersion = 16
+
 // maxDepth bounds nesting of AMQP tables/arrays so hostile input cannot blow the stack.
 const maxDepth = 32
 
@@ -171,6 +181,9 @@ func Decode(data []byte, id string) (*Envelope, error) {
 	case version1:
 		e, err = decodeV1(data[1:])
 	default:
+		if data[0] > version2 && data[0] <= maxPlausibleVersion {
+			return nil, fmt.Errorf("%w: version %d (this build reads up to %d)", ErrNewerVersion, data[0], version2)
+		}
 		return nil, fmt.Errorf("%w: unknown version %d", ErrCorrupt, data[0])
 	}
 	if err != nil {
