@@ -40,13 +40,17 @@ type TLSConfig struct {
 }
 
 type RedisConfig struct {
-	Addrs       []string  `koanf:"addrs"`
-	Username    string    `koanf:"username"`
-	Password    string    `koanf:"password"`
-	DB          int       `koanf:"db"`
-	MasterName  string    `koanf:"master_name"` // Sentinel
-	MinReplicas int       `koanf:"min_replicas"`
-	TLS         TLSConfig `koanf:"tls"`
+	Addrs      []string `koanf:"addrs"`
+	Username   string   `koanf:"username"`
+	Password   string   `koanf:"password"`
+	DB         int      `koanf:"db"`
+	MasterName string   `koanf:"master_name"` // Sentinel
+	// SentinelUsername and SentinelPassword authenticate to the sentinels themselves
+	// (their requirepass / ACL), apart from the data servers' username and password.
+	SentinelUsername string    `koanf:"sentinel_username"`
+	SentinelPassword string    `koanf:"sentinel_password"`
+	MinReplicas      int       `koanf:"min_replicas"`
+	TLS              TLSConfig `koanf:"tls"`
 }
 
 type SASLConfig struct {
@@ -208,6 +212,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Redis.MinReplicas < 0 {
 		bad("redis.min_replicas", "must be >= 0, got %d", c.Redis.MinReplicas)
+	}
+	if c.Redis.MasterName == "" && (c.Redis.SentinelUsername != "" || c.Redis.SentinelPassword != "") {
+		bad("redis.sentinel_password", "set only with redis.master_name (Sentinel); without it redis.addrs are data servers")
 	}
 	s := c.Scheduler
 	if s.Tick <= 0 || s.Tick > time.Second {

@@ -786,7 +786,7 @@ func (l *loader) sourceOf(key string) string {
 
 // ---- output ----------------------------------------------------------------------
 
-// Redacted returns a copy of c with secrets masked: redis.password,
+// Redacted returns a copy of c with secrets masked: redis.password, redis.sentinel_password,
 // kafka.sasl.password, admin.token and the password inside amqp.url. Empty secrets stay
 // empty, so the output still shows whether one is set.
 func Redacted(c Config) Config {
@@ -797,6 +797,7 @@ func Redacted(c Config) Config {
 		return Mask
 	}
 	c.Redis.Password = mask(c.Redis.Password)
+	c.Redis.SentinelPassword = mask(c.Redis.SentinelPassword)
 	c.Kafka.SASL.Password = mask(c.Kafka.SASL.Password)
 	c.Admin.Token = mask(c.Admin.Token)
 	c.AMQP.URL = redactURL(c.AMQP.URL)

@@ -358,12 +358,12 @@ routes:
 }
 
 func TestRedacted(t *testing.T) {
-	cfg, err := load(t, writeFile(t, goodYAML), nil, "kafka.sasl.password=pw")
+	cfg, err := load(t, writeFile(t, goodYAML), nil, "kafka.sasl.password=pw", "redis.master_name=mymaster", "redis.sentinel_password=spw")
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := Redacted(cfg)
-	if r.Redis.Password != Mask || r.Admin.Token != Mask || r.Kafka.SASL.Password != Mask {
+	if r.Redis.Password != Mask || r.Admin.Token != Mask || r.Kafka.SASL.Password != Mask || r.Redis.SentinelPassword != Mask {
 		t.Errorf("secrets not masked: %+v %+v %+v", r.Redis, r.Admin, r.Kafka.SASL)
 	}
 	if r.AMQP.URL != "amqp://user:"+Mask+"@rabbit:5672/" {
@@ -429,5 +429,17 @@ func TestFormatDuration(t *testing.T) {
 		if got := FormatDuration(d); got != want {
 			t.Errorf("FormatDuration(%v) = %q, want %q", time.Duration(d), got, want)
 		}
+	}
+}
+
+// The sentinels' credentials only mean something with Sentinel: without master_name the
+// addresses are data servers, and a sentinel password there is a mistake worth naming.
+func TestSentinelPasswordNeedsMasterName(t *testing.T) {
+	_, err := load(t, writeFile(t, goodYAML), nil, "redis.sentinel_password=spw")
+	if err == nil || !strings.Contains(err.Error(), "redis.sentinel_password") {
+		t.Fatalf("sentinel_password without master_name: %v, want an error naming redis.sentinel_password", err)
+	}
+	if _, err := load(t, writeFile(t, goodYAML), nil, "redis.sentinel_password=spw", "redis.master_name=m"); err != nil {
+		t.Fatalf("sentinel_password with master_name: %v", err)
 	}
 }

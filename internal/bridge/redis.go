@@ -21,15 +21,18 @@ func NewRedis(c config.RedisConfig) (redis.UniversalClient, error) {
 		}
 	}
 	opt := &redis.UniversalOptions{
-		Addrs:        c.Addrs,
-		Username:     c.Username,
-		Password:     c.Password,
-		DB:           c.DB,
-		MasterName:   c.MasterName,
-		TLSConfig:    tlsCfg,
-		DialTimeout:  2 * time.Second,
-		ReadTimeout:  3 * time.Second,
-		WriteTimeout: 3 * time.Second,
+		Addrs:      c.Addrs,
+		Username:   c.Username,
+		Password:   c.Password,
+		DB:         c.DB,
+		MasterName: c.MasterName,
+		// The sentinels' own credentials; empty means they are asked without AUTH.
+		SentinelUsername: c.SentinelUsername,
+		SentinelPassword: c.SentinelPassword,
+		TLSConfig:        tlsCfg,
+		DialTimeout:      2 * time.Second,
+		ReadTimeout:      3 * time.Second,
+		WriteTimeout:     3 * time.Second,
 		// Pipelined park/claim calls run from many goroutines (one pump per shard).
 		PoolSize: 64,
 		// Retries inside go-redis would hide an outage from the callers that must

@@ -228,3 +228,37 @@ func pendingOn(t *testing.T, ctx context.Context, c *redis.Client) int {
 	}
 	return n
 }
+
+// TestNewRedisSentinelPassword: sentinels that require a password of their own
+// (requirepass on the sentinels, none on the data servers) are reached with
+// redis.sentinel_password; without it the client cannot find the primary and says why.
+func TestNewRedisSentinelPassword(t *testing.T) {
+	s := testutil.StartRedisSentinelAuth(t, "s3ntinel-secret")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	without, err := NewRedis(config.RedisConfig{Addrs: s.Addrs(), MasterName: s.MasterName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = without.Ping(ctx).Err()
+	without.Close()
+	if err == nil {
+		t.Fatal("PING through sentinels that require a password succeeded without one")
+	}
+	if !strings.Contains(strings.ToUpper(err.Error()), "AUTH") {
+		t.Errorf("error without the sentinel password does not say it is about authentication: %v", err)
+	}
+
+	with, err := NewRedis(config.RedisConfig{Addrs: s.Addrs(), MasterName: s.MasterName, SentinelPassword: s.Password})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer with.Close()
+	if err := with.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatalf("SET through password-protected sentinels with redis.sentinel_password: %v", err)
+	}
+	if got, err := s.Primary().Client().Get(ctx, "k").Result(); err != nil || got != "v" {
+		t.Fatalf("the primary has k = %q (%v), want v: the client did not reach the primary", got, err)
+	}
+}

@@ -36,6 +36,8 @@ type Redis struct {
 	Dir  string
 	args []string
 	cmd  *exec.Cmd
+	// password is the server's requirepass, used by the readiness check.
+	password string
 }
 
 // Addr is host:port of the server.
@@ -70,7 +72,7 @@ func (r *Redis) start(bin string) {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		c := redis.NewClient(&redis.Options{Addr: r.Addr(), MaxRetries: -1})
+		c := redis.NewClient(&redis.Options{Addr: r.Addr(), MaxRetries: -1, Password: r.password})
 		err := c.Ping(context.Background()).Err()
 		c.Close()
 		if err == nil {

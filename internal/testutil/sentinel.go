@@ -27,6 +27,9 @@ type RedisSentinel struct {
 	Data []*Redis
 	// Sentinels are the three `redis-server <conf> --sentinel` processes.
 	Sentinels []*Redis
+	// Password, when set, is the sentinels' requirepass (and what they use with each
+	// other): redis.sentinel_password. The data servers have none.
+	Password string
 }
 
 // Sentinel timing: a primary that does not answer for downAfter is subjectively down;
@@ -48,17 +51,28 @@ const (
 // must be on PATH, or the test fails saying so.
 func StartRedisSentinel(t testing.TB) *RedisSentinel {
 	t.Helper()
-	return StartRedisSentinelReplicas(t, 1)
+	return startRedisSentinel(t, 1, "")
+}
+
+// StartRedisSentinelAuth is StartRedisSentinel with sentinels that require password.
+func StartRedisSentinelAuth(t testing.TB, password string) *RedisSentinel {
+	t.Helper()
+	return startRedisSentinel(t, 1, password)
 }
 
 // StartRedisSentinelReplicas is StartRedisSentinel with replicas replicas of the
 // primary (Data[1:]).
 func StartRedisSentinelReplicas(t testing.TB, replicas int) *RedisSentinel {
 	t.Helper()
+	return startRedisSentinel(t, replicas, "")
+}
+
+func startRedisSentinel(t testing.TB, replicas int, password string) *RedisSentinel {
+	t.Helper()
 	if replicas < 1 {
 		t.Fatalf("testutil: a Sentinel set needs at least one replica to fail over to, asked for %d", replicas)
 	}
-	s := &RedisSentinel{t: t, MasterName: Uniq(t, "primary")}
+	s := &RedisSentinel{t: t, MasterName: Uniq(t, "primary"), Password: password}
 	// A zero delay so a replica's full sync (the first one, and the old primary's
 	// after a failover) starts at once instead of after 5 s.
 	primary := StartRedis(t, "--repl-diskless-sync-delay", "0")
@@ -83,7 +97,7 @@ func StartRedisSentinelReplicas(t testing.TB, replicas int) *RedisSentinel {
 
 func (s *RedisSentinel) startSentinel(bin string, primary *Redis) *Redis {
 	s.t.Helper()
-	r := &Redis{t: s.t, Port: FreePort(s.t), Dir: s.t.TempDir()}
+	r := &Redis{t: s.t, Port: FreePort(s.t), Dir: s.t.TempDir(), password: s.Password}
 	conf := filepath.Join(r.Dir, "sentinel.conf")
 	text := fmt.Sprintf(`port %d
 bind 127.0.0.1
@@ -99,6 +113,9 @@ sentinel parallel-syncs %s 1
 		s.MasterName, sentinelDownAfter.Milliseconds(),
 		s.MasterName, sentinelFailoverTimeout.Milliseconds(),
 		s.MasterName)
+	if s.Password != "" {
+		text += fmt.Sprintf("requirepass %s\nsentinel sentinel-pass %s\n", s.Password, s.Password)
+	}
 	// Sentinel rewrites its file (discovered replicas and sentinels, failovers).
 	if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
 		s.t.Fatalf("testutil: write %s: %v", conf, err)
@@ -119,7 +136,7 @@ func (s *RedisSentinel) Addrs() []string {
 }
 
 func (s *RedisSentinel) sentinelClient(r *Redis) *redis.SentinelClient {
-	return redis.NewSentinelClient(&redis.Options{Addr: r.Addr(), MaxRetries: -1, DialTimeout: time.Second,
+	return redis.NewSentinelClient(&redis.Options{Addr: r.Addr(), MaxRetries: -1, DialTimeout: time.Second, Password: s.Password,
 		ReadTimeout: 2 * time.Second})
 }
 
@@ -421,7 +438,7 @@ func (s *RedisSentinel) logTails() string {
 // Client returns a go-redis Sentinel (failover) client for the set, closed when the
 // test ends.
 func (s *RedisSentinel) Client() *redis.Client {
-	c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: s.MasterName, SentinelAddrs: s.Addrs()})
+	c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: s.MasterName, SentinelAddrs: s.Addrs(), SentinelPassword: s.Password})
 	s.t.Cleanup(func() { c.Close() })
 	return c
 }

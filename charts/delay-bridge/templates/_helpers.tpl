@@ -84,6 +84,7 @@ environment variable.
 */}}
 {{- define "delay-bridge.secretEnv" -}}
 redisPassword: DELAYBRIDGE_REDIS__PASSWORD
+redisSentinelPassword: DELAYBRIDGE_REDIS__SENTINEL_PASSWORD
 kafkaSaslPassword: DELAYBRIDGE_KAFKA__SASL__PASSWORD
 adminToken: DELAYBRIDGE_ADMIN__TOKEN
 amqpUrl: DELAYBRIDGE_AMQP__URL
@@ -116,6 +117,9 @@ Refuses secrets in the ConfigMap and a configuration without routes.
 {{- end }}
 {{- if and $cfg.redis $cfg.redis.password }}
 {{- fail "config.redis.password: do not put secrets in the ConfigMap; set secrets.redisPassword or secrets.existingSecret" }}
+{{- end }}
+{{- if and $cfg.redis $cfg.redis.sentinel_password }}
+{{- fail "config.redis.sentinel_password: do not put secrets in the ConfigMap; set secrets.redisSentinelPassword or secrets.existingSecret" }}
 {{- end }}
 {{- if and $cfg.kafka $cfg.kafka.sasl $cfg.kafka.sasl.password }}
 {{- fail "config.kafka.sasl.password: do not put secrets in the ConfigMap; set secrets.kafkaSaslPassword or secrets.existingSecret" }}
