@@ -117,3 +117,83 @@ func TestPumpOnInjectedClock(t *testing.T) {
 	}
 	waitFor(t, "both published", 5*time.Second, func() bool { return len(sink.snapshot()) == 2 })
 }
+
+// TestPumpClaimsAheadInFewCalls: a pump wakes when its next message is half a lookahead
+// from due, so one claim takes every message of the following half lookahead too. At
+// low rates that is a few claim calls for many messages instead of one call per message
+// (Redis work per message, BENCHMARKS finding 3), and every message is still in the
+// wheel at least half a lookahead before it is due.
+func TestPumpClaimsAheadInFewCalls(t *testing.T) {
+	r := testutil.StartRedis(t)
+	ctx := context.Background()
+	rdb := r.Client()
+	store, err := NewStore(ctx, rdb, StoreOptions{Prefix: "few", Cluster: "c", Shards: 4, DoneWindow: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := clock.NewFake(time.UnixMilli(1_800_000_000_000))
+	t0 := fake.Now().UnixMilli()
+	const lookahead = time.Second
+	s := New(Options{
+		Store: store, Clock: fake, Instance: "fake",
+		Tick: time.Millisecond, Lookahead: lookahead, ClaimBatch: 100,
+		InflightLease: 30 * time.Second, LeaseTTL: 3 * time.Second, SafetyScan: time.Hour,
+		MaxInMemory: 1000, MaxAttempts: 3, BackoffInitial: time.Second, BackoffMax: time.Second,
+	})
+	disp := egress.NewDispatcher(egress.DispatcherOptions{
+		Routes: map[string]egress.RouteSink{"r": {Sink: &recordingSink{}}}, Completer: s, Owned: s.Owns,
+	})
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.Run(rctx, disp) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitFor(t, "ownership of all shards", 5*time.Second, func() bool { return len(s.OwnedShards()) == 4 })
+
+	// Ten messages on one shard, due 100 ms apart from t0+3 s.
+	const shard, n = 2, 10
+	ids := idsOnShard(store, shard, n, "few")
+	envs := make([]*envelope.Envelope, n)
+	for i, id := range ids {
+		envs[i] = &envelope.Envelope{ID: id, Route: "r", DueAt: t0 + 3000 + int64(i)*100}
+	}
+	_, minDue, err := store.Park(ctx, envs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Notify(minDue)
+	time.Sleep(20 * time.Millisecond) // the woken pump plans its sleep
+
+	// Claimed so far: in flight, or already fired and acknowledged (ack moves an id from
+	// inflight to done in one script, so the sum never counts one twice).
+	k := store.keys[shard]
+	inflight := func() int64 { return rdb.ZCard(ctx, k.inflight).Val() + rdb.ZCard(ctx, k.done).Val() }
+	var increments []int64
+	last := int64(0)
+	for fake.Now().UnixMilli() < t0+3450 {
+		fake.Advance(50 * time.Millisecond)
+		now := fake.Now().UnixMilli()
+		mustHave := int64(0) // messages within half a lookahead of due must be claimed
+		for _, e := range envs {
+			if e.DueAt < now+lookahead.Milliseconds()/2 {
+				mustHave++
+			}
+		}
+		var got int64
+		waitFor(t, "the pump to claim what is within half a lookahead of due", 5*time.Second, func() bool {
+			got = inflight()
+			return got >= mustHave
+		})
+		time.Sleep(10 * time.Millisecond) // let a claim due at this instant land
+		if got = inflight(); got > last {
+			increments = append(increments, got-last)
+			last = got
+		}
+	}
+	if last != n {
+		t.Fatalf("%d of %d messages claimed by t0+3.45 s (the last is due at t0+3.9 s, lookahead %s)", last, n, lookahead)
+	}
+	if len(increments) > 3 {
+		t.Errorf("claimed in %d calls %v, want at most 3: the pump wakes for every message instead of claiming half a lookahead ahead", len(increments), increments)
+	}
+	t.Logf("%d messages due 100 ms apart claimed in %d steps: %v", n, len(increments), increments)
+}

@@ -794,9 +794,13 @@ func (s *Scheduler) pump(ctx context.Context, st *shardState) {
 		if len(items) == n {
 			continue // a full batch: more may be due right now
 		}
+		// Wake when the next message is half a lookahead from due, not as soon as it
+		// enters the horizon: the claim then also takes everything due in the half
+		// lookahead after it, so at low rates one claim moves many messages instead of
+		// one claim per message (each still claimed at least lookahead/2 ahead).
 		wait := s.opt.SafetyScan
 		if nextDue >= 0 {
-			if d := time.Duration(nextDue-lookahead-now) * time.Millisecond; d < wait {
+			if d := time.Duration(nextDue-lookahead/2-now) * time.Millisecond; d < wait {
 				wait = max(d, 0)
 			}
 		}
