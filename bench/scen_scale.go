@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -93,6 +94,18 @@ func runScale(e *env) error {
 	time.Sleep(2 * time.Second)
 	mem0 := e.redis.usedMemory(e.ctx)
 	r.Points = append(r.Points, ScalePoint{RedisUsed: mem0, BridgeRSS: rssBytes(b.pid())})
+	// With -profile, the bridge's heap profile and runtime.MemStats at every point, to
+	// tell what its RSS growth is made of.
+	heapAt := func(pending int) {
+		if b.pprof == "" {
+			return
+		}
+		path := filepath.Join(e.outDir, fmt.Sprintf("%s-scale-heap-%d.txt", e.stamp, pending))
+		if err := fetchURL(fmt.Sprintf("http://%s/debug/pprof/heap?debug=1", b.pprof), path); err != nil {
+			logf("scale: heap profile: %v", err)
+		}
+	}
+	heapAt(0)
 
 	store, err := scheduler.NewStore(e.ctx, e.redis.rdb, scheduler.StoreOptions{Cluster: "scale", DoneWindow: time.Hour})
 	if err != nil {
@@ -119,6 +132,7 @@ func runScale(e *env) error {
 		p.BytesPerMsg = float64(used-mem0) / float64(st.Pending)
 		p.BeyondPayload = p.BytesPerMsg - payloadSize
 		r.Points = append(r.Points, p)
+		heapAt(int(st.Pending))
 		logf("scale: %d pending (parked %d at %.0f/s): redis %.0f MiB, %.0f B/msg (%.0f beyond the payload), bridge RSS %.1f MiB",
 			st.Pending, cp, float64(parked)/parkTime.Seconds(), float64(used)/(1<<20), p.BytesPerMsg, p.BeyondPayload, float64(p.BridgeRSS)/(1<<20))
 	}
