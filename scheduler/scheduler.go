@@ -957,8 +957,16 @@ func (s *Scheduler) Failed(ctx context.Context, envs []*envelope.Envelope, errs 
 		}
 	}
 	s.credits.release(len(envs))
-	for sh, items := range byShard {
-		s.writeOutcomes(ctx, sh, items, now)
+	if len(byShard) == 0 {
+		return
+	}
+	// All shards in one pipelined round trip: a failing target fails whole batches,
+	// and one round trip per shard would hold the dispatcher worker that long.
+	s.retryRedis(ctx, "retry", func(ctx context.Context) error {
+		return s.store.RetryMany(ctx, byShard, now)
+	})
+	for _, items := range byShard {
+		s.reportDead(items)
 	}
 }
 
@@ -968,6 +976,11 @@ func (s *Scheduler) writeOutcomes(ctx context.Context, shard int, items []RetryI
 	s.retryRedis(ctx, "retry", func(ctx context.Context) error {
 		return s.store.Retry(ctx, shard, items, now)
 	})
+	s.reportDead(items)
+}
+
+// reportDead counts the dead letters among written outcomes and hands them to OnDead.
+func (s *Scheduler) reportDead(items []RetryItem) {
 	var dead []*envelope.Envelope
 	for _, it := range items {
 		if it.Dead {

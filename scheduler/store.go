@@ -773,22 +773,57 @@ type RetryItem struct {
 // Retry puts failed claimed messages of shard back (see RetryItem). Messages no longer
 // in flight are ignored. now is the dead-letter time.
 func (s *Store) Retry(ctx context.Context, shard int, items []RetryItem, now int64) error {
-	k, err := s.shardKeys(shard)
+	calls, err := s.retryCalls(shard, items, now)
 	if err != nil {
 		return err
+	}
+	switch len(calls) {
+	case 0:
+		return nil
+	case 1:
+		return wrapErr("retry", s.eval(ctx, s.retry, calls[0].keys, calls[0].args...).Err())
+	}
+	_, err = s.evalPipelined(ctx, calls, false)
+	return err
+}
+
+// RetryMany is Retry for items of any shards (byShard: shard -> items), in one
+// pipelined round trip instead of one per shard.
+func (s *Store) RetryMany(ctx context.Context, byShard map[int][]RetryItem, now int64) error {
+	var calls []call
+	for shard, items := range byShard {
+		c, err := s.retryCalls(shard, items, now)
+		if err != nil {
+			return err
+		}
+		calls = append(calls, c...)
+	}
+	if len(calls) == 0 {
+		return nil
+	}
+	_, err := s.evalPipelined(ctx, calls, false)
+	return err
+}
+
+// retryCalls encodes items and builds the retry script calls of one shard (bounded
+// batches).
+func (s *Store) retryCalls(shard int, items []RetryItem, now int64) ([]call, error) {
+	k, err := s.shardKeys(shard)
+	if err != nil {
+		return nil, err
 	}
 	enc := make([]encoded, len(items))
 	for i, it := range items {
 		if it.Env == nil {
 			if it.id == "" {
-				return fmt.Errorf("%w: retry item %d has no envelope", ErrInvalid, i)
+				return nil, fmt.Errorf("%w: retry item %d has no envelope", ErrInvalid, i)
 			}
 			enc[i] = encoded{idx: i, shard: shard, data: []byte(it.raw)}
 			continue
 		}
 		data, err := envelope.Encode(it.Env)
 		if err != nil {
-			return fmt.Errorf("scheduler: encode envelope %q: %w", it.Env.ID, errors.Join(ErrInvalid, err))
+			return nil, fmt.Errorf("scheduler: encode envelope %q: %w", it.Env.ID, errors.Join(ErrInvalid, err))
 		}
 		enc[i] = encoded{idx: i, shard: shard, data: data}
 	}
@@ -810,14 +845,7 @@ func (s *Store) Retry(ctx context.Context, shard int, items []RetryItem, now int
 		}
 		calls = append(calls, call{sc: s.retry, keys: []string{k.due, k.msg, k.inflight, k.dead}, args: args})
 	}
-	switch len(calls) {
-	case 0:
-		return nil
-	case 1:
-		return wrapErr("retry", s.eval(ctx, s.retry, calls[0].keys, calls[0].args...).Err())
-	}
-	_, err = s.evalPipelined(ctx, calls, false)
-	return err
+	return calls, nil
 }
 
 // Recover moves up to limit inflight messages of shard whose lease deadline is at or

@@ -1120,3 +1120,37 @@ func TestStoreOnEmbeddedMiniredis(t *testing.T) {
 	}
 	lifecycle(t, s)
 }
+
+// RetryMany writes the outcomes of several shards in one round trip, each exactly as
+// Retry would: retried ones pending again with their new attempt, dead ones in `dead`.
+func TestStoreRetryMany(t *testing.T) {
+	s, _, _ := newTestStore(t, StoreOptions{})
+	ctx := storeCtx(t)
+	byShard := map[int][]RetryItem{}
+	for sh := 0; sh < 3; sh++ {
+		ids := idsOnShard(s, sh, 2, "rm")
+		mustPark(t, s, env(ids[0], t0), env(ids[1], t0))
+		tok := mustLease(t, s, sh, "i1")
+		items, _ := mustClaim(t, s, sh, tok, t0, 10)
+		if len(items) != 2 {
+			t.Fatalf("shard %d: claimed %v", sh, ids)
+		}
+		items[0].Attempt = 2
+		items[1].Attempt, items[1].Reason = 10, "publish: unroutable"
+		byShard[sh] = []RetryItem{{Env: items[0], Due: t0 + 500}, {Env: items[1], Dead: true}}
+	}
+	if err := s.RetryMany(ctx, byShard, t0+5); err != nil {
+		t.Fatal(err)
+	}
+	for sh, items := range byShard {
+		if e := wantState(t, s, items[0].Env.ID, StatePending, t0+500); e.Attempt != 2 {
+			t.Errorf("shard %d: retried envelope attempt %d, want 2", sh, e.Attempt)
+		}
+		if e := wantState(t, s, items[1].Env.ID, StateDead, t0+5); e.Reason != "publish: unroutable" {
+			t.Errorf("shard %d: dead envelope reason %q", sh, e.Reason)
+		}
+	}
+	if err := s.RetryMany(ctx, nil, t0); err != nil {
+		t.Errorf("RetryMany of nothing: %v", err)
+	}
+}
