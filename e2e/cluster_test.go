@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"strings"
 	"testing"
 	"time"
 
@@ -20,7 +19,7 @@ import (
 func TestRedisClusterDelaysArriveOnTimeOnce(t *testing.T) {
 	rc := testutil.StartRedisCluster(t, 3)
 	kaddr, _ := testutil.StartKafka(t, 4, "orders.delay", "orders")
-	cfg, admin := writeConfig(t, strings.Join(rc.Addrs(), `", "`), kaddr, kafkaRoute, "")
+	cfg, admin := writeConfigRedis(t, redisSection(rc.Addrs(), ""), kaddr, kafkaRoute, "")
 	e := &kafkaEnv{kaddr: kaddr}
 	e.target = collect(t, kaddr, "orders")
 	e.bridge = startBridge(t, cfg, admin)

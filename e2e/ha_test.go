@@ -326,8 +326,7 @@ func TestRebalanceEvenSplitAndGracefulHandover(t *testing.T) {
 		}
 		// A graceful join or leave fires nothing twice; only a lease the machine's load
 		// let lapse may (reported, not a failure).
-		lapsed := explainedByLapses(t, c.target.snapshot(), c.leaseLapses(), 2*ttl+time.Second)
-		t.Logf("%d duplicate arrivals, every one near a lease lapse a starved bridge logged (not a graceful handover)", lapsed)
+		c.checkDuplicates(t, c.target.snapshot(), nil, 2*ttl+time.Second)
 	}
 	t.Logf("rebalance: %d messages, %d duplicates", len(sentMsgs), dups)
 }
@@ -423,19 +422,21 @@ func (c *haCluster) leaseLapses() []fault {
 	return out
 }
 
-// explainedByLapses reports the duplicates among got that lease lapses explain, and
-// fails the test for any other.
-func explainedByLapses(t *testing.T, got []arrival, lapses []fault, grace time.Duration) int {
+// checkDuplicates attributes every duplicate arrival in got to the first of faults
+// whose window [start, end+grace] holds it, else to a lease lapse a bridge logged
+// (leaseLapses), and fails the test for any other. It returns the count per fault.
+func (c *haCluster) checkDuplicates(t *testing.T, got []arrival, faults []fault, grace time.Duration) []int {
 	t.Helper()
-	perLapse, unexplained := attributeDuplicates(got, lapses, grace)
-	for _, u := range unexplained {
-		t.Errorf("duplicate with no fault and no lease lapse near it: %s", u)
+	perFault, unexplained := attributeDuplicates(got, faults, grace)
+	if len(unexplained) == 0 {
+		return perFault
 	}
-	n := 0
-	for _, k := range perLapse {
-		n += k
+	_, still := attributeDuplicates(got, append(append([]fault(nil), faults...), c.leaseLapses()...), grace)
+	for _, u := range still {
+		t.Errorf("duplicate near no fault and no lease lapse a bridge logged: %s", u)
 	}
-	return n
+	t.Logf("%d duplicates outside the fault windows, each near a lease lapse a starved bridge logged", len(unexplained)-len(still))
+	return perFault
 }
 
 // refired returns, for each of shards, when its first message due at or after t0
@@ -543,17 +544,7 @@ func TestFailoverAfterKill(t *testing.T) {
 	waitUntil(t, "every message on the target", 30*time.Second, func() bool { return c.target.uniqueCount() >= len(sentMsgs) })
 	got := c.target.snapshot()
 	dups := ledger(t, sentMsgs, got, "orders.delay")
-	perKill, unexplained := attributeDuplicates(got, faults, 2*ttl)
-	if len(unexplained) > 0 {
-		// Every duplicate outside the kill windows must be near a lease a starved bridge
-		// logged as lapsed.
-		lapses := c.leaseLapses()
-		_, still := attributeDuplicates(got, append(append([]fault(nil), faults...), lapses...), 2*ttl)
-		for _, u := range still {
-			t.Errorf("duplicate outside any kill window and any lease lapse: %s", u)
-		}
-		t.Logf("%d duplicates outside the kill windows, near lease lapses the bridges logged", len(unexplained)-len(still))
-	}
+	perKill := c.checkDuplicates(t, got, faults, 2*ttl)
 	limit := ttl + time.Second
 	for i, f := range failovers {
 		// The target is lease TTL + 1 s; the assertion leaves room for a loaded machine
@@ -614,17 +605,7 @@ func TestChaosKillAndFreeze(t *testing.T) {
 	waitUntil(t, "every message on the target", 40*time.Second, func() bool { return c.target.uniqueCount() >= len(sentMsgs) })
 	got := c.target.snapshot()
 	dups := ledger(t, sentMsgs, got, "orders.delay")
-	perFault, unexplained := attributeDuplicates(got, faults, 2*ttl+time.Second)
-	if len(unexplained) > 0 {
-		// Every duplicate outside the fault windows must be near a lease a starved bridge
-		// (not the frozen one: its freezes are faults) logged as lapsed.
-		lapses := c.leaseLapses()
-		_, still := attributeDuplicates(got, append(append([]fault(nil), faults...), lapses...), 2*ttl+time.Second)
-		for _, u := range still {
-			t.Errorf("duplicate outside any kill or freeze window and any lease lapse: %s", u)
-		}
-		t.Logf("%d duplicates outside the fault windows, near lease lapses the bridges logged", len(unexplained)-len(still))
-	}
+	perFault := c.checkDuplicates(t, got, faults, 2*ttl+time.Second)
 	var report []string
 	for i, f := range faults {
 		report = append(report, fmt.Sprintf("%s@%s:%d", f.what, f.start.Sub(begin).Round(100*time.Millisecond), perFault[i]))
@@ -740,8 +721,7 @@ func TestScaleOutBurstThroughput(t *testing.T) {
 	}
 	if dups := ledger(t, all, c.target.snapshot(), "orders.delay"); dups != 0 {
 		// Without a fault only a lease the machine's load let lapse may duplicate.
-		lapsed := explainedByLapses(t, c.target.snapshot(), c.leaseLapses(), 2*c.leaseTTL+time.Second)
-		t.Logf("%d duplicate arrivals without a fault, every one near a lease lapse a starved bridge logged", lapsed)
+		c.checkDuplicates(t, c.target.snapshot(), nil, 2*c.leaseTTL+time.Second)
 	}
 	t.Logf("burst throughput, %d msgs each:\n  %s", n, strings.Join(report, "\n  "))
 }

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -85,11 +86,27 @@ func (l logBuf) Write(p []byte) (int, error) {
 // the admin address.
 func writeConfig(t *testing.T, redisAddr, kafkaAddr, routes string, extra string) (string, string) {
 	t.Helper()
+	return writeConfigRedis(t, redisSection([]string{redisAddr}, ""), kafkaAddr, routes, extra)
+}
+
+// redisSection is the redis section as a YAML flow map: addrs, then more (", key: value"
+// fields, or "").
+func redisSection(addrs []string, more string) string {
+	quoted := make([]string, len(addrs))
+	for i, a := range addrs {
+		quoted[i] = strconv.Quote(a)
+	}
+	return fmt.Sprintf("{ addrs: [%s]%s }", strings.Join(quoted, ", "), more)
+}
+
+// writeConfigRedis is writeConfig with the whole redis section given as a YAML flow map.
+func writeConfigRedis(t *testing.T, redisYAML, kafkaAddr, routes string, extra string) (string, string) {
+	t.Helper()
 	admin := "127.0.0.1:" + strconv.Itoa(testutil.FreePort(t))
 	cfg := fmt.Sprintf(`cluster: e2e
 shards: 16
 instance: %s
-redis: { addrs: ["%s"] }
+redis: %s
 kafka: { brokers: ["%s"], group_id: %s }
 amqp: { url: "%s", prefetch: 200 }
 scheduler: { lookahead: 1s, lease_ttl: 1s, safety_scan: 200ms }
@@ -99,7 +116,7 @@ log: { level: info, format: text }
 routes:
 %s
 %s
-`, testutil.Uniq(t, "inst"), redisAddr, kafkaAddr, testutil.Uniq(t, "group"), testutil.AMQPURL(), admin, routes, extra)
+`, testutil.Uniq(t, "inst"), redisYAML, kafkaAddr, testutil.Uniq(t, "group"), testutil.AMQPURL(), admin, routes, extra)
 	path := filepath.Join(t.TempDir(), "bridge.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"regexp"
@@ -48,22 +47,8 @@ func sentinelEnvInt(t *testing.T, name string, def, least int) int {
 // redis.addrs, plus master_name and min_replicas.
 func sentinelConfig(t *testing.T, s *testutil.RedisSentinel, kaddr string, minReplicas int) (string, string) {
 	t.Helper()
-	addrs := strings.Join(s.Addrs(), `", "`)
-	path, admin := writeConfig(t, addrs, kaddr, kafkaRoute, "")
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	plain := fmt.Sprintf(`redis: { addrs: ["%s"] }`, addrs)
-	withSentinel := fmt.Sprintf(`redis: { addrs: ["%s"], master_name: %s, min_replicas: %d }`, addrs, s.MasterName, minReplicas)
-	if !bytes.Contains(data, []byte(plain)) {
-		t.Fatalf("writeConfig's redis line changed; cannot add master_name:\n%s", data)
-	}
-	data = bytes.Replace(data, []byte(plain), []byte(withSentinel), 1)
-	if err := os.WriteFile(path, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path, admin
+	more := fmt.Sprintf(", master_name: %s, min_replicas: %d", s.MasterName, minReplicas)
+	return writeConfigRedis(t, redisSection(s.Addrs(), more), kaddr, kafkaRoute, "")
 }
 
 func TestSentinelFailoverKafkaToKafka(t *testing.T) { runSentinelFailover(t, false) }

@@ -86,7 +86,7 @@ func (c *RedisCluster) waitOK(limit time.Duration) {
 				ok, last = false, fmt.Sprintf("%s: %v", n.Addr(), err)
 				break
 			}
-			f := clusterInfoFields(info)
+			f := infoFields(info)
 			if f["cluster_state"] != "ok" || f["cluster_slots_assigned"] != "16384" ||
 				f["cluster_known_nodes"] != strconv.Itoa(len(c.Nodes)) || f["cluster_size"] != strconv.Itoa(len(c.Nodes)) {
 				ok, last = false, fmt.Sprintf("%s: %s", n.Addr(), strings.ReplaceAll(strings.TrimSpace(info), "\r\n", " "))
@@ -111,7 +111,7 @@ func (c *RedisCluster) waitOK(limit time.Duration) {
 	}
 }
 
-func clusterInfoFields(info string) map[string]string {
+func infoFields(info string) map[string]string {
 	out := map[string]string{}
 	for _, line := range strings.Split(info, "\n") {
 		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {

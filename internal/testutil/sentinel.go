@@ -262,7 +262,7 @@ func replication(ctx context.Context, r *Redis) (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	return clusterInfoFields(info), nil
+	return infoFields(info), nil
 }
 
 func (s *RedisSentinel) role(ctx context.Context, r *Redis) string {
