@@ -51,8 +51,11 @@ type CountsFunc func(ctx context.Context) (Counts, error)
 type Metrics struct {
 	received, parked, fired, deadLettered *prometheus.CounterVec
 	published, invalid                    *prometheus.CounterVec
+	duplicate, cancelled, rescheduled     *prometheus.CounterVec
+	dropped, publishFailures, retries     *prometheus.CounterVec
 	shardsOwned                           prometheus.Gauge
-	lateness, requestedDelay              *prometheus.HistogramVec
+	ingressConsuming, ingressLag          *prometheus.GaugeVec
+	lateness, requestedDelay, delivery    *prometheus.HistogramVec
 	publishDuration, scriptDuration       *prometheus.HistogramVec
 	counts                                *countsCollector
 }
@@ -86,10 +89,24 @@ func NewMetrics(reg prometheus.Registerer, version string, logger *slog.Logger) 
 		published:    counter("messages_published_total", "Messages the target broker confirmed.", "route", "broker"),
 		deadLettered: counter("messages_dead_lettered_total", "Messages moved to the dead letters.", "route"),
 		invalid:      counter("messages_invalid_total", "Invalid records, by reason.", "route", "reason"),
+		duplicate: counter("messages_duplicate_total",
+			"Parks refused because the id was already known, by the state it was in.", "route", "reason"),
+		cancelled:   counter("messages_cancelled_total", "Messages cancelled.", "route"),
+		rescheduled: counter("messages_rescheduled_total", "Messages given a new due time.", "route"),
+		dropped: counter("messages_dropped_total",
+			"Messages given up without delivery (at-most-once publish failures), by reason.", "route", "reason"),
+		publishFailures: counter("publish_failures_total", "Failed publish attempts, by reason.", "route", "broker", "reason"),
+		retries:         counter("publish_retries_total", "Messages put back for another publish attempt.", "route"),
+		ingressConsuming: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Name: "ingress_consuming",
+			Help: "1 while a route's ingress is consuming, 0 while joining, stalled or unreachable."}, []string{"route"}),
+		ingressLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Name: "ingress_lag_messages",
+			Help: "Records a route's ingress is behind (Kafka: end offset minus committed; AMQP: queue depth)."}, []string{"route"}),
+		delivery: histogram("delivery_lateness_seconds",
+			"Broker-confirmed time minus due time: what consumers see. The service-level metric.", LatencyBuckets, "route"),
 		shardsOwned: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Name: "shards_owned",
 			Help: "Shards this instance currently owns."}),
 		lateness: histogram("fire_lateness_seconds",
-			"Fire time minus due time (negative: early). The key service-level metric.", LatencyBuckets, "route"),
+			"Wheel fire time minus due time (before max_rate and the publish; see delivery_lateness_seconds).", LatencyBuckets, "route"),
 		requestedDelay: histogram("requested_delay_seconds",
 			"Delay producers asked for (due time minus receive time).", DelayBuckets, "route"),
 		publishDuration: histogram("publish_duration_seconds",
@@ -103,6 +120,8 @@ func NewMetrics(reg prometheus.Registerer, version string, logger *slog.Logger) 
 	buildInfo.WithLabelValues(version, runtime.Version()).Set(1)
 	for _, c := range []prometheus.Collector{
 		m.received, m.parked, m.fired, m.published, m.deadLettered, m.invalid, m.shardsOwned,
+		m.duplicate, m.cancelled, m.rescheduled, m.dropped, m.publishFailures, m.retries,
+		m.ingressConsuming, m.ingressLag, m.delivery,
 		m.lateness, m.requestedDelay, m.publishDuration, m.scriptDuration, m.counts, buildInfo,
 	} {
 		if err := reg.Register(c); err != nil {
@@ -138,6 +157,35 @@ func (m *Metrics) ScriptDuration(script string, took time.Duration) {
 	m.scriptDuration.WithLabelValues(script).Observe(took.Seconds())
 }
 func (m *Metrics) ShardsOwned(n int) { m.shardsOwned.Set(float64(n)) }
+func (m *Metrics) Duplicate(route, reason string, n int) {
+	m.duplicate.WithLabelValues(route, reason).Add(float64(n))
+}
+func (m *Metrics) Delivered(route string, lateness time.Duration) {
+	m.delivery.WithLabelValues(route).Observe(lateness.Seconds())
+}
+func (m *Metrics) PublishFailed(route, broker, reason string, n int) {
+	m.publishFailures.WithLabelValues(route, broker, reason).Add(float64(n))
+}
+func (m *Metrics) PublishRetried(route string, n int) {
+	m.retries.WithLabelValues(route).Add(float64(n))
+}
+func (m *Metrics) Dropped(route, reason string, n int) {
+	m.dropped.WithLabelValues(route, reason).Add(float64(n))
+}
+func (m *Metrics) Cancelled(route string, n int) { m.cancelled.WithLabelValues(route).Add(float64(n)) }
+func (m *Metrics) Rescheduled(route string, n int) {
+	m.rescheduled.WithLabelValues(route).Add(float64(n))
+}
+func (m *Metrics) IngressConsuming(route string, consuming bool) {
+	v := 0.0
+	if consuming {
+		v = 1
+	}
+	m.ingressConsuming.WithLabelValues(route).Set(v)
+}
+func (m *Metrics) IngressLag(route string, lag int64) {
+	m.ingressLag.WithLabelValues(route).Set(float64(lag))
+}
 
 // countsCollector emits the message-count gauges from a CountsFunc, calling it at most
 // once per StatsCacheTTL however many scrapes arrive.

@@ -76,3 +76,44 @@ func Call(ctx context.Context, h Handler, items []Item) (returned bool, err erro
 
 // ErrPermanent marks an error that retrying will not fix (bad config, auth failure).
 var ErrPermanent = errors.New("permanent")
+
+// Ingress states, as reported by Health (and GET /v1/routes, /readyz).
+const (
+	// StateStarting: Run has not yet connected or joined for the first time.
+	StateStarting = "starting"
+	// StateConsuming: joined (Kafka group member with its assignment, AMQP consumer
+	// registered) and making progress, or caught up. The only ready state.
+	StateConsuming = "consuming"
+	// StateJoining: (re)joining the consumer group or re-registering the consumer.
+	StateJoining = "joining"
+	// StateStalled: joined but not making progress while there is lag (the watchdog
+	// rebuilds the consumer after ingress.stall_timeout).
+	StateStalled = "stalled"
+	// StateUnreachable: the broker cannot be reached (or refuses the queue/topic).
+	StateUnreachable = "unreachable"
+	// StateStopped: Run has returned.
+	StateStopped = "stopped"
+)
+
+// Health is a snapshot of one source's state.
+type Health struct {
+	State string `json:"state"` // one of the State* constants
+	// Detail says why, when State is not StateConsuming ("" otherwise).
+	Detail string `json:"detail,omitempty"`
+	// Since is when State began.
+	Since time.Time `json:"since"`
+	// Partitions are the Kafka partitions assigned to this instance (nil for AMQP).
+	Partitions []int `json:"partitions,omitempty"`
+	// Lag is how many records the source is behind: for Kafka the sum over assigned
+	// partitions of end offset minus committed offset; for AMQP the queue depth (ready
+	// messages). -1 when unknown.
+	Lag int64 `json:"lag"`
+	// Rebuilds counts the times the watchdog tore down and rebuilt the consumer.
+	Rebuilds int `json:"rebuilds"`
+}
+
+// HealthReporter is implemented by sources that report their state. Health must be
+// cheap (no broker call: it returns the last snapshot) and safe for concurrent use.
+type HealthReporter interface {
+	Health() Health
+}

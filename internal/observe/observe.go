@@ -1,9 +1,39 @@
 // Package observe is the narrow interface through which core packages report what they
 // do. Core packages never import Prometheus; admin/metrics.go implements Observer with
 // client_golang, and tests use Nop or their own recorder.
+//
+// Every message the bridge reads ends in exactly one outcome, each counted once (also
+// when a batch is replayed after a failure): Parked then Delivered (Published),
+// Cancelled, DeadLettered, Duplicate (a park refused because the id is known) or
+// Dropped (at-most-once). Retries and failed publish attempts are counted on the way.
 package observe
 
 import "time"
+
+// Reasons for Duplicate: the state the known id was found in.
+const (
+	DuplicatePending   = "pending"   // already parked, waiting
+	DuplicateInflight  = "inflight"  // already claimed, being published
+	DuplicateDead      = "dead"      // already dead-lettered
+	DuplicateDelivered = "delivered" // delivered within done_window
+	DuplicateCancelled = "cancelled" // cancelled (or tombstoned) within done_window
+)
+
+// DuplicateReasons lists every Duplicate reason (metrics create these series at 0).
+var DuplicateReasons = []string{DuplicatePending, DuplicateInflight, DuplicateDead, DuplicateDelivered, DuplicateCancelled}
+
+// Reasons for PublishFailed and Dropped: why a publish attempt did not succeed.
+const (
+	FailTimeout     = "timeout"     // no answer from the broker in time (outcome unknown)
+	FailUnreachable = "unreachable" // connection refused, reset, broker down
+	FailRejected    = "rejected"    // the broker refused the message (nack, error code)
+	FailUnroutable  = "unroutable"  // AMQP basic.return, unknown topic
+	FailFenced      = "fenced"      // not published: this instance no longer holds the shard
+	FailOther       = "other"
+)
+
+// FailReasons lists every PublishFailed / Dropped reason.
+var FailReasons = []string{FailTimeout, FailUnreachable, FailRejected, FailUnroutable, FailFenced, FailOther}
 
 // Observer receives events. Every method must be cheap and safe for concurrent use; it is
 // called on hot paths (per batch where a count is passed, per message for histograms).
@@ -12,6 +42,10 @@ type Observer interface {
 	Received(route string, n int)
 	// Parked counts messages newly stored in Redis (duplicates excluded).
 	Parked(route string, n int)
+	// Duplicate counts parks refused because the id was already known, by reason (one
+	// of DuplicateReasons). A replay of the bridge's own unacknowledged batch counts
+	// here too: it is the same record suppressed again.
+	Duplicate(route, reason string, n int)
 	// Invalid counts one invalid record by reason (bad_delay, payload_too_large, ...).
 	Invalid(route, reason string)
 	// RequestedDelay records the delay a producer asked for (due - receive time).
@@ -21,12 +55,32 @@ type Observer interface {
 	Fired(route string, lateness time.Duration)
 	// Published counts messages the broker confirmed, with the batch's publish duration.
 	Published(route, broker string, n int, took time.Duration)
+	// Delivered records one broker-confirmed message's delivery lateness: the time the
+	// broker confirmed it minus its due time (what consumers feel).
+	Delivered(route string, lateness time.Duration)
+	// PublishFailed counts failed publish attempts by reason (one of FailReasons).
+	PublishFailed(route, broker, reason string, n int)
+	// PublishRetried counts messages put back for another publish attempt.
+	PublishRetried(route string, n int)
+	// Dropped counts messages given up without delivery (at-most-once failures), by
+	// reason (one of FailReasons).
+	Dropped(route, reason string, n int)
+	// Cancelled counts messages cancelled (by x-delay-cancel, HTTP or a bulk job).
+	Cancelled(route string, n int)
+	// Rescheduled counts messages given a new due time.
+	Rescheduled(route string, n int)
 	// DeadLettered counts messages moved to the dead letters.
 	DeadLettered(route string, n int)
 	// ScriptDuration records one Redis script call.
 	ScriptDuration(script string, took time.Duration)
 	// ShardsOwned sets the number of shards this instance owns.
 	ShardsOwned(n int)
+	// IngressConsuming sets whether a route's ingress is consuming (joined, fetching,
+	// making progress) — 0 while joining, stalled or unreachable.
+	IngressConsuming(route string, consuming bool)
+	// IngressLag sets how many records a route's ingress is behind (Kafka: log end
+	// minus committed offset over its assigned partitions; AMQP: queue depth).
+	IngressLag(route string, lag int64)
 }
 
 // Nop discards everything.
@@ -34,10 +88,19 @@ type Nop struct{}
 
 func (Nop) Received(string, int)                         {}
 func (Nop) Parked(string, int)                           {}
+func (Nop) Duplicate(string, string, int)                {}
 func (Nop) Invalid(string, string)                       {}
 func (Nop) RequestedDelay(string, time.Duration)         {}
 func (Nop) Fired(string, time.Duration)                  {}
 func (Nop) Published(string, string, int, time.Duration) {}
+func (Nop) Delivered(string, time.Duration)              {}
+func (Nop) PublishFailed(string, string, string, int)    {}
+func (Nop) PublishRetried(string, int)                   {}
+func (Nop) Dropped(string, string, int)                  {}
+func (Nop) Cancelled(string, int)                        {}
+func (Nop) Rescheduled(string, int)                      {}
 func (Nop) DeadLettered(string, int)                     {}
 func (Nop) ScriptDuration(string, time.Duration)         {}
 func (Nop) ShardsOwned(int)                              {}
+func (Nop) IngressConsuming(string, bool)                {}
+func (Nop) IngressLag(string, int64)                     {}
