@@ -32,3 +32,12 @@ type Sink interface {
 // ErrPermanent marks a publish failure that retrying cannot fix; the message goes
 // straight to the dead letters.
 var ErrPermanent = errors.New("permanent")
+
+// HealthChecker is implemented by sinks that can tell whether their broker is reachable
+// even while nothing is being published (readiness must not wait for the first failed
+// publish). Healthy returns nil when the broker answered recently, otherwise an error
+// saying what failed. It must be cheap (the last result of a background probe or of the
+// last publish, no broker call of its own) and safe for concurrent use.
+type HealthChecker interface {
+	Healthy() error
+}
