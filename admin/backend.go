@@ -28,6 +28,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -197,8 +198,91 @@ type Backend interface {
 	// PurgeDead deletes every dead letter and returns how many it deleted.
 	PurgeDead(ctx context.Context) (int64, error)
 
-	// Ready returns nil when the instance can do its job (Redis reachable, brokers
-	// connected, shard ownership established) and otherwise an error saying what is
-	// missing; /readyz shows that text.
+	// Ready returns nil when the instance can do its job (Redis reachable, shard
+	// ownership established, every route's ingress consuming and its egress broker
+	// reachable) and otherwise an error saying what is missing — preferably a
+	// *NotReadyError listing every check; /readyz shows it.
 	Ready(ctx context.Context) error
+}
+
+// Check is one readiness check (GET /readyz, GET /v1/routes).
+type Check struct {
+	// Name says what was checked: "redis", "shards", "ingress <route>", "egress <broker>".
+	Name string `json:"name"`
+	OK   bool   `json:"ok"`
+	// Detail says why a check failed ("" when OK).
+	Detail string `json:"detail,omitempty"`
+}
+
+// NotReadyError is what Backend.Ready returns when some check failed; /readyz lists
+// every check in its body. Error names the failing ones.
+type NotReadyError struct {
+	Checks []Check
+}
+
+func (e *NotReadyError) Error() string {
+	var b strings.Builder
+	for _, c := range e.Checks {
+		if c.OK {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(c.Name)
+		if c.Detail != "" {
+			b.WriteString(": ")
+			b.WriteString(c.Detail)
+		}
+	}
+	return b.String()
+}
+
+// Is makes errors.Is(err, ErrUnavailable) true.
+func (e *NotReadyError) Is(target error) bool { return target == ErrUnavailable }
+
+// IngressStatus is a route's consumer as GET /v1/routes shows it.
+type IngressStatus struct {
+	Source string `json:"source"` // kafka:<topic> or amqp:<queue>
+	// State: starting, consuming, joining, stalled, unreachable or stopped. Only
+	// consuming is ready.
+	State  string    `json:"state"`
+	Detail string    `json:"detail,omitempty"`
+	Since  time.Time `json:"since,omitzero"`
+	// Partitions are the Kafka partitions assigned to this instance.
+	Partitions []int `json:"partitions,omitempty"`
+	// Lag: Kafka end offset minus committed offset over the assigned partitions; AMQP
+	// queue depth; -1 unknown.
+	Lag      int64 `json:"lag"`
+	Rebuilds int   `json:"rebuilds"` // consumers rebuilt by the stall watchdog
+}
+
+// EgressStatus is a route's target broker as GET /v1/routes shows it.
+type EgressStatus struct {
+	Broker    string `json:"broker"` // kafka or amqp
+	Target    string `json:"target"` // topic or exchange
+	Reachable bool   `json:"reachable"`
+	Detail    string `json:"detail,omitempty"`
+}
+
+// RouteStatus is one route in GET /v1/routes, as seen by the answering instance.
+type RouteStatus struct {
+	Name    string        `json:"name"`
+	Ingress IngressStatus `json:"ingress"`
+	Egress  EgressStatus  `json:"egress"`
+	// Ready is true when the ingress is consuming and the egress broker is reachable.
+	Ready bool `json:"ready"`
+}
+
+// RoutesResponse is the body of GET /v1/routes.
+type RoutesResponse struct {
+	Instance string        `json:"instance,omitempty"`
+	Routes   []RouteStatus `json:"routes"`
+}
+
+// RouteLister is implemented by backends that report per-route state (GET /v1/routes;
+// 404 on backends without it). Routes must not call the brokers: it reports the last
+// known state, so it is cheap and never blocks on a broker that is down.
+type RouteLister interface {
+	Routes(ctx context.Context) (RoutesResponse, error)
 }

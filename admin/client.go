@@ -172,6 +172,13 @@ func (c *Client) PurgeDead(ctx context.Context) (PurgeResult, error) {
 	return out, err
 }
 
+// Routes returns the per-route state (GET /v1/routes).
+func (c *Client) Routes(ctx context.Context) (RoutesResponse, error) {
+	var out RoutesResponse
+	err := c.do(ctx, http.MethodGet, "/v1/routes", nil, &out)
+	return out, err
+}
+
 // Ready calls /readyz: nil when ready, else an *APIError (503) carrying the reason.
 func (c *Client) Ready(ctx context.Context) error {
 	return c.do(ctx, http.MethodGet, "/readyz", nil, nil)

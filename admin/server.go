@@ -95,6 +95,7 @@ func NewServer(opts Options) *Server {
 	s.mux.HandleFunc("DELETE /v1/messages/{id...}", s.handleCancel)
 	s.mux.HandleFunc("POST /v1/messages/{id}/reschedule", s.handleReschedule)
 	s.mux.HandleFunc("GET /v1/stats", s.handleStats)
+	s.mux.HandleFunc("GET /v1/routes", s.handleRoutes)
 	s.mux.HandleFunc("GET /v1/dead", s.handleListDead)
 	s.mux.HandleFunc("POST /v1/dead/{id}/requeue", s.handleRequeue)
 	s.mux.HandleFunc("DELETE /v1/dead", s.handlePurge)
@@ -454,10 +455,38 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), s.opt.ReadyTimeout)
 	defer cancel()
 	if err := s.opt.Backend.Ready(ctx); err != nil {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "error": err.Error()})
+		body := readyBody{Status: "not ready", Error: err.Error()}
+		var nr *NotReadyError
+		if errors.As(err, &nr) {
+			body.Checks = nr.Checks
+		}
+		writeJSON(w, http.StatusServiceUnavailable, body)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	writeJSON(w, http.StatusOK, readyBody{Status: "ready"})
+}
+
+// readyBody is the body of /readyz.
+type readyBody struct {
+	Status string  `json:"status"`
+	Error  string  `json:"error,omitempty"`
+	Checks []Check `json:"checks,omitempty"`
+}
+
+func (s *Server) handleRoutes(w http.ResponseWriter, r *http.Request) {
+	rl, ok := s.opt.Backend.(RouteLister)
+	if !ok {
+		writeError(w, http.StatusNotFound, "this backend does not report routes", "")
+		return
+	}
+	ctx, cancel := s.call(r)
+	defer cancel()
+	out, err := rl.Routes(ctx)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // ---- errors and JSON -------------------------------------------------------------

@@ -34,6 +34,7 @@ Commands:
            [--key K] [--id ID] [--header k=v]... [--routing-key RK]
                                  schedule a message over HTTP
   stats [--json]                 pending/in-flight/dead per shard and route, owners
+  routes [--json]                per route: ingress state, lag, partitions; egress broker
   dead [--limit N]               list dead letters (oldest first)
   requeue ID                     move a dead letter back to pending, due now
   purge-dead                     delete every dead letter
@@ -132,6 +133,16 @@ var ctlCommands = map[string]ctlCommand{
 				return printJSON(out, st, err)
 			}
 			return printStats(out, st)
+		}
+	}},
+	"routes": {"[--json]", 0, func(fs *pflag.FlagSet) ctlFunc {
+		asJSON := fs.Bool("json", false, "print the raw JSON")
+		return func(ctx context.Context, c *admin.Client, _ []string, out io.Writer) error {
+			rs, err := c.Routes(ctx)
+			if err != nil || *asJSON {
+				return printJSON(out, rs, err)
+			}
+			return printRoutes(out, rs)
 		}
 	}},
 	"dead": {"[--limit N]", 0, func(fs *pflag.FlagSet) ctlFunc {
@@ -323,6 +334,30 @@ func fmtMs(ms int64) string {
 		return "-"
 	}
 	return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z")
+}
+
+// printRoutes prints GET /v1/routes as a table.
+func printRoutes(out io.Writer, rs admin.RoutesResponse) error {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "ROUTE\tREADY\tINGRESS\tSTATE\tLAG\tPARTITIONS\tREBUILDS\tEGRESS\tREACHABLE\tDETAIL\n")
+	for _, r := range rs.Routes {
+		parts := make([]string, len(r.Ingress.Partitions))
+		for i, p := range r.Ingress.Partitions {
+			parts[i] = fmt.Sprint(p)
+		}
+		lag := "-"
+		if r.Ingress.Lag >= 0 {
+			lag = fmt.Sprint(r.Ingress.Lag)
+		}
+		detail := r.Ingress.Detail
+		if r.Egress.Detail != "" {
+			detail = strings.TrimPrefix(detail+"; ", "; ") + "egress: " + r.Egress.Detail
+		}
+		fmt.Fprintf(tw, "%s\t%t\t%s\t%s\t%s\t%s\t%d\t%s:%s\t%t\t%s\n", r.Name, r.Ready, r.Ingress.Source,
+			r.Ingress.State, lag, strings.Join(parts, ","), r.Ingress.Rebuilds, r.Egress.Broker, r.Egress.Target,
+			r.Egress.Reachable, detail)
+	}
+	return tw.Flush()
 }
 
 func printStats(out io.Writer, st admin.Stats) error {

@@ -88,6 +88,14 @@ func (b *ctlBackend) RequeueDead(_ context.Context, id string) (admin.Scheduled,
 
 func (b *ctlBackend) PurgeDead(context.Context) (int64, error) { return 4, nil }
 
+func (b *ctlBackend) Routes(context.Context) (admin.RoutesResponse, error) {
+	return admin.RoutesResponse{Instance: "pod-a-1", Routes: []admin.RouteStatus{{
+		Name:    "orders",
+		Ingress: admin.IngressStatus{Source: "kafka:orders.delay", State: "stalled", Detail: "no progress for 20s with lag 42", Partitions: []int{0, 3}, Lag: 42, Rebuilds: 2},
+		Egress:  admin.EgressStatus{Broker: "kafka", Target: "orders", Reachable: false, Detail: "connection refused"},
+	}}}, nil
+}
+
 func (b *ctlBackend) Ready(context.Context) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -183,6 +191,17 @@ func TestCtl(t *testing.T) {
 	}
 	if code, out, _ := ctl("stats", "--json"); code != exitOK || decode(out)["totals"].(map[string]any)["pending"] != float64(12) {
 		t.Errorf("stats --json: %d %q", code, out)
+	}
+
+	code, out, _ = ctl("routes")
+	for _, want := range []string{"ROUTE", "orders", "false", "kafka:orders.delay", "stalled", "42", "0,3", "kafka:orders",
+		"no progress for 20s with lag 42; egress: connection refused"} {
+		if code != exitOK || !strings.Contains(out, want) {
+			t.Errorf("routes table lacks %q (exit %d):\n%s", want, code, out)
+		}
+	}
+	if code, out, _ := ctl("routes", "--json"); code != exitOK || decode(out)["instance"] != "pod-a-1" {
+		t.Errorf("routes --json: %d %q", code, out)
 	}
 
 	if code, out, _ := ctl("dead", "--limit", "5"); code != exitOK || decode(out)["count"] != float64(1) || b.deadLim != 5 {

@@ -11,7 +11,6 @@ import (
 	"github.com/delaybridge/delay-bridge/admin"
 	"github.com/delaybridge/delay-bridge/egress"
 	"github.com/delaybridge/delay-bridge/ingress"
-	"github.com/delaybridge/delay-bridge/internal/amqpconn"
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/scheduler"
@@ -267,30 +266,4 @@ func (b *Bridge) PurgeDead(ctx context.Context) (int64, error) {
 	}
 	n, err := store.PurgeDead(ctx)
 	return n, storeErr(err)
-}
-
-// Ready implements admin.Backend: Redis answers, this instance has completed an
-// ownership round (with other instances alive it may rightly own no shard), and its
-// AMQP connections are up. Kafka clients connect per request and reconnect by
-// themselves; a Kafka outage shows in the logs and in lateness, not here.
-func (b *Bridge) Ready(ctx context.Context) error {
-	_, sched, err := b.parts()
-	if err != nil {
-		return err
-	}
-	if err := b.rdb.Ping(ctx).Err(); err != nil {
-		return fmt.Errorf("%w: redis: %w", admin.ErrUnavailable, err)
-	}
-	if !sched.Ready() {
-		return fmt.Errorf("%w: shard ownership not established yet", admin.ErrUnavailable)
-	}
-	b.mu.Lock()
-	conns := b.conns
-	b.mu.Unlock()
-	for name, m := range map[string]*amqpconn.Manager{"amqp ingress": conns.amqpIn, "amqp egress": conns.amqpOut} {
-		if m != nil && !m.Connected() {
-			return fmt.Errorf("%w: %s not connected: %v", admin.ErrUnavailable, name, m.LastError())
-		}
-	}
-	return nil
 }

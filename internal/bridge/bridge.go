@@ -44,7 +44,8 @@ type Bridge struct {
 	store   *scheduler.Store
 	sched   *scheduler.Scheduler
 	sinks   map[string]egress.Sink // by broker
-	sources []ingress.Source
+	sources []ingress.Source       // one per route, in cfg.Routes order
+	routes  map[string]egress.RouteSink
 	dlq     map[string]deadLetterPublisher // by broker
 	conns   *connections
 	running bool
@@ -136,6 +137,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	})
 	b.mu.Lock()
 	b.store, b.sched, b.sinks, b.sources, b.conns, b.running = store, sched, sinks, sources, conns, true
+	b.routes = routeSinks
 	b.mu.Unlock()
 
 	schedCtx, stopSched := context.WithCancel(context.WithoutCancel(ctx))

@@ -1,0 +1,155 @@
+package bridge
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/delaybridge/delay-bridge/admin"
+	"github.com/delaybridge/delay-bridge/config"
+	"github.com/delaybridge/delay-bridge/egress"
+	"github.com/delaybridge/delay-bridge/ingress"
+	"github.com/delaybridge/delay-bridge/internal/amqpconn"
+)
+
+// Ready implements admin.Backend. It checks, in this order: the bridge is running
+// (connected to Redis once), Redis answers a PING, shard ownership is established, every
+// route's ingress is consuming (ingress.HealthReporter), every route's egress broker is
+// reachable (egress.HealthChecker) and the AMQP connections are up. Every check is
+// listed in the *admin.NotReadyError, so /readyz names the failing ones.
+func (b *Bridge) Ready(ctx context.Context) error {
+	var checks []admin.Check
+	add := func(name string, err error) {
+		c := admin.Check{Name: name, OK: err == nil}
+		if err != nil {
+			c.Detail = err.Error()
+		}
+		checks = append(checks, c)
+	}
+	_, sched, err := b.parts()
+	if err != nil {
+		add("bridge", err)
+		return &admin.NotReadyError{Checks: checks}
+	}
+	add("redis", b.rdb.Ping(ctx).Err())
+	if sched.Ready() {
+		add("shards", nil)
+	} else {
+		add("shards", fmt.Errorf("shard ownership not established yet"))
+	}
+	routes := b.routeStatuses()
+	for _, r := range routes {
+		if r.Ingress.State != stateUnknown {
+			add("ingress "+r.Name, ingressErr(r.Ingress))
+		}
+	}
+	checks = append(checks, b.egressChecks()...)
+	b.mu.Lock()
+	conns := b.conns
+	b.mu.Unlock()
+	for name, m := range map[string]*amqpconn.Manager{"amqp ingress": conns.amqpIn, "amqp egress": conns.amqpOut} {
+		if m == nil {
+			continue
+		}
+		if m.Connected() {
+			add(name, nil)
+		} else {
+			add(name, fmt.Errorf("not connected: %v", m.LastError()))
+		}
+	}
+	for _, c := range checks {
+		if !c.OK {
+			return &admin.NotReadyError{Checks: checks}
+		}
+	}
+	return nil
+}
+
+// stateUnknown is the ingress state of a source that does not report its health (none
+// of the built-in ones): it is shown, and not checked.
+const stateUnknown = "unknown"
+
+// ingressErr is nil for a consuming ingress and otherwise says what it is doing.
+func ingressErr(s admin.IngressStatus) error {
+	if s.State == ingress.StateConsuming {
+		return nil
+	}
+	if s.Detail != "" {
+		return fmt.Errorf("%s %s (since %s): %s", s.Source, s.State, s.Since.UTC().Format(time.RFC3339), s.Detail)
+	}
+	return fmt.Errorf("%s %s (since %s)", s.Source, s.State, s.Since.UTC().Format(time.RFC3339))
+}
+
+// egressChecks reports one check per sink (per broker), not per route: routes to one
+// broker share its sink.
+func (b *Bridge) egressChecks() []admin.Check {
+	b.mu.Lock()
+	sinks := b.sinks
+	b.mu.Unlock()
+	var out []admin.Check
+	for _, broker := range slices.Sorted(maps.Keys(sinks)) {
+		hc, ok := sinks[broker].(egress.HealthChecker)
+		if !ok {
+			continue
+		}
+		c := admin.Check{Name: "egress " + broker, OK: true}
+		if err := hc.Healthy(); err != nil {
+			c.OK, c.Detail = false, err.Error()
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// Routes implements admin.RouteLister (GET /v1/routes) from the sources' and sinks' last
+// known state; it calls no broker.
+func (b *Bridge) Routes(ctx context.Context) (admin.RoutesResponse, error) {
+	if _, _, err := b.parts(); err != nil {
+		return admin.RoutesResponse{}, err
+	}
+	return admin.RoutesResponse{Instance: b.cfg.Instance, Routes: b.routeStatuses()}, nil
+}
+
+// routeStatuses describes every configured route in configuration order.
+func (b *Bridge) routeStatuses() []admin.RouteStatus {
+	b.mu.Lock()
+	sources, routes := b.sources, b.routes
+	b.mu.Unlock()
+	out := make([]admin.RouteStatus, 0, len(b.cfg.Routes))
+	for i, r := range b.cfg.Routes {
+		st := admin.RouteStatus{Name: r.Name}
+		st.Ingress = admin.IngressStatus{State: stateUnknown, Lag: -1}
+		if i < len(sources) {
+			st.Ingress.Source = sources[i].Name()
+			if hr, ok := sources[i].(ingress.HealthReporter); ok {
+				h := hr.Health()
+				st.Ingress = admin.IngressStatus{
+					Source: sources[i].Name(), State: h.State, Detail: h.Detail, Since: h.Since,
+					Partitions: h.Partitions, Lag: h.Lag, Rebuilds: h.Rebuilds,
+				}
+			}
+		}
+		st.Egress = egressStatus(r, routes[r.Name])
+		st.Ready = (st.Ingress.State == ingress.StateConsuming || st.Ingress.State == stateUnknown) && st.Egress.Reachable
+		out = append(out, st)
+	}
+	return out
+}
+
+func egressStatus(r config.Route, rs egress.RouteSink) admin.EgressStatus {
+	es := admin.EgressStatus{Broker: rs.Broker, Reachable: true}
+	switch {
+	case r.To.Kafka != nil:
+		es.Target = r.To.Kafka.Topic
+	case r.To.AMQP != nil:
+		es.Target = r.To.AMQP.Exchange
+	}
+	if hc, ok := rs.Sink.(egress.HealthChecker); ok {
+		if err := hc.Healthy(); err != nil {
+			es.Reachable, es.Detail = false, err.Error()
+		}
+	}
+	return es
+}
