@@ -617,11 +617,7 @@ func TestChaosKillAndFreeze(t *testing.T) {
 	t.Logf("ch-b after its freezes: %d leases found lost at renewal, %d claims fenced, %d messages dropped from its wheel, %d fired messages refused by Owns",
 		strings.Count(logs, "lost shard lease"), strings.Count(logs, "(fenced)"),
 		sumLogged(logs, "dropped messages of a lost shard from the wheel"), sumLogged(logs, "dropped fired messages"))
-	for _, name := range []string{"ch-a", "ch-b", "ch-c"} {
-		if n := strings.Count(c.procs[name].logs(), "DATA RACE"); n > 0 {
-			t.Errorf("%s: %d data races reported", name, n)
-		}
-	}
+	// Data races in any of the bridges fail the test through the harness (problems).
 }
 
 // sumLogged adds up the n= attribute of the log lines containing msg.

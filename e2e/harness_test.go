@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -69,6 +70,12 @@ type bridgeProc struct {
 	log   *bytes.Buffer
 	mu    sync.Mutex
 	done  chan struct{}
+	// argv replaces `bridge run -c cfg` (the harness's own test runs other programs).
+	argv []string
+	// killing is set (under mu) while the test kills the process itself; exits records
+	// every exit the test did not cause (under mu), checked by problems.
+	killing bool
+	exits   []string
 }
 
 type logBuf struct {
@@ -130,6 +137,9 @@ func startBridge(t *testing.T, cfgPath, admin string) *bridgeProc {
 	p.start()
 	t.Cleanup(func() {
 		p.stop()
+		for _, problem := range p.problems() {
+			t.Errorf("bridge %s: %s", admin, problem)
+		}
 		if t.Failed() {
 			t.Logf("bridge log:\n%s", p.logs())
 		}
@@ -139,18 +149,69 @@ func startBridge(t *testing.T, cfgPath, admin string) *bridgeProc {
 
 func (p *bridgeProc) start() {
 	p.t.Helper()
-	p.cmd = exec.Command(bridgeBin, "run", "-c", p.cfg)
+	p.launch()
+	p.waitReady(30 * time.Second)
+}
+
+// launch starts the process and a goroutine that waits for its exit and records it.
+func (p *bridgeProc) launch() {
+	p.t.Helper()
+	argv := p.argv
+	if argv == nil {
+		argv = []string{bridgeBin, "run", "-c", p.cfg}
+	}
+	p.cmd = exec.Command(argv[0], argv[1:]...)
 	w := logBuf{&p.mu, p.log}
 	p.cmd.Stdout, p.cmd.Stderr = w, w
 	if err := p.cmd.Start(); err != nil {
-		p.t.Fatalf("start bridge: %v", err)
+		p.t.Fatalf("start %s: %v", argv[0], err)
 	}
+	p.mu.Lock()
+	p.killing = false
+	p.mu.Unlock()
 	p.done = make(chan struct{})
 	go func(cmd *exec.Cmd, done chan struct{}) {
-		_ = cmd.Wait()
+		err := cmd.Wait()
+		p.mu.Lock()
+		if problem := unexpectedExit(err, p.killing); problem != "" {
+			p.exits = append(p.exits, fmt.Sprintf("pid %d: %s", cmd.Process.Pid, problem))
+		}
+		p.mu.Unlock()
 		close(done)
 	}(p.cmd, p.done)
-	p.waitReady(30 * time.Second)
+}
+
+// unexpectedExit describes an exit the test did not cause: any failure status, or a
+// signal other than the SIGKILL the test sent itself (killedByTest). "" if expected.
+// A clean exit (status 0) is expected: the test sent SIGTERM, or the command ended.
+func unexpectedExit(err error, killedByTest bool) string {
+	if err == nil {
+		return ""
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		return "wait: " + err.Error()
+	}
+	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL && killedByTest {
+		return ""
+	}
+	return "unexpected exit: " + ee.String()
+}
+
+// raceMarker is what the race detector prints for each data race it finds.
+const raceMarker = "WARNING: DATA RACE"
+
+// problems returns the data races the process (any of its incarnations) reported and
+// every exit the test did not cause. The child's exit status alone would miss a race in
+// a process the test killed with SIGKILL, and its output alone a crash.
+func (p *bridgeProc) problems() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := append([]string(nil), p.exits...)
+	if n := strings.Count(p.log.String(), raceMarker); n > 0 {
+		out = append(out, fmt.Sprintf("%d data race(s) reported (%q in its output)", n, raceMarker))
+	}
+	return out
 }
 
 func (p *bridgeProc) logs() string {
@@ -183,6 +244,9 @@ func (p *bridgeProc) waitReady(limit time.Duration) {
 // kill sends SIGKILL: no shutdown, whatever was in memory is lost to the process.
 func (p *bridgeProc) kill() {
 	if p.cmd != nil && p.cmd.Process != nil {
+		p.mu.Lock()
+		p.killing = true
+		p.mu.Unlock()
 		_ = p.cmd.Process.Kill()
 		<-p.done
 	}
@@ -199,6 +263,9 @@ func (p *bridgeProc) stop() {
 	case <-p.done:
 	case <-time.After(30 * time.Second):
 		p.t.Errorf("bridge did not stop within 30s of SIGTERM")
+		p.mu.Lock()
+		p.killing = true
+		p.mu.Unlock()
 		_ = p.cmd.Process.Kill()
 		<-p.done
 	}
