@@ -205,11 +205,6 @@ func (c *Config) Validate() error {
 	if len(c.Redis.Addrs) == 0 {
 		bad("redis.addrs", "at least one address is required")
 	}
-	for i, a := range c.Redis.Addrs {
-		if !strings.Contains(a, ":") {
-			bad(fmt.Sprintf("redis.addrs[%d]", i), "want host:port, got %q", a)
-		}
-	}
 	if c.Redis.MinReplicas < 0 {
 		bad("redis.min_replicas", "must be >= 0, got %d", c.Redis.MinReplicas)
 	}
@@ -353,13 +348,11 @@ func (c *Config) Validate() error {
 		}
 	}
 	if usesAMQP {
-		if !strings.HasPrefix(c.AMQP.URL, "amqp://") && !strings.HasPrefix(c.AMQP.URL, "amqps://") {
-			bad("amqp.url", "must start with amqp:// or amqps://")
-		}
 		if c.AMQP.Prefetch < 1 || c.AMQP.Prefetch > 65535 {
 			bad("amqp.prefetch", "must be between 1 and 65535, got %d", c.AMQP.Prefetch)
 		}
 	}
+	c.validateCredentials(usesAMQP, bad)
 	if c.Admin.Listen != "" {
 		if _, port, err := net.SplitHostPort(c.Admin.Listen); err != nil || port == "" {
 			bad("admin.listen", "want host:port (or \"\" to disable the admin API), got %q", c.Admin.Listen)

@@ -4,9 +4,9 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -107,7 +107,7 @@ func FieldErrors(err error) []*FieldError {
 // suite's DELAYBRIDGE_TEST_* are ignored; any other unknown DELAYBRIDGE_ name is an
 // error naming the variable.
 func Load(opts LoadOptions) (Config, error) {
-	l := &loader{k: koanf.New("."), origin: map[string]string{}}
+	l := &loader{k: koanf.New("."), origin: map[string]string{}, secrets: secretSet{}}
 	l.loadDefaults()
 	if opts.File != "" {
 		l.loadFile(opts.File)
@@ -118,7 +118,9 @@ func Load(opts LoadOptions) (Config, error) {
 	}
 	l.loadEnv(env)
 	l.loadFlags(opts.Set)
+	l.secrets.addValue("", l.k.Raw())
 	if len(l.errs) > 0 {
+		l.secrets.scrubErrors(l.errs)
 		return Config{}, errors.Join(l.errs...)
 	}
 
@@ -143,15 +145,17 @@ func Load(opts LoadOptions) (Config, error) {
 			}
 			out = append(out, fe)
 		}
+		l.secrets.scrubErrors(out)
 		return cfg, errors.Join(out...)
 	}
 	return cfg, nil
 }
 
 type loader struct {
-	k      *koanf.Koanf
-	origin map[string]string // display key (routes[0].name) -> source
-	errs   []error
+	k       *koanf.Koanf
+	origin  map[string]string // display key (routes[0].name) -> source
+	errs    []error
+	secrets secretSet // every secret value seen, masked in every message
 }
 
 func (l *loader) fail(key, source, format string, args ...any) {
@@ -176,11 +180,13 @@ func (l *loader) loadFile(path string) {
 		l.fail("", src, "%v", err)
 		return
 	}
+	l.secrets.addYAMLText(string(b))
 	raw, err := kyaml.Parser().Unmarshal(b)
 	if err != nil {
-		l.fail("", src, "%v", err)
+		l.fail("", src, "%s", scrubYAMLError(err.Error()))
 		return
 	}
+	l.secrets.addValue("", raw)
 	var issues []*FieldError
 	norm := normalizeStruct(raw, configType, "", &issues)
 	for _, fe := range issues {
@@ -258,7 +264,13 @@ func (l *loader) loadFlags(set []string) {
 		key, value, ok := strings.Cut(kv, "=")
 		key = strings.TrimSpace(key)
 		if !ok || key == "" {
-			l.fail("", "flag --set "+kv, "want key=value")
+			// The argument may be a value given without its key: show it only when it
+			// looks like a key.
+			if flagKeyRE.MatchString(kv) {
+				l.fail("", "flag --set "+kv, "want key=value")
+			} else {
+				l.fail("", "flag --set", "want key=value, got an argument without \"=\" (not shown: it may hold a secret)")
+			}
 			continue
 		}
 		// routes[0].name is the same as routes.0.name.
@@ -271,7 +283,11 @@ func (l *loader) loadFlags(set []string) {
 // len(list) appends.
 type listPatch map[int]map[string]any
 
+// flagKeyRE matches a configuration key as written in --set.
+var flagKeyRE = regexp.MustCompile(`^[a-z0-9_]+([.\[\]][a-z0-9_\]]*)*$`)
+
 func (l *loader) apply(s setting) {
+	l.secrets.addSetting(s.parts, s.value)
 	patch, key, fe := buildPatch(s.parts, configType, "", s.value)
 	if fe != nil {
 		fe.Source = s.source
@@ -408,6 +424,9 @@ func buildPatch(parts []string, t reflect.Type, path string, value string) (map[
 		}
 		v, err := parseText(value, f.Type)
 		if err != nil {
+			if hidesValue(key) {
+				return nil, key, &FieldError{Key: key, Msg: "want " + wantOf(f.Type) + ", got " + shown(key, value)}
+			}
 			return nil, key, &FieldError{Key: key, Msg: err.Error()}
 		}
 		return map[string]any{name: v}, key, nil
@@ -531,7 +550,7 @@ func normalizeValue(v any, t reflect.Type, key string, issues *[]*FieldError) (a
 	case isSection(dt):
 		m, ok := v.(map[string]any)
 		if !ok {
-			return bad("want a section (a mapping with keys %s), got %s", strings.Join(keysOf(dt), ", "), describe(v))
+			return bad("want a section (a mapping with keys %s), got %s", strings.Join(keysOf(dt), ", "), shown(key, v))
 		}
 		return normalizeStruct(m, dt, key, issues), true
 	case dt.Kind() == reflect.Slice:
@@ -540,7 +559,7 @@ func normalizeValue(v any, t reflect.Type, key string, issues *[]*FieldError) (a
 		}
 		list, ok := v.([]any)
 		if !ok {
-			return bad("want a list, got %s", describe(v))
+			return bad("want a list, got %s", shown(key, v))
 		}
 		out := make([]any, 0, len(list))
 		good := true
@@ -559,6 +578,15 @@ func normalizeValue(v any, t reflect.Type, key string, issues *[]*FieldError) (a
 	default:
 		nv, err := convertScalar(v, dt)
 		if err != nil {
+			if hidesValue(key) {
+				hint := ""
+				if _, scalar := v.(map[string]any); !scalar {
+					if _, list := v.([]any); !list {
+						hint = "; quote it"
+					}
+				}
+				return bad("want %s, got %s%s", wantOf(dt), shown(key, v), hint)
+			}
 			return bad("%v", err)
 		}
 		return nv, true
@@ -785,48 +813,6 @@ func (l *loader) sourceOf(key string) string {
 }
 
 // ---- output ----------------------------------------------------------------------
-
-// Redacted returns a copy of c with secrets masked: redis.password, redis.sentinel_password,
-// kafka.sasl.password, admin.token and the password inside amqp.url. Empty secrets stay
-// empty, so the output still shows whether one is set.
-func Redacted(c Config) Config {
-	mask := func(s string) string {
-		if s == "" {
-			return ""
-		}
-		return Mask
-	}
-	c.Redis.Password = mask(c.Redis.Password)
-	c.Redis.SentinelPassword = mask(c.Redis.SentinelPassword)
-	c.Kafka.SASL.Password = mask(c.Kafka.SASL.Password)
-	c.Admin.Token = mask(c.Admin.Token)
-	c.AMQP.URL = redactURL(c.AMQP.URL)
-	// Do not share the routes' backing array and endpoint pointers with the caller.
-	c.Routes = cloneRoutes(c.Routes)
-	c.Redis.Addrs = slices.Clone(c.Redis.Addrs)
-	c.Kafka.Brokers = slices.Clone(c.Kafka.Brokers)
-	return c
-}
-
-func redactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		if strings.Contains(s, "@") {
-			return Mask // unparsable but may hold credentials
-		}
-		return s
-	}
-	if u.User == nil {
-		return s
-	}
-	if _, has := u.User.Password(); !has {
-		return s
-	}
-	u.User = url.UserPassword(u.User.Username(), Mask)
-	out := u.String()
-	// url escapes '*' in userinfo on some versions; keep the mask readable.
-	return strings.ReplaceAll(out, url.QueryEscape(Mask), Mask)
-}
 
 func cloneRoutes(rs []Route) []Route {
 	if rs == nil {

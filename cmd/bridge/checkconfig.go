@@ -46,9 +46,12 @@ func printConfigErrors(w io.Writer, prefix string, err error) {
 const checkConfigHelp = `
 Load the configuration exactly as 'bridge run' would (defaults < YAML file < DELAYBRIDGE_*
 environment < --set flags), validate it, and print the effective configuration as YAML
-with secrets masked (redis.password, kafka.sasl.password, admin.token and the password
-in amqp.url). On an invalid configuration, list every problem with its key and where
-the value came from, and exit 1. The file may also be given as the only argument.`
+with secrets masked (redis.password, redis.sentinel_password, kafka.sasl.password,
+admin.token and the password in amqp.url). On an invalid configuration, list every
+problem with its key and where the value came from, and exit 1; no message shows a
+secret (a mistyped one is described by its type). Credentials in redis.addrs or
+kafka.brokers, and an amqp.url without a scheme, are refused. The file may also be given
+as the only argument.`
 
 func runCheckConfig(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("check-config", "[-c FILE | FILE] [--set key=value]...", checkConfigHelp)
