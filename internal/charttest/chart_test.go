@@ -208,6 +208,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
@@ -267,6 +268,8 @@ func main() {
 				obj = &appsv1.Deployment{}
 			case "policy/v1 PodDisruptionBudget":
 				obj = &policyv1.PodDisruptionBudget{}
+			case "networking.k8s.io/v1 NetworkPolicy":
+				obj = &networkingv1.NetworkPolicy{}
 			default:
 				fmt.Printf("skip %s %s %s\n", meta.APIVersion, meta.Kind, meta.Metadata.Name)
 				continue
@@ -700,16 +703,18 @@ type probe struct {
 }
 
 type container struct {
-	Name  string   `yaml:"name"`
-	Image string   `yaml:"image"`
-	Args  []string `yaml:"args"`
-	Ports []struct {
+	Name          string   `yaml:"name"`
+	Image         string   `yaml:"image"`
+	Args          []string `yaml:"args"`
+	RestartPolicy string   `yaml:"restartPolicy"`
+	Ports         []struct {
 		Name          string `yaml:"name"`
 		ContainerPort int    `yaml:"containerPort"`
 	} `yaml:"ports"`
 	Env             []envVar `yaml:"env"`
 	LivenessProbe   *probe   `yaml:"livenessProbe"`
 	ReadinessProbe  *probe   `yaml:"readinessProbe"`
+	StartupProbe    *probe   `yaml:"startupProbe"`
 	SecurityContext struct {
 		ReadOnlyRootFilesystem   *bool `yaml:"readOnlyRootFilesystem"`
 		AllowPrivilegeEscalation *bool `yaml:"allowPrivilegeEscalation"`
@@ -730,8 +735,9 @@ type podSpec struct {
 		RunAsNonRoot *bool `yaml:"runAsNonRoot"`
 		RunAsUser    *int  `yaml:"runAsUser"`
 	} `yaml:"securityContext"`
-	Containers []container `yaml:"containers"`
-	Volumes    []struct {
+	InitContainers []container `yaml:"initContainers"`
+	Containers     []container `yaml:"containers"`
+	Volumes        []struct {
 		Name      string `yaml:"name"`
 		ConfigMap *struct {
 			Name string `yaml:"name"`
@@ -1350,7 +1356,7 @@ func TestChartKafkaCreatedSecretAndMonitoring(t *testing.T) {
 		t.Errorf("helm test pod args %q, want ctl ... ready", args)
 	}
 
-	checkPrometheusRule(t, ms.find("PrometheusRule", fullname), 64)
+	checkPrometheusRule(t, ms.find("PrometheusRule", fullname), 64, fullname)
 }
 
 // metricNames are the metric names the bridge registers (from admin.NewMetrics).
@@ -1415,7 +1421,7 @@ func unknownMetrics(names map[string]bool, text string) []string {
 	return bad
 }
 
-func checkPrometheusRule(t *testing.T, o *object, shards int) {
+func checkPrometheusRule(t *testing.T, o *object, shards int, job string) {
 	t.Helper()
 	pr := decodeAs[struct {
 		Spec struct {
@@ -1440,7 +1446,7 @@ func checkPrometheusRule(t *testing.T, o *object, shards int) {
 			if r.Labels["severity"] == "" || r.Annotations["summary"] == "" {
 				t.Errorf("alert %s: want a severity label and a summary", r.Alert)
 			}
-			if !strings.Contains(r.Expr, `job="`+fullname+`"`) {
+			if !strings.Contains(r.Expr, `job="`+job+`"`) && !strings.Contains(r.Expr, `pod=~"`+job+`-.*"`) {
 				t.Errorf("alert %s does not select this release's job: %s", r.Alert, r.Expr)
 			}
 			if strings.Count(r.Expr, "(") != strings.Count(r.Expr, ")") {
@@ -1454,6 +1460,13 @@ func checkPrometheusRule(t *testing.T, o *object, shards int) {
 		"DelayBridgeInvalidMessages":  {"delaybridge_messages_invalid_total"},
 		"DelayBridgeShardsUnowned":    {"sum(delaybridge_shards_owned", "< " + strconv.Itoa(shards)},
 		"DelayBridgePendingCapacity":  {"delaybridge_messages_pending"},
+		// Issue 8's alerts.
+		"DelayBridgeDeliveryLate":        {"histogram_quantile(0.99", "delaybridge_delivery_lateness_seconds_bucket"},
+		"DelayBridgeIngressNotConsuming": {"delaybridge_ingress_consuming", "== 0"},
+		"DelayBridgeIngressLagGrowing":   {"delaybridge_ingress_lag_messages", "deriv("},
+		"DelayBridgePublishFailures":     {"delaybridge_publish_failures_total"},
+		"DelayBridgeMessagesDropped":     {"delaybridge_messages_dropped_total", "> 0"},
+		"DelayBridgeNotReady":            {"kube_pod_container_status_ready", `container="bridge"`},
 	} {
 		expr, ok := alerts[alert]
 		if !ok {
@@ -1599,6 +1612,17 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{[]string{"--set-json", oneRoute, "--set", "replicas=3"}, "'replicas' not allowed"},
 		{[]string{"--set-json", oneRoute, "--set", "config.sharts=3"}, "'sharts' not allowed"},
 		{[]string{"--set-json", `config.routes=[{"name":"x"}]`}, "missing properties"},
+		// The config part of values.schema.json, generated from the Go config struct.
+		{[]string{"--set-json", oneRoute, "--set", "config.redis.adr=x"}, "'adr' not allowed"},
+		{[]string{"--set-json", oneRoute, "--set", "config.scheduler.tick=fast"}, "scheduler/tick"},
+		{[]string{"--set-json", oneRoute, "--set", "config.scheduler.tick=5"}, "scheduler/tick"},
+		{[]string{"--set-json", oneRoute, "--set", "config.delivery=sometimes"}, "delivery"},
+		{[]string{"--set-json", oneRoute, "--set", "config.log.format=xml"}, "log/format"},
+		{[]string{"--set-json", oneRoute, "--set", "config.shards=0"}, "shards"},
+		{[]string{"--set-json", oneRoute, "--set", "config.kafka.sasl.mechanism=GSSAPI"}, "mechanism"},
+		{[]string{"--set-json", `config.routes=[{"name":"x","from":{"kafka":{"topic":"a"},"amqp":{"queue":"q"}},"to":{"kafka":{"topic":"b"}}}]`}, "routes/0/from"},
+		{[]string{"--set-json", `config.routes=[{"name":"x","from":{"kafka":{"topc":"a"}},"to":{"kafka":{"topic":"b"}}}]`}, "'topc' not allowed"},
+		{[]string{"--set-json", oneRoute, "--set", "resources.limits.memory=1Gb"}, "not a memory quantity"},
 	} {
 		_, err := helmTemplate(t, tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

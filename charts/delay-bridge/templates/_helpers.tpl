@@ -149,3 +149,21 @@ Pod selector labels added to topology spread constraints that name none.
 {{- end }}
 {{- toYaml $out }}
 {{- end }}
+
+{{/*
+GOMEMLIMIT in bytes: pct % of a Kubernetes memory quantity ("1Gi", "512M", "1073741824").
+Argument: dict "quantity" Q "pct" P. Empty when Q is empty or P is 0. (The same helper is
+in charts/delay-bridge-sidecar; the chart tests render both.)
+*/}}
+{{- define "delay-bridge.goMemLimit" -}}
+{{- $q := toString (.quantity | default "") }}
+{{- if and $q .pct }}
+{{- $num := regexFind "^[0-9]+(\\.[0-9]+)?" $q }}
+{{- $suffix := trimPrefix $num $q }}
+{{- $units := dict "" 1.0 "k" 1e3 "M" 1e6 "G" 1e9 "T" 1e12 "Ki" 1024.0 "Mi" 1048576.0 "Gi" 1073741824.0 "Ti" 1099511627776.0 }}
+{{- if or (not $num) (not (hasKey $units $suffix)) }}
+{{- fail (printf "resources.limits.memory %q: not a memory quantity this chart can read (use a number with k, M, G, T, Ki, Mi, Gi or Ti)" $q) }}
+{{- end }}
+{{- mulf (float64 $num) (index $units $suffix) (divf (float64 .pct) 100) | floor | int64 }}
+{{- end }}
+{{- end }}
