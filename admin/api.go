@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/delaybridge/delay-bridge/internal/envelope"
 )
 
 // Wire types shared by the server and Client.
@@ -90,15 +92,23 @@ func (t *Timestamp) UnmarshalJSON(b []byte) error {
 	if err != nil {
 		return Invalid("deliver_at", "want unix milliseconds or an RFC 3339 time, got %s", b)
 	}
+	if err := envelope.CheckUnixMillis(ms); err != nil {
+		return Invalid("deliver_at", "%v", err)
+	}
 	t.Time = time.UnixMilli(ms)
 	return nil
 }
 
 // ParseTime parses unix milliseconds ("1700000000000") or RFC 3339
-// ("2026-01-02T15:04:05Z", fractional seconds allowed).
+// ("2026-01-02T15:04:05Z", fractional seconds allowed). A number below
+// envelope.MinUnixMillis (2000-01-01) is an error: unix seconds read as milliseconds
+// would be a time in 1970.
 func ParseTime(s string) (time.Time, error) {
 	s = strings.TrimSpace(s)
 	if ms, err := strconv.ParseInt(s, 10, 64); err == nil {
+		if err := envelope.CheckUnixMillis(ms); err != nil {
+			return time.Time{}, err
+		}
 		return time.UnixMilli(ms), nil
 	}
 	v, err := time.Parse(time.RFC3339Nano, s)

@@ -22,7 +22,7 @@ func TestClientAgainstServer(t *testing.T) {
 	if err != nil || res.ID != "c1" || res.DueAt != 1_700_000_001_500 || res.Duplicate {
 		t.Fatalf("Schedule = %+v, %v", res, err)
 	}
-	res, err = c.Schedule(ctx, ScheduleBody{ID: "c1", Route: "orders", DeliverAt: UnixMilli(5)})
+	res, err = c.Schedule(ctx, ScheduleBody{ID: "c1", Route: "orders", DeliverAt: UnixMilli(1_700_000_000_005)})
 	if err != nil || !res.Duplicate {
 		t.Errorf("duplicate Schedule = %+v, %v", res, err)
 	}

@@ -350,7 +350,7 @@ func TestSchedule(t *testing.T) {
 	bad := []struct{ body, field, contains string }{
 		{`{"delay_ms":1}`, "route", "required"},
 		{`{"route":"orders"}`, "delay_ms", "one of delay_ms or deliver_at"},
-		{`{"route":"orders","delay_ms":1,"deliver_at":5}`, "delay_ms", "only one"},
+		{`{"route":"orders","delay_ms":1,"deliver_at":1700000000000}`, "delay_ms", "only one"},
 		{`{"route":"orders","delay_ms":1.5}`, "delay_ms", "delay_ms"},
 		{`{"route":"orders","delay_ms":"5s"}`, "delay_ms", "delay_ms"},
 		{`{"route":"orders","deliver_at":"tomorrow"}`, "deliver_at", "RFC 3339"},

@@ -186,7 +186,8 @@ func delayOf(v any) (int64, error) { return envelope.Millis(v) }
 var errOutOfRange = envelope.ErrOutOfRange
 
 // deliverAtOf reads x-deliver-at: unix milliseconds (integer or numeric text), RFC 3339
-// text, or an AMQP timestamp.
+// text, or an AMQP timestamp. A number below envelope.MinUnixMillis (2000-01-01) is an
+// error: unix seconds read as milliseconds would be due in 1970, that is at once.
 func deliverAtOf(v any) (int64, error) {
 	switch x := v.(type) {
 	case time.Time:
@@ -203,10 +204,7 @@ func deliverAtOf(v any) (int64, error) {
 				if err != nil {
 					return 0, err
 				}
-				if ms <= 0 {
-					return 0, fmt.Errorf("must be positive unix milliseconds")
-				}
-				return ms, nil
+				return ms, envelope.CheckUnixMillis(ms)
 			}
 		}
 		t, err := time.Parse(time.RFC3339Nano, s)
@@ -219,9 +217,6 @@ func deliverAtOf(v any) (int64, error) {
 		if err != nil {
 			return 0, err
 		}
-		if ms <= 0 {
-			return 0, fmt.Errorf("must be positive unix milliseconds")
-		}
-		return ms, nil
+		return ms, envelope.CheckUnixMillis(ms)
 	}
 }

@@ -177,6 +177,22 @@ func TestParseDeliverAtForms(t *testing.T) {
 		{"bool", false, 0, InvalidBadDeliverAt},
 		{"NaN", math.NaN(), 0, InvalidBadDeliverAt},
 		{"nil", nil, 0, InvalidBadDeliverAt},
+		// A number too small to be unix ms of this century is refused, never due in 1970:
+		// 10 digits are unix seconds.
+		{"unix seconds string", strconv.FormatInt(at/1000, 10), 0, InvalidBadDeliverAt},
+		{"unix seconds bytes", []byte(strconv.FormatInt(at/1000, 10)), 0, InvalidBadDeliverAt},
+		{"unix seconds int64", at / 1000, 0, InvalidBadDeliverAt},
+		{"unix seconds int32", int32(at / 1000), 0, InvalidBadDeliverAt},
+		{"unix seconds uint32", uint32(at / 1000), 0, InvalidBadDeliverAt},
+		{"unix seconds float", float64(at)/1000 + 0.25, 0, InvalidBadDeliverAt},
+		{"unix seconds float string", strconv.FormatInt(at/1000, 10) + ".5", 0, InvalidBadDeliverAt},
+		{"unix seconds exponent", "1.7e9", 0, InvalidBadDeliverAt},
+		{"unix seconds decimal", envelope.Decimal{Scale: 0, Value: int32(at / 1000 / 2)}, 0, InvalidBadDeliverAt},
+		{"small", "5", 0, InvalidBadDeliverAt},
+		{"11 digits", "94668479999", 0, InvalidBadDeliverAt},
+		{"just before 2000", strconv.FormatInt(minDeliverAt-1, 10), 0, InvalidBadDeliverAt},
+		{"2000 exactly", strconv.FormatInt(minDeliverAt, 10), minDeliverAt, ""},
+		{"2000 exactly int64", minDeliverAt, minDeliverAt, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -191,6 +207,23 @@ func TestParseDeliverAtForms(t *testing.T) {
 				t.Errorf("reason %q with invalid %q", it.Env.Reason, it.Invalid)
 			}
 		})
+	}
+}
+
+// minDeliverAt is 2000-01-01T00:00:00Z in unix milliseconds.
+var minDeliverAt = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
+
+// The reason of a unix-seconds x-deliver-at says what is wrong and how to fix it.
+func TestParseDeliverAtSecondsReason(t *testing.T) {
+	it := Parse(raw(h(envelope.HeaderDeliverAt, "1700000060")), rules)
+	if it.Invalid != InvalidBadDeliverAt || !strings.Contains(it.Env.Reason, "unix seconds") ||
+		!strings.Contains(it.Env.Reason, "1700000060") {
+		t.Errorf("invalid %q, reason %q", it.Invalid, it.Env.Reason)
+	}
+	// A good x-delay does not rescue it either.
+	it = Parse(raw(h(envelope.HeaderDelay, "100"), h(envelope.HeaderDeliverAt, int64(1700000060))), rules)
+	if it.Invalid != InvalidBadDeliverAt {
+		t.Errorf("seconds with a good x-delay: invalid %q", it.Invalid)
 	}
 }
 

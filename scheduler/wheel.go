@@ -6,9 +6,11 @@
 package scheduler
 
 import (
+	"cmp"
 	"context"
 	"math"
 	"math/bits"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,9 +27,11 @@ import (
 // batching egress, not publish message by message.
 //
 // batch is allocated for this call and belongs to the callee (it may be kept or passed to
-// another goroutine). Past-due envelopes come first, then the tick's own in the order they
-// were scheduled. now is the clock reading at which the tick was processed; now − DueAt
-// is the fire lateness.
+// another goroutine). It is ordered by fire time, then by the time ingress received each
+// message (ms), then by the order they were scheduled: messages of one key due at the
+// same time, which sit on different shards and reach the wheel in whatever order the
+// shards' pumps claim them, come out in the order the bridge received them. now is the
+// clock reading at which the tick was processed; now − DueAt is the fire lateness.
 type FireFunc func(batch []*envelope.Envelope, now time.Time)
 
 const (
@@ -291,6 +295,20 @@ func (w *Wheel) Run(ctx context.Context) {
 // (math.MaxInt64 when the wheel is empty). Run is step plus sleeping; tests and
 // benchmarks drive step directly.
 func (w *Wheel) step(now time.Time) (batch []*envelope.Envelope, processed bool, next int64) {
+	batch, processed, next = w.stepLocked(now)
+	if len(batch) > 1 { // outside the lock: Schedule need not wait for the sort
+		slices.SortStableFunc(batch, fireOrder)
+	}
+	return batch, processed, next
+}
+
+// fireOrder orders a fired batch: by fire time, then receive time (see FireFunc).
+func fireOrder(a, b *envelope.Envelope) int {
+	return cmp.Or(cmp.Compare(a.FireTime(), b.FireTime()), cmp.Compare(a.ReceivedAt, b.ReceivedAt))
+}
+
+// stepLocked is step under the wheel lock, before the batch is ordered.
+func (w *Wheel) stepLocked(now time.Time) (batch []*envelope.Envelope, processed bool, next int64) {
 	nowTick := wheelFloorDiv(now.UnixNano(), w.tickNs)
 	w.mu.Lock()
 	defer w.mu.Unlock()

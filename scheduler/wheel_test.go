@@ -691,3 +691,24 @@ func TestWheelNextTickMatchesMinimum(t *testing.T) {
 		}
 	}
 }
+
+// A tick's batch comes out by fire time, then receive time, then schedule order: same-key
+// messages due together reach the wheel in claim order (shard by shard) but leave it in
+// the order ingress received them.
+func TestWheelOrdersBatchByDueThenReceived(t *testing.T) {
+	h := newWheelHarness(t, 10*time.Millisecond, 64)
+	h.start()
+	h.park(false, 0)
+	env := func(id string, dueMs, recvMs int) *envelope.Envelope {
+		e := wheelEnv(id, wheelT0.Add(wheelMs(dueMs)))
+		e.ReceivedAt = wheelT0.UnixMilli() - 1000 + int64(recvMs)
+		return e
+	}
+	// Claimed in the order two shards' pumps ran, not in receive order.
+	h.w.ScheduleBatch([]*envelope.Envelope{env("r3", 10, 3), env("r1", 10, 1), env("tie-a", 10, 5), env("early", 9, 9)})
+	h.w.ScheduleBatch([]*envelope.Envelope{env("r2", 10, 2), env("tie-b", 10, 5), env("r0", 10, 0)})
+	h.park(true, wheelMs(10))
+	h.fc.Advance(wheelMs(10))
+	h.park(false, 0)
+	h.expectFired(wheelFiring{[]string{"early", "r0", "r1", "r2", "r3", "tie-a", "tie-b"}, wheelT0.Add(wheelMs(10))})
+}

@@ -87,3 +87,21 @@ func textMs(s string) (int64, error) {
 	}
 	return floatMs(f)
 }
+
+// MinUnixMillis is 2000-01-01T00:00:00Z in unix milliseconds. An absolute time given as
+// a number below it is not unix milliseconds of this century: most likely unix seconds
+// (10 digits), which read as milliseconds would be a date in 1970 and fire at once. Such a
+// number is refused (x-deliver-at: bad_deliver_at; HTTP deliver_at: 400).
+const MinUnixMillis int64 = 946_684_800_000
+
+// CheckUnixMillis returns an error saying what is wrong when ms, given as a number, is too
+// small to be unix milliseconds (see MinUnixMillis).
+func CheckUnixMillis(ms int64) error {
+	if ms >= MinUnixMillis {
+		return nil
+	}
+	if ms > 0 && ms < 100_000_000_000 {
+		return fmt.Errorf("%d is not unix milliseconds of this century (unix seconds? multiply by 1000)", ms)
+	}
+	return fmt.Errorf("%d is not unix milliseconds of this century (want at least %d, 2000-01-01T00:00:00Z)", ms, MinUnixMillis)
+}
