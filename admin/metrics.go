@@ -42,12 +42,19 @@ type CountsFunc func(ctx context.Context) (Counts, error)
 //
 //	counters   messages_received_total{route}, messages_parked_total{route},
 //	           messages_fired_total{route}, messages_published_total{route,broker},
-//	           messages_dead_lettered_total{route}, messages_invalid_total{route,reason}
+//	           messages_dead_lettered_total{route}, messages_invalid_total{route,reason},
+//	           messages_duplicate_total{route,reason}, messages_cancelled_total{route},
+//	           messages_rescheduled_total{route}, messages_dropped_total{route,reason},
+//	           publish_failures_total{route,broker,reason}, publish_retries_total{route}
 //	gauges     messages_pending, messages_inflight, messages_dead (from SetCounts,
 //	           collected at scrape time, cached StatsCacheTTL), shards_owned,
+//	           ingress_consuming{route}, ingress_lag_messages{route},
 //	           build_info{version,goversion} (always 1)
-//	histograms fire_lateness_seconds{route}, requested_delay_seconds{route},
-//	           publish_duration_seconds{route,broker}, redis_script_duration_seconds{script}
+//	histograms delivery_lateness_seconds{route}, fire_lateness_seconds{route},
+//	           requested_delay_seconds{route}, publish_duration_seconds{route,broker},
+//	           redis_script_duration_seconds{script}
+//
+// Declare creates the labelled series of the configured routes at 0 from start.
 type Metrics struct {
 	received, parked, fired, deadLettered *prometheus.CounterVec
 	published, invalid                    *prometheus.CounterVec
@@ -129,6 +136,44 @@ func NewMetrics(reg prometheus.Registerer, version string, logger *slog.Logger) 
 		}
 	}
 	return m, nil
+}
+
+// RouteSeries names one configured route and the broker its target is on, for Declare.
+type RouteSeries struct {
+	Name   string
+	Broker string // target broker: envelope.BrokerKafka or envelope.BrokerAMQP
+}
+
+// Declare creates every labelled series of the given routes at 0, so that a scrape
+// lists them before their first event (an increase() alert then sees the first one):
+// the per-route counters, gauges and histograms; messages_invalid_total for each of
+// invalidReasons; messages_duplicate_total for observe.DuplicateReasons;
+// messages_dropped_total and publish_failures_total (with the route's broker) for
+// observe.FailReasons. Call it once at start, before the bridge runs; calling it
+// again only adds series (existing values are kept).
+func (m *Metrics) Declare(routes []RouteSeries, invalidReasons []string) {
+	for _, r := range routes {
+		for _, c := range []*prometheus.CounterVec{m.received, m.parked, m.fired, m.deadLettered, m.cancelled, m.rescheduled, m.retries} {
+			c.WithLabelValues(r.Name)
+		}
+		m.published.WithLabelValues(r.Name, r.Broker)
+		m.publishDuration.WithLabelValues(r.Name, r.Broker)
+		for _, h := range []*prometheus.HistogramVec{m.lateness, m.delivery, m.requestedDelay} {
+			h.WithLabelValues(r.Name)
+		}
+		m.ingressConsuming.WithLabelValues(r.Name)
+		m.ingressLag.WithLabelValues(r.Name)
+		for _, reason := range invalidReasons {
+			m.invalid.WithLabelValues(r.Name, reason)
+		}
+		for _, reason := range observe.DuplicateReasons {
+			m.duplicate.WithLabelValues(r.Name, reason)
+		}
+		for _, reason := range observe.FailReasons {
+			m.dropped.WithLabelValues(r.Name, reason)
+			m.publishFailures.WithLabelValues(r.Name, r.Broker, reason)
+		}
+	}
 }
 
 // SetCounts installs the source of the messages_pending, messages_inflight and

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/observe"
 )
@@ -43,9 +44,11 @@ type DispatcherOptions struct {
 	Workers int
 	// MaxBatch bounds one Publish call (default 1000).
 	MaxBatch int
-	// PublishTimeout bounds one Publish call (default 10s). It must stay well below the
-	// in-flight lease so a stuck publish is failed and retried before recovery would
-	// fire the same message a second time.
+	// PublishTimeout bounds how long one Publish call waits for the broker's answers
+	// (default 10s; the bridge derives it from the in-flight lease). A message written
+	// but not answered by then has an unknown outcome: the completer leaves it in flight
+	// rather than re-sending it, so it must stay below the in-flight lease, and above
+	// the broker stalls it should ride out without duplicates.
 	PublishTimeout time.Duration
 	// AtMostOnce acknowledges (removes from Redis) before publishing.
 	AtMostOnce bool
@@ -54,6 +57,8 @@ type DispatcherOptions struct {
 	Owned    func(env *envelope.Envelope) bool
 	Observer observe.Observer
 	Logger   *slog.Logger
+	// Clock tells the broker-confirmed time for delivery_lateness (default clock.Real).
+	Clock clock.Clock
 }
 
 // Dispatcher takes batches fired by the wheel and publishes them through the route's
@@ -85,6 +90,9 @@ func NewDispatcher(opt DispatcherOptions) *Dispatcher {
 	}
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
+	}
+	if opt.Clock == nil {
+		opt.Clock = clock.Real{}
 	}
 	d := &Dispatcher{opt: opt, limiters: map[string]*rate.Limiter{}, shared: newFIFO(opt.MaxBatch), lanes: map[string]*fifo{}}
 	for name, rs := range opt.Routes {
@@ -248,7 +256,7 @@ func (d *Dispatcher) publishRoute(ctx context.Context, route string, envs []*env
 		for i := range errs {
 			errs[i] = fmt.Errorf("route %q is not configured on this instance: %w", route, ErrPermanent)
 		}
-		d.opt.Completer.Failed(ctx, envs, errs)
+		d.failed(ctx, route, "", envs, errs)
 		return
 	}
 	if lim := d.limiters[route]; lim != nil {
@@ -261,22 +269,8 @@ func (d *Dispatcher) publishRoute(ctx context.Context, route string, envs []*env
 	}
 	// Ownership is checked after the rate limiter's wait, right before publishing: a
 	// throttled message whose shard moved meanwhile is left to the new owner.
-	if d.opt.Owned != nil {
-		kept := envs[:0:0]
-		var dropped []*envelope.Envelope
-		for _, env := range envs {
-			if d.opt.Owned(env) {
-				kept = append(kept, env)
-			} else {
-				dropped = append(dropped, env)
-			}
-		}
-		if len(dropped) > 0 {
-			d.opt.Completer.Dropped(dropped)
-		}
-		if envs = kept; len(envs) == 0 {
-			return
-		}
+	if envs = d.owned(route, rs.Broker, envs); len(envs) == 0 {
+		return
 	}
 	if d.opt.AtMostOnce {
 		d.opt.Completer.Published(ctx, envs)
@@ -285,6 +279,7 @@ func (d *Dispatcher) publishRoute(ctx context.Context, route string, envs []*env
 	start := time.Now()
 	errs := rs.Sink.Publish(pctx, envs)
 	took := time.Since(start)
+	confirmed := d.opt.Clock.Now()
 	cancel()
 	if len(errs) != len(envs) {
 		// A sink breaking its contract must not lose messages: fail them all.
@@ -306,15 +301,59 @@ func (d *Dispatcher) publishRoute(ctx context.Context, route string, envs []*env
 	}
 	if len(okEnvs) > 0 {
 		d.opt.Observer.Published(route, rs.Broker, len(okEnvs), took)
+		for _, env := range okEnvs {
+			d.opt.Observer.Delivered(route, confirmed.Sub(time.UnixMilli(env.DueAt)))
+		}
 		if !d.opt.AtMostOnce {
 			d.opt.Completer.Published(ctx, okEnvs)
 		}
 	}
 	if len(failEnvs) > 0 {
-		d.opt.Logger.Warn("publish failed", "route", route, "failed", len(failEnvs), "of", len(envs), "err", failErrs[0])
-		if d.opt.AtMostOnce {
-			return // already acknowledged: at-most-once loses what the broker refused
-		}
-		d.opt.Completer.Failed(ctx, failEnvs, failErrs)
+		d.failed(ctx, route, rs.Broker, failEnvs, failErrs)
 	}
+}
+
+// owned keeps the messages this instance may still publish (see Owned); the others are
+// handed to the completer's Dropped and counted as failed attempts for reason fenced.
+func (d *Dispatcher) owned(route, broker string, envs []*envelope.Envelope) []*envelope.Envelope {
+	if d.opt.Owned == nil {
+		return envs
+	}
+	kept := envs[:0:0]
+	var dropped []*envelope.Envelope
+	for _, env := range envs {
+		if d.opt.Owned(env) {
+			kept = append(kept, env)
+		} else {
+			dropped = append(dropped, env)
+		}
+	}
+	if len(dropped) > 0 {
+		d.opt.Observer.PublishFailed(route, broker, observe.FailFenced, len(dropped))
+		d.opt.Completer.Dropped(dropped)
+	}
+	return kept
+}
+
+// failed counts failed publish attempts by reason and hands them to the completer, or,
+// at most once (already acknowledged), counts and logs them as dropped.
+func (d *Dispatcher) failed(ctx context.Context, route, broker string, envs []*envelope.Envelope, errs []error) {
+	byReason := map[string]int{}
+	for _, err := range errs {
+		byReason[FailReason(err)]++
+	}
+	for reason, n := range byReason {
+		d.opt.Observer.PublishFailed(route, broker, reason, n)
+	}
+	if d.opt.AtMostOnce {
+		// Already acknowledged: at-most-once gives up what the broker did not confirm.
+		for reason, n := range byReason {
+			d.opt.Observer.Dropped(route, reason, n)
+		}
+		d.opt.Logger.Warn("publish failed; messages dropped (delivery: at-most-once)", "route", route,
+			"broker", broker, "dropped", len(envs), "first_id", envs[0].ID, "err", errs[0])
+		return
+	}
+	d.opt.Logger.Warn("publish failed", "route", route, "broker", broker, "failed", len(envs), "err", errs[0])
+	d.opt.Completer.Failed(ctx, envs, errs)
 }

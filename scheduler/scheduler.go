@@ -925,14 +925,20 @@ func (s *Scheduler) Published(ctx context.Context, envs []*envelope.Envelope) {
 }
 
 // Failed implements egress.Completer: retry with exponential backoff, or dead-letter
-// after retry.max_attempts or a permanent error. Only the latest claim of a message,
-// on a shard still held under the token it was claimed with, is written back: a
-// superseded copy leaves the message to its newer claim, and a lost shard leaves it in
-// flight for the next owner to recover. While the lease is not surely valid the write
-// waits for the next successful renewal.
+// after retry.max_attempts or a permanent error. A broker that cannot be reached is
+// never a reason to dead-letter: those failures retry (backoff capped at
+// retry.backoff.max) however many attempts they took. A message whose outcome is unknown
+// (written, not answered: the broker may still apply it) is not re-sent now; it stays in
+// flight and the pump's recovery fires it again once its in-flight lease has passed.
+// Only the latest claim of a message, on a shard still held under the token it was
+// claimed with, is written back: a superseded copy leaves the message to its newer
+// claim, and a lost shard leaves it in flight for the next owner to recover. While the
+// lease is not surely valid the write waits for the next successful renewal.
 func (s *Scheduler) Failed(ctx context.Context, envs []*envelope.Envelope, errs []error) {
 	now := clock.NowMs(s.clk)
 	byShard := map[int][]RetryItem{}
+	retried := map[string]int{}
+	unknown := 0
 	for i, env := range envs {
 		sh := s.store.ShardOf(env.ID)
 		cur, tok := s.untrack(sh, env)
@@ -940,15 +946,14 @@ func (s *Scheduler) Failed(ctx context.Context, envs []*envelope.Envelope, errs 
 		if !cur || st == nil || st.token != tok {
 			continue
 		}
-		cp := *env
-		cp.Attempt++
-		item := RetryItem{Env: &cp}
-		if errors.Is(errs[i], egress.ErrPermanent) || int(cp.Attempt) >= s.opt.MaxAttempts {
-			cp.Reason = fmt.Sprintf("publish failed after %d attempt(s): %v", cp.Attempt, errs[i])
-			item.Dead = true
-			item.Due = now
-		} else {
-			item.Due = now + s.backoff(int(cp.Attempt)).Milliseconds()
+		if egress.UnknownOutcome(errs[i]) {
+			unknown++
+			retried[env.Route]++
+			continue
+		}
+		item := s.failedItem(env, errs[i], now)
+		if !item.Dead {
+			retried[env.Route]++
 		}
 		if s.leaseValid(st) {
 			byShard[sh] = append(byShard[sh], item)
@@ -957,6 +962,13 @@ func (s *Scheduler) Failed(ctx context.Context, envs []*envelope.Envelope, errs 
 		}
 	}
 	s.credits.release(len(envs))
+	for route, n := range retried {
+		s.obs.PublishRetried(route, n)
+	}
+	if unknown > 0 {
+		s.log.Info("publish outcome unknown (no answer from the broker); left in flight, fired again after the in-flight lease",
+			"n", unknown, "err", errs[0])
+	}
 	if len(byShard) == 0 {
 		return
 	}
@@ -968,6 +980,23 @@ func (s *Scheduler) Failed(ctx context.Context, envs []*envelope.Envelope, errs 
 	for _, items := range byShard {
 		s.reportDead(items)
 	}
+}
+
+// failedItem is the outcome of one failed publish: a retry after backoff, or a dead
+// letter (permanent error, or retry.max_attempts reached by a broker that answered).
+func (s *Scheduler) failedItem(env *envelope.Envelope, err error, now int64) RetryItem {
+	cp := *env
+	cp.Attempt++
+	item := RetryItem{Env: &cp}
+	unreachable := egress.FailReason(err) == observe.FailUnreachable
+	if errors.Is(err, egress.ErrPermanent) || (int(cp.Attempt) >= s.opt.MaxAttempts && !unreachable) {
+		cp.Reason = fmt.Sprintf("publish failed after %d attempt(s): %v", cp.Attempt, err)
+		item.Dead = true
+		item.Due = now
+	} else {
+		item.Due = now + s.backoff(int(cp.Attempt)).Milliseconds()
+	}
+	return item
 }
 
 // writeOutcomes writes retries and dead letters of one shard (retrying through a Redis

@@ -14,7 +14,9 @@ import (
 
 	"github.com/delaybridge/delay-bridge/admin"
 	"github.com/delaybridge/delay-bridge/config"
+	"github.com/delaybridge/delay-bridge/ingress"
 	"github.com/delaybridge/delay-bridge/internal/bridge"
+	"github.com/delaybridge/delay-bridge/internal/envelope"
 )
 
 func init() {
@@ -82,6 +84,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	metrics.Declare(routeSeries(cfg.Routes), invalidReasons)
 	b, err := bridge.New(cfg, bridge.Options{Logger: logger, Observer: metrics})
 	if err != nil {
 		return fmt.Errorf("building the bridge: %w", err)
@@ -134,4 +137,24 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	}
 	logger.Info("delay-bridge stopped")
 	return nil
+}
+
+// invalidReasons are the messages_invalid_total reasons created at 0 for every route.
+var invalidReasons = []string{
+	ingress.InvalidBadDelay, ingress.InvalidBadDeliverAt, ingress.InvalidDelayOutOfRange,
+	ingress.InvalidPayloadTooLarge, ingress.InvalidTargetNotAllowed, ingress.InvalidBadMessageID,
+}
+
+// routeSeries lists the configured routes with their target broker, for
+// Metrics.Declare.
+func routeSeries(routes []config.Route) []admin.RouteSeries {
+	out := make([]admin.RouteSeries, 0, len(routes))
+	for _, r := range routes {
+		broker := envelope.BrokerKafka
+		if r.To.AMQP != nil {
+			broker = envelope.BrokerAMQP
+		}
+		out = append(out, admin.RouteSeries{Name: r.Name, Broker: broker})
+	}
+	return out
 }

@@ -11,9 +11,13 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/delaybridge/delay-bridge/config"
+	"github.com/delaybridge/delay-bridge/internal/observe"
 	"github.com/delaybridge/delay-bridge/internal/testutil"
 )
 
@@ -153,5 +157,205 @@ func TestServeAdminListenFails(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("serve kept running without its admin listener")
+	}
+}
+
+// scrape reads /metrics of base into metric families by name.
+func scrape(t *testing.T, base string) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("parse /metrics: %v", err)
+	}
+	return fams
+}
+
+// series finds the sample of family name whose labels are exactly want.
+func series(fams map[string]*dto.MetricFamily, name string, want map[string]string) *dto.Metric {
+	f := fams[name]
+	if f == nil {
+		return nil
+	}
+next:
+	for _, m := range f.GetMetric() {
+		if len(m.GetLabel()) != len(want) {
+			continue
+		}
+		for _, l := range m.GetLabel() {
+			if want[l.GetName()] != l.GetValue() {
+				continue next
+			}
+		}
+		return m
+	}
+	return nil
+}
+
+// lateAtLeast counts the observations of a histogram above bound seconds (bound must be
+// a bucket boundary).
+func lateAtLeast(t *testing.T, m *dto.Metric, bound float64) uint64 {
+	t.Helper()
+	h := m.GetHistogram()
+	for _, b := range h.GetBucket() {
+		if b.GetUpperBound() == bound {
+			return h.GetSampleCount() - b.GetCumulativeCount()
+		}
+	}
+	t.Fatalf("no bucket with upper bound %v", bound)
+	return 0
+}
+
+// TestServeMetricsFromStartAndDeliveryLateness checks, through the service wiring with
+// real Redis and Kafka, that (1) a fresh scrape lists every labelled series of the
+// configured route at 0 before any message was seen, and (2) delivery_lateness_seconds
+// shows the wait a route's max_rate imposes after the wheel fired, which
+// fire_lateness_seconds does not: 60 messages due at the same moment on a route limited
+// to 20 msgs/s are published over about three seconds.
+func TestServeMetricsFromStartAndDeliveryLateness(t *testing.T) {
+	rds := testutil.StartRedis(t)
+	kaddr, _ := testutil.StartKafka(t, 1, "slow.delay", "slow")
+	port := strconv.Itoa(testutil.FreePort(t))
+	base := "http://127.0.0.1:" + port
+	cfg, err := config.Load(config.LoadOptions{Env: []string{}, Set: []string{
+		"redis.addrs=" + rds.Addr(), "kafka.brokers=" + kaddr, "shards=4",
+		"prefix=" + testutil.Uniq(t, "lat"), "admin.listen=127.0.0.1:" + port,
+		"routes.0.name=slow", "routes.0.from.kafka.topic=slow.delay", "routes.0.to.kafka.topic=slow",
+		"routes.0.max_rate=20",
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	served := make(chan error, 1)
+	go func() { served <- serve(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil))) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(base + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("admin server not up after 30s: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	fresh := scrape(t, base)
+	route := map[string]string{"route": "slow"}
+	withReason := func(reason string) map[string]string { return map[string]string{"route": "slow", "reason": reason} }
+	want := map[string][]map[string]string{
+		"delaybridge_messages_received_total":      {route},
+		"delaybridge_messages_parked_total":        {route},
+		"delaybridge_messages_fired_total":         {route},
+		"delaybridge_messages_dead_lettered_total": {route},
+		"delaybridge_messages_cancelled_total":     {route},
+		"delaybridge_messages_rescheduled_total":   {route},
+		"delaybridge_publish_retries_total":        {route},
+		"delaybridge_messages_published_total":     {{"route": "slow", "broker": "kafka"}},
+	}
+	for _, r := range invalidReasons {
+		want["delaybridge_messages_invalid_total"] = append(want["delaybridge_messages_invalid_total"], withReason(r))
+	}
+	for _, r := range observe.DuplicateReasons {
+		want["delaybridge_messages_duplicate_total"] = append(want["delaybridge_messages_duplicate_total"], withReason(r))
+	}
+	for _, r := range observe.FailReasons {
+		want["delaybridge_messages_dropped_total"] = append(want["delaybridge_messages_dropped_total"], withReason(r))
+		want["delaybridge_publish_failures_total"] = append(want["delaybridge_publish_failures_total"],
+			map[string]string{"route": "slow", "broker": "kafka", "reason": r})
+	}
+	for name, labelSets := range want {
+		for _, ls := range labelSets {
+			m := series(fresh, name, ls)
+			if m == nil {
+				t.Errorf("fresh scrape lacks %s%v", name, ls)
+			} else if v := m.GetCounter().GetValue(); v != 0 {
+				t.Errorf("fresh scrape: %s%v = %v, want 0", name, ls, v)
+			}
+		}
+	}
+	for _, name := range []string{"delaybridge_delivery_lateness_seconds", "delaybridge_fire_lateness_seconds"} {
+		if m := series(fresh, name, route); m == nil || m.GetHistogram().GetSampleCount() != 0 {
+			t.Errorf("fresh scrape: %s{route=slow} = %v, want present and empty", name, m)
+		}
+	}
+
+	// 60 messages due together, 1.5 s from now.
+	prod, err := kgo.NewClient(kgo.SeedBrokers(kaddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	consumer, err := kgo.NewClient(kgo.SeedBrokers(kaddr), kgo.ConsumeTopics("slow"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer consumer.Close()
+	const n = 60
+	deliverAt := strconv.FormatInt(time.Now().Add(1500*time.Millisecond).UnixMilli(), 10)
+	var recs []*kgo.Record
+	for i := range n {
+		recs = append(recs, &kgo.Record{Topic: "slow.delay", Value: []byte(strconv.Itoa(i)),
+			Headers: []kgo.RecordHeader{{Key: "x-deliver-at", Value: []byte(deliverAt)}, {Key: "x-message-id", Value: []byte("lat-" + strconv.Itoa(i))}}})
+	}
+	if err := prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	fctx, fcancel := context.WithTimeout(ctx, 60*time.Second)
+	defer fcancel()
+	got := 0
+	for got < n {
+		fetches := consumer.PollFetches(fctx)
+		if fctx.Err() != nil {
+			t.Fatalf("%d of %d messages arrived", got, n)
+		}
+		fetches.EachRecord(func(*kgo.Record) { got++ })
+	}
+
+	// The limiter lets 20/s through (burst 2): the last ~10 messages cannot have been
+	// confirmed less than 2.5 s after their due time, however fast the machine.
+	var fams map[string]*dto.MetricFamily
+	for end := time.Now().Add(10 * time.Second); ; {
+		fams = scrape(t, base)
+		if m := series(fams, "delaybridge_delivery_lateness_seconds", route); m != nil && m.GetHistogram().GetSampleCount() == n {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("delivery_lateness_seconds did not reach %d observations", n)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	delivery := series(fams, "delaybridge_delivery_lateness_seconds", route)
+	fire := series(fams, "delaybridge_fire_lateness_seconds", route)
+	lateDelivered, lateFired := lateAtLeast(t, delivery, 2.5), lateAtLeast(t, fire, 2.5)
+	t.Logf("messages more than 2.5 s late: %d by delivery_lateness, %d by fire_lateness; sums %.1f s vs %.1f s",
+		lateDelivered, lateFired, delivery.GetHistogram().GetSampleSum(), fire.GetHistogram().GetSampleSum())
+	if lateDelivered < 5 {
+		t.Errorf("delivery_lateness_seconds shows %d messages more than 2.5 s late; max_rate holds back at least 5", lateDelivered)
+	}
+	if lateFired >= lateDelivered {
+		t.Errorf("fire_lateness_seconds shows %d messages more than 2.5 s late, delivery %d: the max_rate wait is not told apart", lateFired, lateDelivered)
+	}
+	if fire.GetHistogram().GetSampleCount() != n {
+		t.Errorf("fire_lateness_seconds has %d observations, want %d", fire.GetHistogram().GetSampleCount(), n)
+	}
+	http.DefaultClient.CloseIdleConnections()
+	cancel()
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Errorf("serve = %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not return after cancel")
 	}
 }

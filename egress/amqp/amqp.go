@@ -65,14 +65,19 @@ const HeaderDeadReason = "x-delay-dead-reason"
 // error, ErrClosed, or egress.ErrPermanent).
 var (
 	// ErrUnroutable: the broker returned the message (mandatory flag): no queue is bound
-	// to the target exchange for its routing key.
-	ErrUnroutable = errors.New("unroutable: returned by the broker")
-	// ErrNacked: the broker nacked the publish (internal error in the queue).
-	ErrNacked = errors.New("nacked by the broker")
+	// to the target exchange for its routing key. It wraps egress.ErrUnroutable.
+	ErrUnroutable = fmt.Errorf("%w: returned by the broker", egress.ErrUnroutable)
+	// ErrNacked: the broker nacked the publish (internal error in the queue). It wraps
+	// egress.ErrRejected.
+	ErrNacked = fmt.Errorf("nacked by the broker: %w", egress.ErrRejected)
 	// ErrChannelLost: the channel or connection closed before the broker confirmed.
-	ErrChannelLost = errors.New("channel closed before the confirm")
+	// Whatever the broker had not applied it dropped with the channel, so a re-send
+	// cannot meet a late first write: it wraps egress.ErrUnreachable (egress.ErrRejected
+	// too when the broker closed the channel with an error of its own).
+	ErrChannelLost = fmt.Errorf("channel closed before the confirm: %w", egress.ErrUnreachable)
 	// ErrUnavailable: no connection to the broker could be made within ConnectWait.
-	ErrUnavailable = errors.New("broker unavailable")
+	// Nothing was sent: it wraps egress.ErrUnreachable.
+	ErrUnavailable = fmt.Errorf("broker unavailable: %w", egress.ErrUnreachable)
 	// ErrClosed: Publish after Close.
 	ErrClosed = errors.New("egress/amqp: sink closed")
 )
@@ -90,10 +95,13 @@ type Options struct {
 	// socket write (a broker that applies TCP back-pressure); default 5s. Past it they
 	// stop when the connection manager is closed.
 	CloseWait time.Duration
-	Logger    *slog.Logger // default slog.Default()
+	// ProbeInterval is how often the health probe checks the connection and, while
+	// there is none, dials one (so readiness recovers without a publish); default 5s.
+	ProbeInterval time.Duration
+	Logger        *slog.Logger // default slog.Default()
 }
 
-// Sink publishes to RabbitMQ. It implements egress.Sink.
+// Sink publishes to RabbitMQ. It implements egress.Sink and egress.HealthChecker.
 type Sink struct {
 	conn   *amqpconn.Manager
 	routes map[string]config.AMQPEndpoint
@@ -111,7 +119,10 @@ type Sink struct {
 	known map[string]bool // exchanges seen to exist
 }
 
-var _ egress.Sink = (*Sink)(nil)
+var (
+	_ egress.Sink          = (*Sink)(nil)
+	_ egress.HealthChecker = (*Sink)(nil)
+)
 
 // New checks that every route's target exchange exists (exchange.declare passive on a
 // throwaway channel, since a failed passive declare closes the channel), or declares it
@@ -166,6 +177,9 @@ func newSink(conn *amqpconn.Manager, opts Options) *Sink {
 	if opts.CloseWait <= 0 {
 		opts.CloseWait = 5 * time.Second
 	}
+	if opts.ProbeInterval <= 0 {
+		opts.ProbeInterval = 5 * time.Second
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -185,6 +199,55 @@ func (s *Sink) start() {
 		w := &worker{s: s}
 		s.wg.Add(1)
 		go w.run()
+	}
+	s.wg.Add(1)
+	go s.probe()
+}
+
+// Healthy implements egress.HealthChecker: nil while the connection to the broker is
+// open, else the reason it is not (the latest dial or connection error).
+func (s *Sink) Healthy() error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	if s.conn.Connected() {
+		return nil
+	}
+	if err := s.conn.LastError(); err != nil {
+		return fmt.Errorf("rabbitmq unreachable: %w", err)
+	}
+	return errors.New("rabbitmq: not connected")
+}
+
+// probe dials a connection every ProbeInterval while there is none (nothing else
+// reconnects while no message is published), until Close. A change of state is logged
+// at info.
+func (s *Sink) probe() {
+	defer s.wg.Done()
+	t := time.NewTimer(s.opts.ProbeInterval)
+	defer t.Stop()
+	healthy := true
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !s.conn.Connected() {
+			ctx, cancel := context.WithTimeout(s.ctx, s.opts.ConnectWait)
+			_, _ = s.conn.Connection(ctx)
+			cancel()
+		}
+		switch err := s.Healthy(); {
+		case s.ctx.Err() != nil:
+			return
+		case err != nil && healthy:
+			s.log.Info("egress broker unreachable", "err", err)
+		case err == nil && !healthy:
+			s.log.Info("egress broker reachable again")
+		}
+		healthy = s.Healthy() == nil
+		t.Reset(s.opts.ProbeInterval)
 	}
 }
 
@@ -313,7 +376,8 @@ submit:
 			select {
 			case <-j.done:
 			default:
-				fail(j, ctx.Err())
+				// Handed to a publisher: some of it may be on the wire.
+				fail(j, fmt.Errorf("egress/amqp: no confirm from the broker: %w: %w", egress.ErrUnknownOutcome, ctx.Err()))
 				continue
 			}
 		case <-s.ctx.Done():
@@ -321,7 +385,7 @@ submit:
 			select {
 			case <-j.done:
 			case <-time.After(s.opts.CloseWait):
-				fail(j, ErrClosed)
+				fail(j, fmt.Errorf("%w: %w", ErrClosed, egress.ErrUnknownOutcome))
 				continue
 			}
 		}
@@ -649,7 +713,7 @@ wait:
 		select {
 		case <-p.dc.Done():
 		default:
-			j.errs[p.n] = ctx.Err()
+			j.errs[p.n] = fmt.Errorf("egress/amqp: no confirm from the broker: %w: %w", egress.ErrUnknownOutcome, ctx.Err())
 			continue
 		}
 		if rs := returned[o.id]; len(rs) > 0 {
@@ -668,7 +732,9 @@ wait:
 				j.errs[p.n] = fmt.Errorf("egress/amqp: target exchange %q does not exist: %w: %w", o.exchange, e, egress.ErrPermanent)
 				continue
 			}
-			if e != nil {
+			if e != nil && e.Server && e.Recover {
+				j.errs[p.n] = fmt.Errorf("egress/amqp: %w: %w: %w", ErrChannelLost, egress.ErrRejected, e)
+			} else if e != nil {
 				j.errs[p.n] = fmt.Errorf("egress/amqp: %w: %w", ErrChannelLost, e)
 			} else {
 				j.errs[p.n] = fmt.Errorf("egress/amqp: %w", ErrChannelLost)

@@ -4,9 +4,22 @@
 // Writer settings: RequiredAcks = RequireAll (the broker confirms only once every
 // in-sync replica has the record), the Murmur2 balancer (a key lands on the same
 // partition as with the Java client's default partitioner), BatchTimeout 1ms and
-// BatchSize 1000 (kafka-go's defaults are 1s and fire-and-forget acks: DESIGN §8),
-// synchronous writes, and no automatic topic creation: a missing target topic is a failed
-// publish, retried by the dispatcher and then dead-lettered.
+// BatchSize 1000 (kafka-go's defaults are 1s and fire-and-forget acks), synchronous
+// writes, and no automatic topic creation: a missing target topic is a failed publish,
+// retried by the dispatcher and then dead-lettered.
+//
+// No re-sends of unknown outcome. kafka-go's own retry (MaxAttempts) would write a batch
+// again after a produce request timed out, while a stalled broker may still apply the
+// first request when it wakes: one record published twice. The writer is therefore
+// built with MaxAttempts 1 and a produce request waits up to AnswerTimeout for its
+// answer; the sink itself retries a batch only when it surely was not applied (no
+// connection could be made, or the broker answered with a retriable error code that
+// means "not appended"). A request left without an answer fails with
+// egress.ErrUnknownOutcome, which the completer does not re-send at once.
+//
+// Health. A background probe (owned by the sink, stopped by Close) reads the cluster
+// metadata from the brokers every ProbeInterval; Healthy reports the latest of the
+// probe's and the publishes' results.
 //
 // Each message goes to env.Target if set, else to the default topic of env.Route; key and
 // payload are unchanged and the headers are egress.OutgoingHeaders rendered with
@@ -23,8 +36,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -33,6 +48,7 @@ import (
 	"github.com/delaybridge/delay-bridge/egress"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/kafkaconn"
+	"github.com/delaybridge/delay-bridge/internal/observe"
 )
 
 // HeaderDeadReason carries why a message was dead-lettered, on dead-letter copies.
@@ -43,6 +59,9 @@ const (
 	DefaultBatchTimeout = time.Millisecond
 	DefaultBatchSize    = 1000
 	DefaultBatchBytes   = 16 << 20
+
+	DefaultAnswerTimeout = 30 * time.Second
+	DefaultProbeInterval = 5 * time.Second
 )
 
 // ErrClosed is returned for messages published after Close.
@@ -58,9 +77,17 @@ type Options struct {
 	// BatchBytes is the most bytes per partition batch; a single record larger than this
 	// fails permanently. Default 16 MiB (the broker's own message.max.bytes applies too).
 	BatchBytes int64
+	// AnswerTimeout is how long one produce request waits for the broker's answer before
+	// its outcome is unknown; default 30s. Keep it at least the dispatcher's publish
+	// timeout, so a stalled broker is waited for rather than written to again.
+	AnswerTimeout time.Duration
+	// ProbeInterval is the period of the health probe; default 5s. Each probe gives up
+	// after ProbeInterval (at most 10s).
+	ProbeInterval time.Duration
 }
 
-// Sink publishes to Kafka. It implements egress.Sink and is safe for concurrent use.
+// Sink publishes to Kafka. It implements egress.Sink and egress.HealthChecker and is
+// safe for concurrent use.
 type Sink struct {
 	w      *kafka.Writer
 	tr     *kafka.Transport
@@ -68,12 +95,20 @@ type Sink struct {
 	log    *slog.Logger
 	closed atomic.Bool
 	once   sync.Once
+	health health
+
+	stopProbe context.CancelFunc
+	probeDone chan struct{}
 }
 
-var _ egress.Sink = (*Sink)(nil)
+var (
+	_ egress.Sink          = (*Sink)(nil)
+	_ egress.HealthChecker = (*Sink)(nil)
+)
 
 // New returns a sink for the brokers of cfg. routes maps each route name that targets
-// Kafka to its default topic (to.kafka.topic). Nothing is dialed until the first Publish.
+// Kafka to its default topic (to.kafka.topic). It starts the health probe; records are
+// dialed for on the first Publish.
 func New(cfg config.KafkaConfig, routes map[string]string, opts Options) (*Sink, error) {
 	tr, err := kafkaconn.Transport(cfg)
 	if err != nil {
@@ -91,6 +126,12 @@ func New(cfg config.KafkaConfig, routes map[string]string, opts Options) (*Sink,
 	if opts.BatchBytes <= 0 {
 		opts.BatchBytes = DefaultBatchBytes
 	}
+	if opts.AnswerTimeout <= 0 {
+		opts.AnswerTimeout = DefaultAnswerTimeout
+	}
+	if opts.ProbeInterval <= 0 {
+		opts.ProbeInterval = DefaultProbeInterval
+	}
 	rt := make(map[string]string, len(routes))
 	for name, topic := range routes {
 		if topic == "" {
@@ -106,9 +147,8 @@ func New(cfg config.KafkaConfig, routes map[string]string, opts Options) (*Sink,
 		BatchTimeout:           opts.BatchTimeout,
 		BatchSize:              opts.BatchSize,
 		BatchBytes:             opts.BatchBytes,
-		MaxAttempts:            5,
-		WriteBackoffMin:        20 * time.Millisecond,
-		WriteBackoffMax:        time.Second,
+		MaxAttempts:            1, // never re-send on kafka-go's own: see the package doc
+		WriteTimeout:           opts.AnswerTimeout,
 		Async:                  false,
 		AllowAutoTopicCreation: false,
 		Transport:              tr,
@@ -116,7 +156,74 @@ func New(cfg config.KafkaConfig, routes map[string]string, opts Options) (*Sink,
 			log.Debug("kafka-go: " + fmt.Sprintf(msg, args...))
 		}),
 	}
-	return &Sink{w: w, tr: tr, routes: rt, log: log}, nil
+	s := &Sink{w: w, tr: tr, routes: rt, log: log, probeDone: make(chan struct{})}
+	s.health.err = errors.New("kafka: brokers not probed yet")
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopProbe = cancel
+	go s.probe(ctx, cfg, opts.ProbeInterval)
+	return s, nil
+}
+
+// Healthy implements egress.HealthChecker: nil while the brokers answered the latest
+// probe or publish, else what failed.
+func (s *Sink) Healthy() error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	return s.health.get()
+}
+
+// probe reads the cluster metadata every interval until ctx ends.
+func (s *Sink) probe(ctx context.Context, cfg config.KafkaConfig, interval time.Duration) {
+	defer close(s.probeDone)
+	wait := min(interval, 10*time.Second)
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, wait)
+		err := kafkaconn.Ping(pctx, cfg)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			err = fmt.Errorf("kafka brokers unreachable: %w", err)
+		}
+		s.health.report(s.log, err)
+		t.Reset(interval)
+	}
+}
+
+// health is the latest reachability result, logged at info when it changes.
+type health struct {
+	mu    sync.Mutex
+	err   error
+	known bool // a probe or publish has reported
+}
+
+func (h *health) get() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.err
+}
+
+// report records a probe or publish result; a change of state is logged at info.
+func (h *health) report(log *slog.Logger, err error) {
+	h.mu.Lock()
+	was, first := h.err, !h.known
+	h.err, h.known = err, true
+	h.mu.Unlock()
+	switch {
+	case err != nil && (was == nil || first):
+		log.Info("kafka brokers unreachable", "err", err)
+	case err == nil && was != nil && !first:
+		log.Info("kafka brokers reachable again")
+	}
 }
 
 // Publish implements egress.Sink.
@@ -139,6 +246,8 @@ func (s *Sink) Publish(ctx context.Context, msgs []*envelope.Envelope) []error {
 func (s *Sink) Close() error {
 	s.once.Do(func() {
 		s.closed.Store(true)
+		s.stopProbe()
+		<-s.probeDone
 		if err := s.w.Close(); err != nil {
 			s.log.Debug("close writer", "err", err)
 		}
@@ -217,9 +326,62 @@ func (s *Sink) publish(ctx context.Context, msgs []*envelope.Envelope, topicOf f
 		slots = append(slots, i)
 	}
 	if len(recs) > 0 {
-		s.write(ctx, recs, slots, errs, true)
+		s.writeRetrying(ctx, recs, slots, errs)
 	}
 	return errs
+}
+
+// Retries within one Publish of records surely not applied (see retrySafe).
+const (
+	safeRetries    = 3
+	safeBackoffMin = 20 * time.Millisecond
+	safeBackoffMax = time.Second
+)
+
+// writeRetrying writes recs and writes again, up to safeRetries times with backoff,
+// the records whose failure surely left them unwritten (a leader change, a connection
+// that could not be made). It reports the brokers' reachability to the health state.
+func (s *Sink) writeRetrying(ctx context.Context, recs []kafka.Message, slots []int, errs []error) {
+	wait := safeBackoffMin
+	for try := 0; ; try++ {
+		s.write(ctx, recs, slots, errs, true)
+		var again []int
+		answered, down := false, -1
+		for i, slot := range slots {
+			var kerr kafka.Error
+			switch err := errs[slot]; {
+			case err == nil || errors.As(err, &kerr):
+				answered = true
+			case errors.Is(err, egress.ErrUnreachable):
+				down = slot
+			}
+			if errs[slot] != nil && retrySafe(errs[slot]) {
+				again = append(again, i)
+			}
+		}
+		if answered {
+			s.health.report(s.log, nil)
+		} else if down >= 0 {
+			s.health.report(s.log, fmt.Errorf("kafka brokers unreachable: %w", errs[down]))
+		}
+		if len(again) == 0 || try >= safeRetries || ctx.Err() != nil {
+			return
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		wait = min(2*wait, safeBackoffMax)
+		nrecs, nslots := make([]kafka.Message, len(again)), make([]int, len(again))
+		for j, i := range again {
+			nrecs[j], nslots[j] = recs[i], slots[i]
+			errs[slots[i]] = nil
+		}
+		recs, slots = nrecs, nslots
+	}
 }
 
 // write writes recs (whose results go to errs[slots[i]]). kafka-go fails a call as a whole
@@ -312,21 +474,60 @@ func removedIndex(recs, remaining []kafka.Message) int {
 	return len(recs) - 1
 }
 
-// classify wraps a publish error, marking those that retrying cannot fix.
+// classify wraps a publish error with its egress class: permanent (retrying cannot
+// help), unroutable (no such topic), unknown outcome (the request may still be applied:
+// no answer in time on a connection that may live on, or the broker timed out waiting
+// for replicas), rejected (any other error code the broker answered with) or
+// unreachable (no connection could be made, or it closed under the request).
 func classify(topic string, err error) error {
 	var tooLarge kafka.MessageTooLargeError
 	var kerr kafka.Error
-	permanent := errors.As(err, &tooLarge)
-	if errors.As(err, &kerr) {
+	var class error
+	switch {
+	case errors.As(err, &tooLarge):
+		class = egress.ErrPermanent
+	case errors.As(err, &kerr):
 		switch kerr {
 		case kafka.MessageSizeTooLarge, kafka.InvalidTopic, kafka.RecordListTooLarge, kafka.InvalidRecord:
-			permanent = true
+			return fmt.Errorf("kafka: publish to %q: %w: %w: %w", topic, egress.ErrPermanent, egress.ErrRejected, err)
+		case kafka.UnknownTopicOrPartition:
+			class = egress.ErrUnroutable
+		case kafka.RequestTimedOut, kafka.NotEnoughReplicasAfterAppend:
+			class = egress.ErrUnknownOutcome
+		default:
+			class = egress.ErrRejected
 		}
+	case errors.Is(err, ErrClosed):
+		return fmt.Errorf("kafka: publish to %q: %w", topic, err)
+	case notSent(err) || egress.FailReason(err) == observe.FailUnreachable:
+		// Refused, or the connection closed under the request: whatever the broker had
+		// not applied it dropped with the connection, so a re-send cannot meet a late
+		// first write.
+		class = egress.ErrUnreachable
+	case egress.FailReason(err) == observe.FailTimeout || errors.Is(err, context.Canceled):
+		class = egress.ErrUnknownOutcome
+	default:
+		return fmt.Errorf("kafka: publish to %q: %w", topic, err)
 	}
-	if permanent {
-		return fmt.Errorf("kafka: publish to %q: %w: %w", topic, egress.ErrPermanent, err)
+	return fmt.Errorf("kafka: publish to %q: %w: %w", topic, class, err)
+}
+
+// notSent reports whether err surely means the request never reached a broker: the
+// connection could not be made. Only these are written again within one Publish.
+func notSent(err error) bool {
+	var operr *net.OpError
+	return errors.As(err, &operr) && operr.Op == "dial" || errors.Is(err, syscall.ECONNREFUSED)
+}
+
+// retrySafe reports whether a classified error surely left the broker without the
+// record (no connection; or an error code that means "not appended", such as a leader
+// change), so writing it again at once cannot duplicate it.
+func retrySafe(err error) bool {
+	if notSent(err) {
+		return true
 	}
-	return fmt.Errorf("kafka: publish to %q: %w", topic, err)
+	var kerr kafka.Error
+	return errors.As(err, &kerr) && kerr.Temporary() && !errors.Is(err, egress.ErrUnknownOutcome)
 }
 
 // kafkaHeaders renders typed header values as Kafka record headers. Every value is

@@ -133,7 +133,8 @@ func (b *Bridge) Run(ctx context.Context) error {
 	})
 	disp := egress.NewDispatcher(egress.DispatcherOptions{
 		Routes: routeSinks, Completer: sched, AtMostOnce: b.cfg.Delivery == config.DeliveryAtMostOnce,
-		Owned: sched.Owns, Observer: b.obs, Logger: b.log,
+		Owned: sched.Owns, Observer: b.obs, Logger: b.log, Clock: b.clk,
+		PublishTimeout: PublishTimeout(sc.InflightLease, sc.Lookahead),
 	})
 	b.mu.Lock()
 	b.store, b.sched, b.sinks, b.sources, b.conns, b.running = store, sched, sinks, sources, conns, true

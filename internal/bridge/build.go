@@ -3,6 +3,7 @@ package bridge
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/delaybridge/delay-bridge/config"
 	"github.com/delaybridge/delay-bridge/egress"
@@ -40,6 +41,15 @@ func (b *Bridge) amqpManager(name string) (*amqpconn.Manager, error) {
 	return m, nil
 }
 
+// PublishTimeout is how long the dispatcher waits for a broker's answers before a
+// publish's outcome is unknown: as long as the in-flight lease allows (the message is
+// claimed up to a lookahead before it fires, and a message left in flight with an
+// unknown outcome is fired again once the lease passed), so that a stalled broker is
+// waited for rather than written to a second time.
+func PublishTimeout(inflightLease, lookahead time.Duration) time.Duration {
+	return max(inflightLease/2, inflightLease-lookahead-3*time.Second)
+}
+
 // buildSinks creates one sink per target broker used by the routes, the dispatcher's
 // route table, and the dead-letter publishers.
 func (b *Bridge) buildSinks(ctx context.Context, conns *connections) (map[string]egress.Sink, map[string]egress.RouteSink, error) {
@@ -56,7 +66,8 @@ func (b *Bridge) buildSinks(ctx context.Context, conns *connections) (map[string
 	b.dlq = map[string]deadLetterPublisher{}
 	dlTopic := b.cfg.DeadLetter.Kafka.Topic
 	if len(kafkaRoutes) > 0 || dlTopic != "" {
-		ks, err := kafkaout.New(b.cfg.Kafka, kafkaRoutes, kafkaout.Options{Logger: b.log})
+		ks, err := kafkaout.New(b.cfg.Kafka, kafkaRoutes, kafkaout.Options{Logger: b.log,
+			AnswerTimeout: b.cfg.Scheduler.InflightLease})
 		if err != nil {
 			return nil, nil, fmt.Errorf("kafka sink: %w", err)
 		}

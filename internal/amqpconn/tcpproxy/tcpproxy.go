@@ -1,7 +1,8 @@
 // Package tcpproxy is a tiny TCP forwarder for fault-injection tests: it sits between a
 // client and a shared server (RabbitMQ on 127.0.0.1:5672) so a test can cut the client's
 // connections, or refuse new ones for a while, without disturbing the server or other
-// tests.
+// tests; or freeze every connection (nothing forwarded either way, as if the server
+// process were stopped) and thaw it again.
 package tcpproxy
 
 import (
@@ -21,7 +22,9 @@ type Proxy struct {
 	wg     sync.WaitGroup
 
 	mu     sync.Mutex
+	thawed *sync.Cond // signalled when frozen turns false or the proxy closes
 	conns  map[net.Conn]struct{}
+	frozen bool
 	down   bool
 	closed bool
 	cuts   int
@@ -37,6 +40,7 @@ func Start(t testing.TB, target string) *Proxy {
 		t.Fatalf("tcpproxy: listen: %v", err)
 	}
 	p := &Proxy{Addr: ln.Addr().String(), target: target, ln: ln, conns: map[net.Conn]struct{}{}}
+	p.thawed = sync.NewCond(&p.mu)
 	p.wg.Add(1)
 	go p.accept()
 	t.Cleanup(p.Close)
@@ -87,7 +91,20 @@ func (p *Proxy) accept() {
 
 func (p *Proxy) pipe(dst, src net.Conn) {
 	defer p.wg.Done()
-	_, _ = io.Copy(dst, src)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.waitThawed()
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	p.waitThawed() // a connection closed while frozen is seen closed only after the thaw
 	_ = dst.Close()
 	_ = src.Close()
 	p.mu.Lock()
@@ -112,6 +129,34 @@ func (p *Proxy) killAfterHeader(dst, src net.Conn) {
 	delete(p.conns, dst)
 	delete(p.conns, src)
 	p.mu.Unlock()
+}
+
+// waitThawed blocks while the proxy is frozen (and not closed).
+func (p *Proxy) waitThawed() {
+	p.mu.Lock()
+	for p.frozen && !p.closed {
+		p.thawed.Wait()
+	}
+	p.mu.Unlock()
+}
+
+// Freeze stops forwarding on every connection, both ways, until Thaw: bytes already
+// sent by either side wait in the proxy (and the kernel's buffers) and are delivered, in
+// order, after the thaw — what a stopped (SIGSTOP) server looks like to its clients. A
+// client closing its connection meanwhile is seen by the server only after the thaw,
+// behind what it wrote. New connections are accepted (and frozen) meanwhile.
+func (p *Proxy) Freeze() {
+	p.mu.Lock()
+	p.frozen = true
+	p.mu.Unlock()
+}
+
+// Thaw resumes forwarding after Freeze.
+func (p *Proxy) Thaw() {
+	p.mu.Lock()
+	p.frozen = false
+	p.mu.Unlock()
+	p.thawed.Broadcast()
 }
 
 // KillHandshakes makes the next n connections die during the AMQP login (see
@@ -156,6 +201,7 @@ func (p *Proxy) Close() {
 	}
 	p.closed = true
 	p.mu.Unlock()
+	p.thawed.Broadcast()
 	_ = p.ln.Close()
 	p.Cut()
 	p.wg.Wait()

@@ -1,0 +1,85 @@
+package kafka_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/delaybridge/delay-bridge/egress"
+	kafkaout "github.com/delaybridge/delay-bridge/egress/kafka"
+	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/internal/observe"
+	"github.com/delaybridge/delay-bridge/internal/testutil"
+)
+
+func waitHealth(t *testing.T, s *kafkaout.Sink, healthy bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for (s.Healthy() == nil) != healthy {
+		if time.Now().After(deadline) {
+			t.Fatalf("Healthy() = %v after 30s, want healthy=%v", s.Healthy(), healthy)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestBrokerDownIsUnreachableAndUnhealthy: with the broker stopped (connection refused)
+// the sink reports not healthy from its own probe, before any publish; a publish fails
+// as unreachable, retryable, never permanent; once a broker listens again on the same
+// address the sink turns healthy and publishes.
+func TestBrokerDownIsUnreachableAndUnhealthy(t *testing.T) {
+	target := testutil.Uniq(t, "t")
+	addr, c := testutil.StartKafka(t, 1, target)
+	s := newSink(t, addr, map[string]string{"r": target}, kafkaout.Options{ProbeInterval: 50 * time.Millisecond})
+	waitHealth(t, s, true)
+	if errs := s.Publish(context.Background(), []*envelope.Envelope{env("a", "r", nil)}); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+
+	c.Close()
+	waitHealth(t, s, false)
+	t.Logf("down: %v", s.Healthy())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	errs := s.Publish(ctx, []*envelope.Envelope{env("b", "r", nil), env("c", "r", nil)})
+	cancel()
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			t.Errorf("message %d published to a stopped broker", i)
+		case errors.Is(err, egress.ErrPermanent):
+			t.Errorf("a stopped broker must be retryable, got permanent: %v", err)
+		case egress.UnknownOutcome(err):
+			t.Errorf("connection refused means nothing was sent, got unknown outcome: %v", err)
+		case egress.FailReason(err) != observe.FailUnreachable:
+			t.Errorf("reason %q for %v, want unreachable", egress.FailReason(err), err)
+		}
+	}
+
+	_, portText, _ := net.SplitHostPort(addr)
+	port, _ := strconv.Atoi(portText)
+	c2, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(port), kfake.SeedTopics(1, target))
+	if err != nil {
+		t.Fatalf("restart kfake on %d: %v", port, err)
+	}
+	t.Cleanup(c2.Close)
+	waitHealth(t, s, true)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		errs := s.Publish(context.Background(), []*envelope.Envelope{env("d", "r", nil)})
+		if errs[0] == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still failing with the broker back: %v", errs[0])
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got := newReader(t, addr, target).records(t, 1, 30*time.Second); string(got[0].Value) != "p-d" {
+		t.Fatalf("got %q", got[0].Value)
+	}
+}
