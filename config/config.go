@@ -21,6 +21,7 @@ type Config struct {
 	Redis      RedisConfig      `koanf:"redis"`
 	Kafka      KafkaConfig      `koanf:"kafka"`
 	AMQP       AMQPConfig       `koanf:"amqp"`
+	Ingress    IngressConfig    `koanf:"ingress"`
 	Scheduler  SchedulerConfig  `koanf:"scheduler"`
 	Limits     LimitsConfig     `koanf:"limits"`
 	Retry      RetryConfig      `koanf:"retry"`
@@ -74,6 +75,14 @@ type AMQPConfig struct {
 	URL      string    `koanf:"url"`
 	Prefetch int       `koanf:"prefetch"`
 	TLS      TLSConfig `koanf:"tls"`
+}
+
+// IngressConfig tunes the consumers of the delay sources.
+type IngressConfig struct {
+	// StallTimeout is how long a consumer may stay out of its group (or, for AMQP, without
+	// a registered consumer), or joined without progress while it has lag, before the
+	// watchdog tears it down and builds a new one.
+	StallTimeout time.Duration `koanf:"stall_timeout"`
 }
 
 type SchedulerConfig struct {
@@ -174,6 +183,7 @@ func Default() Config {
 		Redis:   RedisConfig{Addrs: []string{"127.0.0.1:6379"}},
 		Kafka:   KafkaConfig{Brokers: []string{"127.0.0.1:9092"}, GroupID: "delay-bridge", SessionTimeout: 10 * time.Second},
 		AMQP:    AMQPConfig{URL: "amqp://guest:guest@127.0.0.1:5672/", Prefetch: 500},
+		Ingress: IngressConfig{StallTimeout: 15 * time.Second},
 		Scheduler: SchedulerConfig{
 			Tick: time.Millisecond, Lookahead: 2 * time.Second, ClaimBatch: 1000,
 			InflightLease: 30 * time.Second, LeaseTTL: 3 * time.Second, SafetyScan: time.Second,
@@ -210,6 +220,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Redis.MasterName == "" && (c.Redis.SentinelUsername != "" || c.Redis.SentinelPassword != "") {
 		bad("redis.sentinel_password", "set only with redis.master_name (Sentinel); without it redis.addrs are data servers")
+	}
+	if st := c.Ingress.StallTimeout; st < time.Second || st > 10*time.Minute {
+		bad("ingress.stall_timeout", "must be in [1s, 10m], got %s", st)
 	}
 	s := c.Scheduler
 	if s.Tick <= 0 || s.Tick > time.Second {

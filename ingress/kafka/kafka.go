@@ -33,12 +33,14 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 
 	"github.com/delaybridge/delay-bridge/config"
 	"github.com/delaybridge/delay-bridge/ingress"
+	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/kafkaconn"
 	"github.com/delaybridge/delay-bridge/internal/observe"
@@ -46,8 +48,9 @@ import (
 
 // Defaults for Options.
 const (
-	DefaultBatchSize = 1000
-	DefaultBatchWait = 2 * time.Millisecond
+	DefaultBatchSize    = 1000
+	DefaultBatchWait    = 2 * time.Millisecond
+	DefaultStallTimeout = 15 * time.Second
 )
 
 const (
@@ -70,6 +73,12 @@ type Options struct {
 	BatchWait time.Duration
 	// Now is the receive clock; default time.Now.
 	Now func() time.Time
+	// Clock drives the watchdog (lag polls and stall timing); default clock.Real.
+	Clock clock.Clock
+	// StallTimeout is how long the consumer may stay out of the group, or joined without
+	// progress while it has lag, before the watchdog rebuilds it (ingress.stall_timeout);
+	// default DefaultStallTimeout.
+	StallTimeout time.Duration
 }
 
 // Source consumes one route's delay topic. It implements ingress.Source.
@@ -87,9 +96,13 @@ type Source struct {
 	// for 16 MiB made kfake miss that every time and re-fetch the same offset forever
 	// (bench: 1.4k msgs/s at 16 MiB, 750k at 1 MiB).
 	maxBytes int
+	health   *tracker
 }
 
-var _ ingress.Source = (*Source)(nil)
+var (
+	_ ingress.Source         = (*Source)(nil)
+	_ ingress.HealthReporter = (*Source)(nil)
+)
 
 // New returns a source for route's `from.kafka.topic`, consuming in group cfg.GroupID.
 // It checks the configuration (errors wrap ingress.ErrPermanent) and dials nothing: Run
@@ -120,6 +133,12 @@ func New(cfg config.KafkaConfig, route config.Route, limits config.LimitsConfig,
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.Clock == nil {
+		opts.Clock = clock.Real{}
+	}
+	if opts.StallTimeout <= 0 {
+		opts.StallTimeout = DefaultStallTimeout
+	}
 	topic := route.From.Kafka.Topic
 	s := &Source{
 		cfg:    cfg,
@@ -135,12 +154,16 @@ func New(cfg config.KafkaConfig, route config.Route, limits config.LimitsConfig,
 		maxBytes: 1 << 20,
 	}
 	s.log = opts.Logger.With("source", s.Name(), "route", route.Name)
+	s.health = newTracker(route.Name, topic, opts.Observer, s.log, opts.Clock, opts.StallTimeout)
 	rc := s.readerConfig()
 	if err := rc.Validate(); err != nil {
 		return nil, fmt.Errorf("ingress/kafka: route %q: %w: %w", route.Name, ingress.ErrPermanent, err)
 	}
 	return s, nil
 }
+
+// Health returns the last state the source published (see package doc, Health).
+func (s *Source) Health() ingress.Health { return s.health.snapshot() }
 
 // Name is "kafka:<topic>".
 func (s *Source) Name() string { return "kafka:" + s.topic }
@@ -172,71 +195,135 @@ func (s *Source) readerConfig() kafka.ReaderConfig {
 
 // Run consumes until ctx is cancelled (then returns nil) or the brokers refuse us for
 // good (authentication, certificates: an error wrapping ingress.ErrPermanent).
-// Unreachable brokers are retried by the reader itself.
+// Unreachable brokers are retried by the reader itself. A watchdog goroutine, owned by
+// Run, polls the lag and rebuilds the reader when it is stuck (see Health).
 func (s *Source) Run(ctx context.Context, h ingress.Handler) error {
+	defer s.health.stop()
 	if ctx.Err() != nil {
 		return nil
 	}
 	if err := s.preflight(ctx); err != nil {
 		return err
 	}
-	r := kafka.NewReader(s.readerConfig())
+	var wg sync.WaitGroup // the watchdog and readers being closed after a rebuild
+	defer wg.Wait()
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.watch(wctx)
+	}()
+	c := s.newConsumer(ctx)
 	defer func() {
-		if err := r.Close(); err != nil {
-			s.log.Debug("close reader", "err", err)
-		}
+		s.health.retire()
+		c.close(s.log)
 	}()
 	backoff := minBackoff
 	failing := false // fetch errors are logged once per outage, at Warn, then at Debug
 	for {
-		msgs, err := s.fetch(ctx, r)
+		if s.health.pendingRebuild() {
+			old := c
+			c = s.rebuild(ctx, old)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				old.close(s.log)
+			}()
+		}
+		msgs, err := s.fetch(c.fctx, c.r)
 		if ctx.Err() != nil {
 			return nil // whatever was fetched is not committed and will be consumed again
 		}
-		if err != nil {
+		if err != nil && c.fctx.Err() == nil {
 			if !failing {
 				s.log.Warn("fetch from kafka failed; retrying until the brokers answer", "err", err)
 				failing = true
 			} else {
 				s.log.Debug("fetch from kafka failed", "err", err)
 			}
-			if len(msgs) == 0 {
-				if !sleep(ctx, backoff) {
-					return nil
-				}
-				backoff = min(2*backoff, maxBackoff)
-				continue
+		}
+		if len(msgs) == 0 {
+			if c.fctx.Err() != nil {
+				continue // the watchdog interrupted the fetch: rebuild
 			}
+			if !sleep(ctx, backoff) {
+				return nil
+			}
+			backoff = min(2*backoff, maxBackoff)
+			continue
 		}
 		if failing && err == nil {
 			s.log.Info("fetching from kafka again")
 			failing = false
 		}
 		backoff = minBackoff
-		items := s.convert(msgs)
-		for attempt := 1; ; attempt++ {
-			returned, err := ingress.Call(ctx, h, items)
-			if returned && err == nil {
-				break // parked: committed below even if shutdown began meanwhile
-			}
-			if ctx.Err() != nil {
-				return nil // nothing of this batch is committed; it is consumed again
-			}
-			lvl := slog.LevelWarn
-			if attempt > 1 {
-				lvl = slog.LevelDebug // one warning per failing batch, not one per retry
-			}
-			s.log.Log(ctx, lvl, "handler failed; retrying the same batch", "records", len(items), "attempt", attempt, "err", err)
-			if !sleep(ctx, jitter(backoff)) {
-				return nil
-			}
-			backoff = min(2*backoff, maxBackoff)
+		if !s.handle(ctx, h, msgs) {
+			return nil // nothing of this batch is committed; it is consumed again
 		}
-		backoff = minBackoff
-		s.commit(ctx, r, msgs)
+		s.commit(ctx, c.r, msgs)
 		if ctx.Err() != nil {
 			return nil
 		}
+	}
+}
+
+// handle hands a batch to h until it succeeds (true) or ctx ends (false).
+func (s *Source) handle(ctx context.Context, h ingress.Handler, msgs []kafka.Message) bool {
+	items := s.convert(msgs)
+	s.health.handlerBegin()
+	defer s.health.handlerEnd()
+	backoff := minBackoff
+	for attempt := 1; ; attempt++ {
+		returned, err := ingress.Call(ctx, h, items)
+		if returned && err == nil {
+			return true // parked: committed by the caller even if shutdown began meanwhile
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		lvl := slog.LevelWarn
+		if attempt > 1 {
+			lvl = slog.LevelDebug // one warning per failing batch, not one per retry
+		}
+		s.log.Log(ctx, lvl, "handler failed; retrying the same batch", "records", len(items), "attempt", attempt, "err", err)
+		if !sleep(ctx, jitter(backoff)) {
+			return false
+		}
+		backoff = min(2*backoff, maxBackoff)
+	}
+}
+
+// consumer is one kafka-go Reader with the context its fetches run under (cancelled by
+// the watchdog to have it rebuilt).
+type consumer struct {
+	r      *kafka.Reader
+	fctx   context.Context
+	cancel context.CancelFunc
+}
+
+func (s *Source) newConsumer(ctx context.Context) *consumer {
+	fctx, cancel := context.WithCancel(ctx)
+	id := s.health.newReader(cancel)
+	logger, errorLogger := s.health.hooks(id)
+	rc := s.readerConfig()
+	rc.Logger, rc.ErrorLogger = kafka.LoggerFunc(logger), kafka.LoggerFunc(errorLogger)
+	return &consumer{r: kafka.NewReader(rc), fctx: fctx, cancel: cancel}
+}
+
+// rebuild replaces old with a new reader (the caller closes old). The records old
+// fetched but did not commit are fetched again by whichever member owns their partition.
+func (s *Source) rebuild(ctx context.Context, old *consumer) *consumer {
+	old.cancel()
+	reason := s.health.rebuilding()
+	s.log.Info("kafka ingress watchdog: rebuilding the consumer", "reason", reason)
+	return s.newConsumer(ctx)
+}
+
+func (c *consumer) close(log *slog.Logger) {
+	c.cancel()
+	if err := c.r.Close(); err != nil {
+		log.Debug("close reader", "err", err)
 	}
 }
 
@@ -334,7 +421,17 @@ func (s *Source) commit(ctx context.Context, r *kafka.Reader, msgs []kafka.Messa
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 	defer cancel()
 	if err := r.CommitMessages(cctx, commits...); err != nil {
-		s.log.Warn("offset commit failed; the records will be consumed again (parking is idempotent)", "records", len(msgs), "err", err)
+		first, state := s.health.commitFailed(err)
+		lvl := slog.LevelWarn
+		if !first {
+			lvl = slog.LevelDebug // one warning per streak of failed commits
+		}
+		s.log.Log(ctx, lvl, "offset commit failed; the records will be consumed again (parking is idempotent); the watchdog rebuilds the consumer if commits keep failing",
+			"records", len(msgs), "err", err, "ingress_state", state)
+		return
+	}
+	if s.health.committed() {
+		s.log.Info("offset commits succeed again")
 	}
 }
 

@@ -116,7 +116,8 @@ func (b *Bridge) buildSources(conns *connections) ([]ingress.Source, error) {
 	for _, r := range b.cfg.Routes {
 		switch {
 		case r.From.Kafka != nil:
-			s, err := kafkain.New(b.cfg.Kafka, r, b.cfg.Limits, kafkain.Options{Logger: b.log, Observer: b.obs, Now: b.clk.Now})
+			s, err := kafkain.New(b.cfg.Kafka, r, b.cfg.Limits, kafkain.Options{Logger: b.log, Observer: b.obs, Now: b.clk.Now,
+				Clock: b.clk, StallTimeout: b.cfg.Ingress.StallTimeout})
 			if err != nil {
 				return nil, fmt.Errorf("route %q: %w", r.Name, err)
 			}
