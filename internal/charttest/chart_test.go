@@ -1436,6 +1436,25 @@ func checkPrometheusRule(t *testing.T, o *object, shards int, job string) {
 		} `yaml:"spec"`
 	}](t, o)
 	names := metricNames(t)
+	// Prometheus' own rule-file parser and PromQL parser on the groups, and the metric
+	// names from the parsed expressions.
+	var groups struct {
+		Spec struct {
+			Groups any `yaml:"groups"`
+		} `yaml:"spec"`
+	}
+	if err := o.node.Decode(&groups); err != nil {
+		t.Fatal(err)
+	}
+	rulesYAML, err := yaml.Marshal(map[string]any{"groups": groups.Spec.Groups})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rulesFile := filepath.Join(t.TempDir(), "rules.yml")
+	if err := os.WriteFile(rulesFile, rulesYAML, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	checkParsedMetrics(t, names, promRules(t, rulesFile))
 	alerts := map[string]string{}
 	for _, g := range pr.Spec.Groups {
 		for _, r := range g.Rules {

@@ -156,6 +156,7 @@ func TestPlainAlertRules(t *testing.T) {
 	if string(got) != want {
 		t.Errorf("examples/prometheus/alerts.yml differs from the chart's PrometheusRule: run go test ./internal/charttest -run TestPlainAlertRules -update")
 	}
+	checkParsedMetrics(t, metricNames(t), promRules(t, file)) // the file itself, as Prometheus loads it
 	checkPrometheusRule(t, pr, 64, "delay-bridge")
 }
 
@@ -195,6 +196,14 @@ func TestDashboard(t *testing.T) {
 			}
 		}
 	}
+	// Grafana's interval variable is not PromQL; the others sit in label matchers.
+	var exprs []string
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			exprs = append(exprs, strings.ReplaceAll(tg.Expr, "$__rate_interval", "5m"))
+		}
+	}
+	checkParsedMetrics(t, names, promExprs(t, exprs))
 	for _, want := range []string{"delaybridge_delivery_lateness_seconds", "delaybridge_fire_lateness_seconds",
 		"delaybridge_ingress_consuming", "delaybridge_ingress_lag_messages", "delaybridge_publish_failures_total",
 		"delaybridge_messages_dropped_total", "delaybridge_messages_dead_lettered_total", "delaybridge_shards_owned",
