@@ -151,3 +151,14 @@ func TestCheckConfigRefusesCredentialsInAddresses(t *testing.T) {
 	}
 	assertNoSecret(t, "valid amqp.url", out, errOut, pw)
 }
+
+// bridge ctl reads admin.token from the file given with -c: a broken one is reported
+// without the secret.
+func TestCtlConfigErrorHidesToken(t *testing.T) {
+	file := writeConfig(t, kafkaRoute+"admin: {listen: \"127.0.0.1:1\", token: [ZqCtlTok1, ZqCtlTok2]}\n")
+	code, out, errOut := call(t, "ctl", "-c", file, "--timeout", "1s", "get", "x")
+	if code == exitOK || !strings.Contains(errOut, "admin.token") {
+		t.Errorf("exit %d, stderr:\n%s", code, errOut)
+	}
+	assertNoSecret(t, "ctl -c", out, errOut, "ZqCtlTok1", "ZqCtlTok2")
+}
