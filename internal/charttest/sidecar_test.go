@@ -138,8 +138,16 @@ func TestSidecarForms(t *testing.T) {
 	}
 }
 
-func TestSidecarRefusesSecretsInConfig(t *testing.T) {
+func TestSidecarRefusals(t *testing.T) {
 	app := sidecarAppCopy(t)
+	// The native form on a cluster that cannot run it is refused; the plain form renders.
+	old := []string{"template", release, app, "--kube-version", "1.28.0"}
+	if _, err := run("", nil, helm(t), old...); err == nil || !strings.Contains(err.Error(), "need Kubernetes 1.29+") {
+		t.Errorf("native sidecar on Kubernetes 1.28: want a refusal, got %v", err)
+	}
+	if _, err := run("", nil, helm(t), append(old, "--set", "delayBridge.native=false")...); err != nil {
+		t.Errorf("plain sidecar on Kubernetes 1.28: %v", err)
+	}
 	for _, set := range []string{"delayBridge.config.redis.password=x", "delayBridge.config.admin.token=x", "delayBridge.config.routes=null"} {
 		full := []string{"template", release, app, "--kube-version", kubeVersion, "--set", set}
 		if _, err := run("", nil, helm(t), full...); err == nil || !strings.Contains(err.Error(), "delay-bridge sidecar") {

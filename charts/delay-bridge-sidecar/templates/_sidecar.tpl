@@ -133,6 +133,9 @@ Argument: dict "quantity" Q "pct" P. Empty when Q is empty or P is 0.
 {{/* List items for the pod's initContainers: the bridge in the native form, else nothing. */}}
 {{- define "delay-bridge-sidecar.initContainers" -}}
 {{- $v := include "delay-bridge-sidecar.values" . | fromYaml }}
+{{- if and $v.native (semverCompare "<1.29.0-0" .root.Capabilities.KubeVersion.Version) }}
+{{- fail (printf "delay-bridge sidecar: native sidecars (initContainers with restartPolicy: Always) need Kubernetes 1.29+, this is %s; set native: false" .root.Capabilities.KubeVersion.Version) }}
+{{- end }}
 {{- if $v.native }}
 {{- include "delay-bridge-sidecar.container" . }}
 {{- end }}
