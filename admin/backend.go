@@ -7,7 +7,8 @@
 //
 //	POST   /v1/messages                 schedule            201 new, 200 duplicate id
 //	GET    /v1/messages/{id}            look up             200, 404
-//	DELETE /v1/messages/{id}            cancel              200 {id, prior_state}, 404, 409
+//	DELETE /v1/messages/{id}            cancel              200 {id, prior_state}, 404 (unknown:
+//	                                                        nothing recorded), 409
 //	POST   /v1/messages/{id}/reschedule new due time        200 {id, due_at}, 404, 409
 //	GET    /v1/stats                    shard/route counts  200
 //	GET    /v1/dead?limit=N             dead letters        200 {messages: [...]}
@@ -37,7 +38,13 @@ const (
 	StatePending  = "pending"  // parked in Redis, waiting for its due time
 	StateInflight = "inflight" // claimed by an owner, being fired and published
 	StateDead     = "dead"     // in the dead letters (Reason says why)
-	StateDone     = "done"     // published or cancelled, remembered for the dedup window
+	// StateDelivered: published (broker-confirmed), remembered for
+	// scheduler.done_window. An entry written by an older bridge, which did not tell
+	// delivered from cancelled, reads as delivered.
+	StateDelivered = "delivered"
+	// StateCancelled: cancelled (over HTTP or by an x-delay-cancel record, also one
+	// that arrived before its message), remembered for scheduler.done_window.
+	StateCancelled = "cancelled"
 )
 
 // Sentinel errors a Backend returns (wrapped, with %w, so errors.Is finds them).
@@ -103,17 +110,17 @@ type Scheduled struct {
 	ID    string `json:"id"`
 	DueAt int64  `json:"due_at"` // unix milliseconds
 	// Duplicate is set by Schedule when the id was already known (pending, in flight,
-	// dead or done): nothing was changed and DueAt is the existing message's due time
-	// (0 for a done message).
+	// dead, delivered or cancelled): nothing was changed and DueAt is the existing
+	// message's due time (0 unless it is pending).
 	Duplicate bool `json:"duplicate,omitempty"`
 }
 
 // Message describes one message. Times are unix milliseconds.
 type Message struct {
 	ID    string `json:"id"`
-	State string `json:"state"` // StatePending, StateInflight, StateDead or StateDone
-	// The fields below are filled for pending, inflight and dead messages; a done
-	// message has only ID and State (its envelope is gone).
+	State string `json:"state"` // StatePending, StateInflight, StateDead, StateDelivered or StateCancelled
+	// The fields below are filled for pending, inflight and dead messages; a delivered
+	// or cancelled message has only ID and State (its envelope is gone).
 	DueAt        int64             `json:"due_at,omitempty"`
 	Route        string            `json:"route,omitempty"`
 	Source       string            `json:"source,omitempty"`        // topic, queue or "http"
@@ -164,23 +171,25 @@ type Backend interface {
 	// ingress validates: unknown route, delay beyond limits.max_delay or payload over
 	// limits.max_payload_bytes are ErrInvalid naming "route", "delay_ms"/"deliver_at"
 	// or "payload". It is idempotent by id: an id that is already pending, in flight,
-	// dead or done is not parked again and Scheduled.Duplicate is set. It returns once
+	// dead, delivered or cancelled is not parked again and Scheduled.Duplicate is set
+	// (decided atomically by the park itself, never by reading the state back). It returns once
 	// Redis has the message (with redis.min_replicas, once replicas have it).
 	Schedule(ctx context.Context, req ScheduleRequest) (Scheduled, error)
 
 	// Get looks a message up by id wherever it is. ErrNotFound if unknown (never seen,
-	// or done longer ago than scheduler.done_window).
+	// or delivered or cancelled longer ago than scheduler.done_window).
 	Get(ctx context.Context, id string) (Message, error)
 
-	// Cancel removes a pending, in-flight or dead message and returns the state it was
-	// in. Cancelling an in-flight message is best effort: a publish already under way
-	// may still reach the target. ErrNotFound if unknown; ErrConflict if it is done
-	// (already published, or already cancelled).
+	// Cancel removes a pending, in-flight or dead message, whatever its route, and
+	// returns the state it was in. Cancelling an in-flight message is best effort: a
+	// publish already under way may still reach the target. ErrNotFound if unknown, and
+	// then nothing is recorded (no tombstone: a message with that id arriving later is
+	// parked); ErrConflict if it is delivered or cancelled already.
 	Cancel(ctx context.Context, id string) (priorState string, err error)
 
 	// Reschedule gives a pending message a new due time (a dead message is requeued at
-	// that time, attempt reset). ErrNotFound if unknown; ErrConflict if in flight or
-	// done; ErrInvalid if the new time is beyond limits.max_delay.
+	// that time, attempt reset). ErrNotFound if unknown; ErrConflict if in flight,
+	// delivered or cancelled; ErrInvalid if the new time is beyond limits.max_delay.
 	Reschedule(ctx context.Context, id string, when When) (Scheduled, error)
 
 	// Stats reports counts per shard (and per route when cheap) and shard owners.

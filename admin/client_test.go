@@ -55,7 +55,7 @@ func TestClientAgainstServer(t *testing.T) {
 		t.Errorf("Cancel = %+v, %v", cr, err)
 	}
 	if _, err := c.Cancel(ctx, "c1"); !errors.Is(err, ErrConflict) {
-		t.Errorf("Cancel done = %v", err)
+		t.Errorf("Cancel of a cancelled message = %v", err)
 	}
 
 	st, err := c.Stats(ctx)

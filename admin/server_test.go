@@ -45,7 +45,7 @@ func newFake() *fakeBackend {
 		Source: "orders.delay", SourceBroker: "kafka", Attempt: 0, Headers: map[string]string{"traceparent": "00-ab"}, PayloadSize: 3}
 	f.msgs["orders.delay/0/42"] = &Message{ID: "orders.delay/0/42", State: StatePending, DueAt: 1, Route: "orders"}
 	f.msgs["fly"] = &Message{ID: "fly", State: StateInflight, Route: "orders", Attempt: 1}
-	f.msgs["gone"] = &Message{ID: "gone", State: StateDone}
+	f.msgs["gone"] = &Message{ID: "gone", State: StateDelivered}
 	f.msgs["d1"] = &Message{ID: "d1", State: StateDead, Route: "orders", Reason: "bad_delay", DeadAt: 5, Attempt: 10}
 	return f
 }
@@ -106,11 +106,11 @@ func (f *fakeBackend) Cancel(_ context.Context, id string) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("cancel %q: %w", id, ErrNotFound)
 	}
-	if m.State == StateDone {
-		return "", fmt.Errorf("cancel %q: already done: %w", id, ErrConflict)
+	if m.State == StateDelivered || m.State == StateCancelled {
+		return "", fmt.Errorf("cancel %q: already %s: %w", id, m.State, ErrConflict)
 	}
 	prior := m.State
-	f.msgs[id] = &Message{ID: id, State: StateDone}
+	f.msgs[id] = &Message{ID: id, State: StateCancelled}
 	return prior, nil
 }
 
@@ -125,7 +125,7 @@ func (f *fakeBackend) Reschedule(_ context.Context, id string, w When) (Schedule
 	if !ok {
 		return Scheduled{}, fmt.Errorf("reschedule %q: %w", id, ErrNotFound)
 	}
-	if m.State == StateInflight || m.State == StateDone {
+	if m.State == StateInflight || m.State == StateDelivered || m.State == StateCancelled {
 		return Scheduled{}, fmt.Errorf("reschedule %q: message is %s: %w", id, m.State, ErrConflict)
 	}
 	m.DueAt, m.State = f.due(w), StatePending
@@ -426,11 +426,11 @@ func TestGet(t *testing.T) {
 	if r.body["state"] != StateDead || r.body["reason"] != "bad_delay" {
 		t.Errorf("dead: %s", r.raw)
 	}
-	// A done message has only id and state (its envelope is gone).
+	// A delivered message has only id and state (its envelope is gone).
 	r = do(t, s, "GET", "/v1/messages/gone", "")
 	r.expect(t, http.StatusOK, "id", "state")
-	if r.body["state"] != StateDone {
-		t.Errorf("done: %s", r.raw)
+	if r.body["state"] != StateDelivered {
+		t.Errorf("delivered: %s", r.raw)
 	}
 	do(t, s, "GET", "/v1/messages/nope", "").expectError(t, http.StatusNotFound, "", "not found")
 
@@ -456,7 +456,7 @@ func TestCancel(t *testing.T) {
 	if r.body["prior_state"] != StateInflight {
 		t.Errorf("inflight: %s", r.raw)
 	}
-	do(t, s, "DELETE", "/v1/messages/m1", "").expectError(t, http.StatusConflict, "", "already done")
+	do(t, s, "DELETE", "/v1/messages/m1", "").expectError(t, http.StatusConflict, "", "already cancelled")
 	do(t, s, "DELETE", "/v1/messages/nope", "").expectError(t, http.StatusNotFound, "", "not found")
 	r = do(t, s, "DELETE", "/v1/messages/orders.delay%2F0%2F42", "")
 	r.expect(t, http.StatusOK)

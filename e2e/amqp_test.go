@@ -497,8 +497,8 @@ func TestAMQPCancel(t *testing.T) {
 		}
 	}
 	for _, id := range []string{"c-1", "c-2"} {
-		if code := e.bridge.api("GET", "/v1/messages/"+id, nil, &msg); code != 200 || msg.State != "done" {
-			t.Errorf("%s after cancel: %d state %q, want done", id, code, msg.State)
+		if code := e.bridge.api("GET", "/v1/messages/"+id, nil, &msg); code != 200 || msg.State != "cancelled" {
+			t.Errorf("%s after cancel: %d state %q, want cancelled", id, code, msg.State)
 		}
 	}
 	if code := e.bridge.api("DELETE", "/v1/messages/c-1", nil, nil); code != 409 {

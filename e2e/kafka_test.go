@@ -227,8 +227,8 @@ func TestKafkaInvalidInputAndCancel(t *testing.T) {
 			t.Errorf("%s not in the dead letters with a reason (got %v)", id, reasons)
 		}
 	}
-	if code := e.bridge.api("GET", "/v1/messages/c-1", nil, &msg); code != 200 || msg.State != "done" {
-		t.Errorf("c-1 after cancel: status %d state %q, want done", code, msg.State)
+	if code := e.bridge.api("GET", "/v1/messages/c-1", nil, &msg); code != 200 || msg.State != "cancelled" {
+		t.Errorf("c-1 after cancel: status %d state %q, want cancelled", code, msg.State)
 	}
 	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
 		if code := e.bridge.api("GET", path, nil, nil); code != 200 {

@@ -1,8 +1,10 @@
 -- ack: a claimed message was published; forget it and remember its id in done.
 --
--- KEYS[1] msg       HASH
--- KEYS[2] inflight  ZSET
--- KEYS[3] done      ZSET id -> time fired (dedup window)
+-- KEYS[1] msg        HASH
+-- KEYS[2] inflight   ZSET
+-- KEYS[3] done       ZSET id -> time delivered or cancelled (dedup window)
+-- KEYS[4] cancelled  HASH id -> routes whose cancel it was: an acked id is delivered,
+--                    so any (other route's) tombstone field goes
 -- ARGV[1] now (integer unix ms)
 -- ARGV[2] remember: 1 to record acked ids in done, 0 when the dedup window is off
 -- ARGV[3] trimBefore: done entries with a score below this are forgotten (now - window)
@@ -24,6 +26,7 @@ for i = 5, #ARGV do
 end
 if #acked > 0 then
   redis.call('HDEL', KEYS[1], unpack(acked))
+  redis.call('HDEL', KEYS[4], unpack(acked))
   if ARGV[2] == '1' then
     redis.call('ZADD', KEYS[3], unpack(zadd))
   end
@@ -31,5 +34,6 @@ end
 local old = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. ARGV[3], 'LIMIT', 0, ARGV[4])
 if #old > 0 then
   redis.call('ZREM', KEYS[3], unpack(old))
+  redis.call('HDEL', KEYS[4], unpack(old))
 end
 return { #acked, #old }

@@ -5,6 +5,7 @@
 -- KEYS[3] inflight  ZSET
 -- KEYS[4] dead      ZSET
 -- KEYS[5] done      ZSET
+-- KEYS[6] cancelled HASH (done ids that were cancelled)
 -- ARGV[1] id
 -- ARGV[2] new due (integer unix ms)
 -- ARGV[3] optional: envelope to store (a pending message's with DueAt = the new due; a
@@ -14,7 +15,7 @@
 --         read the envelope at; if it changed since, nothing is done and "stale" is
 --         returned so the caller can read again instead of overwriting a newer envelope
 -- Returns the state the id was in: "pending" (due time changed), "dead" (moved to
--- due), "inflight", "done" or "" (unchanged:
+-- due), "inflight", "delivered", "cancelled" or "" (unchanged:
 -- a message being published or already gone cannot be rescheduled), or "stale".
 local id = ARGV[1]
 local dueAt = redis.call('ZSCORE', KEYS[1], id)
@@ -44,6 +45,9 @@ if redis.call('ZSCORE', KEYS[3], id) then
   return 'inflight'
 end
 if redis.call('ZSCORE', KEYS[5], id) then
-  return 'done'
+  if redis.call('HEXISTS', KEYS[6], id) == 1 then
+    return 'cancelled'
+  end
+  return 'delivered'
 end
 return ''

@@ -179,8 +179,8 @@ func TestSchedulerFiresEveryMessageOnceNeverEarly(t *testing.T) {
 		return p == 0 && i == 0 && d == 0
 	})
 	st, _, _, err := h.store.Get(context.Background(), "m-7")
-	if err != nil || st != StateDone {
-		t.Fatalf("fired message state = %q, %v; want done", st, err)
+	if err != nil || st != StateDelivered {
+		t.Fatalf("fired message state = %q, %v; want delivered", st, err)
 	}
 	if got := len(h.sched.OwnedShards()); got != 8 {
 		t.Fatalf("single instance owns %d shards, want all 8", got)
@@ -594,8 +594,8 @@ func TestRefusedByOwnsIsFiredAfterRenewal(t *testing.T) {
 	}
 	waitFor(t, "shards empty", 5*time.Second, func() bool { p, i, _ := totals(t, h.store); return p == 0 && i == 0 })
 	st, _, _, err := h.store.Get(context.Background(), "m-3")
-	if err != nil || st != StateDone {
-		t.Fatalf("m-3: %q %v, want done", st, err)
+	if err != nil || st != StateDelivered {
+		t.Fatalf("m-3: %q %v, want delivered", st, err)
 	}
 }
 

@@ -46,8 +46,17 @@ const (
 	StatePending  State = "pending"  // in due, waiting for its time
 	StateInflight State = "inflight" // claimed by a pump, being published
 	StateDead     State = "dead"     // dead-lettered (envelope Reason says why)
-	StateDone     State = "done"     // fired or cancelled, remembered for the dedup window
-	StateUnknown  State = ""         // never seen, or forgotten
+	// StateDelivered: published, remembered for the dedup window. A done entry of an
+	// older bridge (which recorded cancels there too) reads as delivered.
+	StateDelivered State = "delivered"
+	// StateCancelled: cancelled (or tombstoned by a cancel that came before its
+	// message), remembered for the dedup window.
+	StateCancelled State = "cancelled"
+	StateUnknown   State = "" // never seen, or forgotten
+	// StateNotStored is not a message state: it appears only in ParkEach results
+	// returned with an error, for messages whose script call failed (stored or not,
+	// nobody knows; the caller replays the batch).
+	StateNotStored State = "not_stored"
 )
 
 // Limits that keep every script call short (Redis runs one script at a time, so a huge
@@ -84,7 +93,7 @@ type StoreOptions struct {
 // shardKeys are the Redis keys of one shard. They share the hash tag {cluster:shard}, so
 // on Redis Cluster every script call touches one slot.
 type shardKeys struct {
-	due, msg, inflight, dead, done, owner, fence string
+	due, msg, inflight, dead, done, cancelled, owner, fence string
 }
 
 type script struct {
@@ -102,7 +111,9 @@ type script struct {
 //	P:{C:n}:msg       HASH   id -> envelope; present exactly for ids in due, inflight, dead
 //	P:{C:n}:inflight  ZSET   id -> lease deadline
 //	P:{C:n}:dead      ZSET   id -> time dead-lettered
-//	P:{C:n}:done      ZSET   id -> time fired or cancelled (dedup window, trimmed)
+//	P:{C:n}:done      ZSET   id -> time delivered or cancelled (dedup window, trimmed)
+//	P:{C:n}:cancelled HASH   id -> routes of its cancel, for the done ids that were
+//	                         cancelled rather than delivered (trimmed with done)
 //	P:{C:n}:owner     STRING "instance|token", PX lease TTL
 //	P:{C:n}:fence     STRING counter behind the fencing tokens (never expires)
 //	P:{C}:members     ZSET   instance -> heartbeat time
@@ -169,7 +180,7 @@ func NewStore(ctx context.Context, rdb redis.UniversalClient, opt StoreOptions) 
 		base := fmt.Sprintf("%s:{%s:%d}:", opt.Prefix, opt.Cluster, i)
 		s.keys[i] = shardKeys{
 			due: base + "due", msg: base + "msg", inflight: base + "inflight", dead: base + "dead",
-			done: base + "done", owner: base + "owner", fence: base + "fence",
+			done: base + "done", cancelled: base + "cancelled", owner: base + "owner", fence: base + "fence",
 		}
 	}
 	mk := func(name, src string) *script { return &script{name: name, Script: redis.NewScript(src)} }
@@ -529,18 +540,42 @@ func chunk(items []encoded) [][]encoded {
 	return out
 }
 
-// Park stores envs, each in the shard of its id, due at its DueAt. One script call per
-// shard (more for huge batches), all in one pipelined round trip. parked[i] is false for
-// a duplicate: an id already pending, in flight, dead or recently done. minDue holds,
-// per shard, the earliest due time among newly parked messages, for waking pumps.
-//
-// On error some shards may have been written; Park is idempotent, so retry the whole
-// batch. With ErrNotReplicated, parked and minDue are still filled in.
+// Park stores envs, each in the shard of its id, due at its DueAt. parked[i] is false
+// for a duplicate: an id already pending, in flight, dead or recently done. minDue
+// holds, per shard, the earliest due time among newly parked messages, for waking
+// pumps. It is ParkEach with the refusal reasons folded into a bool.
 func (s *Store) Park(ctx context.Context, envs []*envelope.Envelope) (parked []bool, minDue map[int]int64, err error) {
+	prior, minDue, err := s.ParkEach(ctx, envs)
+	if prior == nil {
+		return nil, nil, err
+	}
 	parked = make([]bool, len(envs))
+	for i, st := range prior {
+		parked[i] = st == StateUnknown
+	}
+	return parked, minDue, err
+}
+
+// ParkEach stores envs, each in the shard of its id, due at its DueAt. One script call
+// per shard (more for huge batches), all in one pipelined round trip. prior[i] is the
+// state envs[i]'s id was in before the call: StateUnknown means it was new and is now
+// parked; any other state is why it was refused (pending, inflight, dead, delivered,
+// cancelled — the duplicate reason). A tombstone left by a cancel of another route
+// does not refuse a message (cancels are scoped to their route). minDue holds, per
+// shard, the earliest due time among newly parked messages, for waking pumps.
+//
+// On error some shards may have been written; parking is idempotent, so retry the whole
+// batch (the replay then reports the messages parked the first time as pending). prior
+// and minDue are still filled in for the calls that succeeded (all of them with
+// ErrNotReplicated); the others read StateNotStored.
+func (s *Store) ParkEach(ctx context.Context, envs []*envelope.Envelope) (prior []State, minDue map[int]int64, err error) {
+	prior = make([]State, len(envs))
+	for i := range prior {
+		prior[i] = StateNotStored
+	}
 	minDue = make(map[int]int64)
 	if len(envs) == 0 {
-		return parked, minDue, nil
+		return prior, minDue, nil
 	}
 	groups, shards, err := s.encodeGrouped(envs)
 	if err != nil {
@@ -551,11 +586,12 @@ func (s *Store) Park(ctx context.Context, envs []*envelope.Envelope) (parked []b
 	for gi, g := range groups {
 		k := s.keys[shards[gi]]
 		for _, ch := range chunk(g) {
-			args := make([]any, 0, 3*len(ch))
+			args := make([]any, 0, 4*len(ch))
 			for _, it := range ch {
-				args = append(args, envs[it.idx].ID, envs[it.idx].DueAt, it.data)
+				e := envs[it.idx]
+				args = append(args, e.ID, e.DueAt, it.data, e.Route)
 			}
-			calls = append(calls, call{sc: s.park, keys: []string{k.due, k.msg, k.done}, args: args})
+			calls = append(calls, call{sc: s.park, keys: []string{k.due, k.msg, k.inflight, k.dead, k.done, k.cancelled}, args: args})
 			chunks = append(chunks, ch)
 		}
 	}
@@ -564,48 +600,69 @@ func (s *Store) Park(ctx context.Context, envs []*envelope.Envelope) (parked []b
 		if cmd == nil || cmd.Err() != nil {
 			continue
 		}
-		res, perr := cmd.Int64Slice()
+		res, perr := cmd.StringSlice()
 		if perr != nil || len(res) != len(chunks[ci]) {
-			return parked, minDue, fmt.Errorf("scheduler: park: unexpected reply %v: %v", cmd.Val(), perr)
+			return prior, minDue, fmt.Errorf("scheduler: park: unexpected reply %v: %v", cmd.Val(), perr)
 		}
 		for j, it := range chunks[ci] {
-			if res[j] != 1 {
+			if res[j] != "parked" {
+				prior[it.idx] = State(res[j])
 				continue
 			}
-			parked[it.idx] = true
+			prior[it.idx] = StateUnknown
 			due := envs[it.idx].DueAt
 			if old, ok := minDue[it.shard]; !ok || due < old {
 				minDue[it.shard] = due
 			}
 		}
 	}
-	return parked, minDue, err
+	return prior, minDue, err
 }
 
 // Bury stores invalid messages straight into the dead letters (their Reason should say
-// why), idempotently like Park (an id already known is left as it is).
-func (s *Store) Bury(ctx context.Context, envs []*envelope.Envelope, now int64) error {
+// why), idempotently like Park: prior[i] is StateUnknown when envs[i] was buried now,
+// else the state its id was already in (left as it is), so a replayed batch is not
+// counted or copied to a dead-letter target twice. On error prior is nil unless the
+// error is ErrNotReplicated.
+func (s *Store) Bury(ctx context.Context, envs []*envelope.Envelope, now int64) (prior []State, err error) {
+	prior = make([]State, len(envs))
 	if len(envs) == 0 {
-		return nil
+		return prior, nil
 	}
 	groups, shards, err := s.encodeGrouped(envs)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var calls []call
+	var chunks [][]encoded
 	for gi, g := range groups {
 		k := s.keys[shards[gi]]
 		for _, ch := range chunk(g) {
-			args := make([]any, 0, 1+2*len(ch))
+			args := make([]any, 0, 1+3*len(ch))
 			args = append(args, now)
 			for _, it := range ch {
-				args = append(args, envs[it.idx].ID, it.data)
+				args = append(args, envs[it.idx].ID, it.data, envs[it.idx].Route)
 			}
-			calls = append(calls, call{sc: s.bury, keys: []string{k.due, k.msg, k.inflight, k.dead, k.done}, args: args})
+			calls = append(calls, call{sc: s.bury, keys: []string{k.due, k.msg, k.inflight, k.dead, k.done, k.cancelled}, args: args})
+			chunks = append(chunks, ch)
 		}
 	}
-	_, err = s.evalPipelined(ctx, calls, s.opt.MinReplicas > 0)
-	return err
+	cmds, err := s.evalPipelined(ctx, calls, s.opt.MinReplicas > 0)
+	if err != nil && !errors.Is(err, ErrNotReplicated) {
+		return nil, err
+	}
+	for ci, cmd := range cmds {
+		res, perr := cmd.StringSlice()
+		if perr != nil || len(res) != len(chunks[ci]) {
+			return nil, fmt.Errorf("scheduler: bury: unexpected reply %v: %v", cmd.Val(), perr)
+		}
+		for j, it := range chunks[ci] {
+			if res[j] != "buried" {
+				prior[it.idx] = State(res[j])
+			}
+		}
+	}
+	return prior, err
 }
 
 // ---------------------------------------------------------------------------------
@@ -719,7 +776,7 @@ func (s *Store) ackCalls(shard int, ids []string, now int64) []call {
 		for _, id := range part {
 			args = append(args, id)
 		}
-		calls = append(calls, call{sc: s.ack, keys: []string{k.msg, k.inflight, k.done}, args: args})
+		calls = append(calls, call{sc: s.ack, keys: []string{k.msg, k.inflight, k.done, k.cancelled}, args: args})
 	}
 	return calls
 }
@@ -885,138 +942,7 @@ func (s *Store) recoverInflight(ctx context.Context, shard int, now int64, limit
 }
 
 // ---------------------------------------------------------------------------------
-// By id: cancel, reschedule, get, dead letters
-
-func (s *Store) idKeys(id string) []string {
-	k := s.keys[s.ShardOf(id)]
-	return []string{k.due, k.msg, k.inflight, k.dead, k.done}
-}
-
-// Cancel removes the message id wherever it is and remembers the id in done, so a
-// replay of its ingress record does not park it again. It returns the prior state;
-// StateDone means it had already fired (or was cancelled) and nothing changed. An
-// unknown id is remembered as well, so a cancel that overtakes its message still wins.
-// Cancelling an inflight message cannot stop a publish already under way.
-func (s *Store) Cancel(ctx context.Context, id string, now int64) (State, error) {
-	remember, trimBefore, trimLimit := s.trimArgs(now, 1)
-	v, err := s.eval(ctx, s.cancel, s.idKeys(id), id, now, remember, trimBefore, trimLimit).Text()
-	if err != nil {
-		return StateUnknown, fmt.Errorf("scheduler: cancel %q: %w", id, err)
-	}
-	return State(v), nil
-}
-
-// Reschedule sets a new due time for a pending message (the envelope is untouched; its
-// score is what Claim reports as DueAt) or requeues a dead letter (as RequeueDead). It
-// returns the prior state; only StatePending and StateDead mean the change was made.
-func (s *Store) Reschedule(ctx context.Context, id string, due int64) (State, error) {
-	st, _, _, err := s.Get(ctx, id)
-	if err == nil && st == StateDead {
-		if err := s.RequeueDead(ctx, id, due); err != nil {
-			if errors.Is(err, ErrNotFound) {
-				// It left the dead letters in between; report where it is now.
-				st, _, _, err = s.Get(ctx, id)
-				return st, err
-			}
-			return StateDead, err
-		}
-		return StateDead, nil
-	}
-	// A pending message gets its envelope's DueAt rewritten with the score, so the due
-	// time survives recovery (which re-queues in-flight messages due "now") and shows
-	// in x-delay-due-at. The old score guards against a concurrent change.
-	for range 5 {
-		st, score, e, err := s.Get(ctx, id)
-		if err != nil {
-			return st, err
-		}
-		if st != StatePending {
-			break
-		}
-		e.DueAt = due
-		raw, err := envelope.Encode(e)
-		if err != nil {
-			return st, fmt.Errorf("scheduler: reschedule %q: %w", id, err)
-		}
-		v, err := s.eval(ctx, s.reschedule, s.idKeys(id), id, due, raw, score).Text()
-		if err != nil {
-			return StateUnknown, fmt.Errorf("scheduler: reschedule %q: %w", id, err)
-		}
-		if v != "stale" {
-			return State(v), nil
-		}
-	}
-	v, err := s.eval(ctx, s.reschedule, s.idKeys(id), id, due).Text()
-	if err != nil {
-		return StateUnknown, fmt.Errorf("scheduler: reschedule %q: %w", id, err)
-	}
-	return State(v), nil
-}
-
-// RequeueDead moves the dead letter id back to due at due, with its reason cleared and
-// its attempt count reset, so it gets a full set of retries. ErrNotFound if id is not a
-// dead letter.
-func (s *Store) RequeueDead(ctx context.Context, id string, due int64) error {
-	for range 5 {
-		st, deadAt, e, err := s.Get(ctx, id)
-		if err != nil && !errors.Is(err, envelope.ErrCorrupt) {
-			return err
-		}
-		if st != StateDead {
-			return fmt.Errorf("%w: %q is not a dead letter (state %q)", ErrNotFound, id, st)
-		}
-		args := []any{id, due}
-		if e != nil {
-			e.Reason, e.Attempt, e.DueAt = "", 0, due
-			data, err := envelope.Encode(e)
-			if err != nil {
-				return fmt.Errorf("scheduler: encode envelope %q: %w", id, errors.Join(ErrInvalid, err))
-			}
-			args = append(args, data, deadAt)
-		}
-		v, err := s.eval(ctx, s.reschedule, s.idKeys(id), args...).Text()
-		if err != nil {
-			return fmt.Errorf("scheduler: requeue %q: %w", id, err)
-		}
-		switch v {
-		case "dead":
-			return nil
-		case "stale":
-			continue // dead-lettered again since we read it: read the newer envelope
-		default:
-			return fmt.Errorf("%w: %q is not a dead letter (state %q)", ErrNotFound, id, v)
-		}
-	}
-	return fmt.Errorf("scheduler: requeue %q: dead letter kept changing", id)
-}
-
-// Get looks a message up: its state, the score there (due time, lease deadline, time
-// dead-lettered or time done) and its envelope (nil for done and unknown). An envelope
-// that does not decode is reported with an error wrapping envelope.ErrCorrupt, along
-// with the state and score.
-func (s *Store) Get(ctx context.Context, id string) (State, int64, *envelope.Envelope, error) {
-	vals, err := s.eval(ctx, s.get, s.idKeys(id), id).Slice()
-	if err != nil {
-		return StateUnknown, 0, nil, fmt.Errorf("scheduler: get %q: %w", id, err)
-	}
-	if len(vals) == 0 {
-		return StateUnknown, 0, nil, fmt.Errorf("scheduler: get %q: empty reply", id)
-	}
-	st, _ := vals[0].(string)
-	var score int64
-	if len(vals) > 1 {
-		score, _ = vals[1].(int64)
-	}
-	if len(vals) < 3 {
-		return State(st), score, nil, nil
-	}
-	raw, _ := vals[2].(string)
-	e, err := envelope.Decode([]byte(raw), id)
-	if err != nil {
-		return State(st), score, nil, fmt.Errorf("scheduler: get %q: %w", id, err)
-	}
-	return State(st), score, e, nil
-}
+// Dead letters (by id: store_byid.go)
 
 // ListDead returns up to limit dead letters over all shards, oldest first. An envelope
 // that does not decode is shown as one holding only its id and a reason saying so.
@@ -1197,7 +1123,7 @@ func IsRetryable(err error) bool {
 	}
 	switch {
 	case errors.Is(err, ErrFenced), errors.Is(err, ErrShardCount), errors.Is(err, ErrInvalid),
-		errors.Is(err, ErrNotFound), errors.Is(err, envelope.ErrCorrupt),
+		errors.Is(err, ErrNotFound), errors.Is(err, ErrOtherRoute), errors.Is(err, envelope.ErrCorrupt),
 		errors.Is(err, context.Canceled), errors.Is(err, redis.ErrClosed):
 		return false
 	case errors.Is(err, ErrNotReplicated), errors.Is(err, context.DeadlineExceeded),

@@ -147,7 +147,7 @@ func TestStoreParkIdempotent(t *testing.T) {
 	}
 	wantState(t, s, a[2], StateInflight, t0+30_000)
 	wantState(t, s, a[3], StateDead, t0)
-	wantState(t, s, a[4], StateDone, t0)
+	wantState(t, s, a[4], StateDelivered, t0)
 
 	// A replay of every record: nothing is parked again, nothing is changed.
 	parked, minDue, err = s.Park(ctx, []*envelope.Envelope{env(a[0], 1), env(a[1], 1), env(a[2], 1), env(a[3], 1), env(a[4], 1)})
@@ -160,7 +160,7 @@ func TestStoreParkIdempotent(t *testing.T) {
 	wantState(t, s, a[0], StatePending, t0+500)
 	wantState(t, s, a[2], StateInflight, t0+30_000)
 	wantState(t, s, a[3], StateDead, t0)
-	wantState(t, s, a[4], StateDone, t0)
+	wantState(t, s, a[4], StateDelivered, t0)
 }
 
 func TestStoreParkManyShardsAndChunks(t *testing.T) {
@@ -485,12 +485,16 @@ func TestStoreCancel(t *testing.T) {
 	for _, tc := range []struct {
 		id   string
 		want State
-	}{{a[0], StatePending}, {a[1], StateInflight}, {a[2], StateDead}, {a[3], StateDone}, {"nobody", StateUnknown}} {
-		got, err := s.Cancel(ctx, tc.id, t0+1)
+	}{{a[0], StatePending}, {a[1], StateInflight}, {a[2], StateDead}, {a[3], StateDelivered}, {"nobody", StateUnknown}} {
+		got, _, err := s.Cancel(ctx, tc.id, t0+1, CancelOptions{Route: "orders", Tombstone: true})
 		if err != nil || got != tc.want {
 			t.Fatalf("Cancel(%s) = %q, %v; want %q", tc.id, got, err, tc.want)
 		}
-		wantState(t, s, tc.id, StateDone, -1)
+		if tc.want == StateDelivered {
+			wantState(t, s, tc.id, StateDelivered, -1)
+		} else {
+			wantState(t, s, tc.id, StateCancelled, -1)
+		}
 		if p := mustPark(t, s, env(tc.id, t0)); p[0] {
 			t.Fatalf("cancelled id %s (was %s) parked again", tc.id, tc.want)
 		}
@@ -506,8 +510,8 @@ func TestStoreCancel(t *testing.T) {
 	if st := stats[0]; st.Pending+st.Inflight+st.Dead != 0 {
 		t.Fatalf("stats %+v", st)
 	}
-	if got, _ := s.Cancel(ctx, a[0], t0+3); got != StateDone {
-		t.Fatalf("second cancel = %q, want done", got)
+	if got, _, _ := s.Cancel(ctx, a[0], t0+3, CancelOptions{}); got != StateCancelled {
+		t.Fatalf("second cancel = %q, want cancelled", got)
 	}
 }
 
@@ -608,12 +612,12 @@ func TestStoreBuryListPurgeDead(t *testing.T) {
 		e.Reason = "bad_delay"
 		envs = append(envs, e)
 	}
-	if err := s.Bury(ctx, envs[:20], t0); err != nil {
+	if _, err := s.Bury(ctx, envs[:20], t0); err != nil {
 		t.Fatal(err)
 	}
 	mustPark(t, s, envs[20:]...)
 	// Burying is idempotent and never overrides a pending message.
-	if err := s.Bury(ctx, envs, t0+1); err != nil {
+	if _, err := s.Bury(ctx, envs, t0+1); err != nil {
 		t.Fatal(err)
 	}
 	wantState(t, s, "bd-25", StatePending, t0)
@@ -783,7 +787,7 @@ func TestStoreKeysShareHashTag(t *testing.T) {
 	slots := map[int64]bool{}
 	for sh, k := range s.keys {
 		var slot int64 = -1
-		for _, key := range []string{k.due, k.msg, k.inflight, k.dead, k.done, k.owner, k.fence} {
+		for _, key := range []string{k.due, k.msg, k.inflight, k.dead, k.done, k.cancelled, k.owner, k.fence} {
 			got, err := c.ClusterKeySlot(ctx, key).Result()
 			if err != nil {
 				t.Fatal(err)
@@ -899,7 +903,7 @@ func TestStoreOnCluster(t *testing.T) {
 	if pending != 8 || dead != 8 {
 		t.Fatalf("pending %d dead %d, want 8 and 8", pending, dead)
 	}
-	if st, err := s.Cancel(ctx, "cl-1", t0); err != nil || st == StateUnknown {
+	if st, _, err := s.Cancel(ctx, "cl-1", t0, CancelOptions{}); err != nil || st == StateUnknown {
 		t.Fatalf("cancel = %q %v", st, err)
 	}
 	if _, err := s.Reschedule(ctx, "cl-2", t0); err != nil {
@@ -970,7 +974,7 @@ func TestStoreMinReplicas(t *testing.T) {
 	if _, _, err := s.Park(ctx, []*envelope.Envelope{env("rep-x", t0)}); err != nil {
 		t.Fatalf("Park after flush: %v", err)
 	}
-	if err := s.Bury(ctx, []*envelope.Envelope{env("rep-bad", t0)}, t0); err != nil {
+	if _, err := s.Bury(ctx, []*envelope.Envelope{env("rep-bad", t0)}, t0); err != nil {
 		t.Fatalf("Bury: %v", err)
 	}
 
@@ -1045,7 +1049,7 @@ func lifecycle(t *testing.T, s *Store) {
 	if p := mustPark(t, s, env(a[0], t0)); p[0] {
 		t.Fatal("duplicate parked")
 	}
-	if err := s.Bury(ctx, []*envelope.Envelope{env(a[5], t0)}, t0); err != nil {
+	if _, err := s.Bury(ctx, []*envelope.Envelope{env(a[5], t0)}, t0); err != nil {
 		t.Fatal(err)
 	}
 	tok := mustLease(t, s, 1, "i1")
@@ -1062,10 +1066,10 @@ func lifecycle(t *testing.T, s *Store) {
 	if err := s.Retry(ctx, 1, []RetryItem{{Env: items[1], Due: t0 + 5}, {Env: items[2], Dead: true}}, t0); err != nil {
 		t.Fatal(err)
 	}
-	wantState(t, s, a[0], StateDone, t0)
+	wantState(t, s, a[0], StateDelivered, t0)
 	wantState(t, s, a[1], StatePending, t0+5)
 	wantState(t, s, a[2], StateDead, t0)
-	if st, err := s.Cancel(ctx, a[3], t0); err != nil || st != StatePending {
+	if st, _, err := s.Cancel(ctx, a[3], t0, CancelOptions{}); err != nil || st != StatePending {
 		t.Fatalf("Cancel = %q %v", st, err)
 	}
 	if st, err := s.Reschedule(ctx, a[4], t0+4); err != nil || st != StatePending {

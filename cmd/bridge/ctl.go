@@ -26,8 +26,10 @@ func init() {
 
 const ctlHelp = `
 Commands:
-  get ID                         show a message (state, due time, route, attempts...)
-  cancel ID                      cancel a pending, in-flight or dead message
+  get ID                         show a message (state: pending, inflight, dead, delivered
+                                 or cancelled; due time, route, attempts...)
+  cancel ID                      cancel a pending, in-flight or dead message (an unknown
+                                 id is an error and leaves nothing behind)
   reschedule ID (--delay D | --at T)
                                  give a pending (or dead) message a new due time
   schedule --route R (--delay D | --at T) [--payload X | --payload-file F]

@@ -403,7 +403,7 @@ func (s *Source) raw(m *kafka.Message, now time.Time) ingress.Raw {
 		Headers:    headers,
 		BaseTime:   base,
 		ReceivedAt: now,
-		DefaultID:  fmt.Sprintf("%s/%d/%d", m.Topic, m.Partition, m.Offset),
+		DefaultID:  ingress.KafkaRecordID(m.Topic, m.Partition, m.Offset, m.Time, m.Key, m.Value, headers),
 	}
 }
 

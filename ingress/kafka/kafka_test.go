@@ -145,8 +145,8 @@ func TestRecordToItem(t *testing.T) {
 	}
 	it := collect(t, src, 1)[0][0]
 	e := it.Env
-	if want := topic + "/0/0"; e.ID != want {
-		t.Errorf("default id %q, want %q", e.ID, want)
+	if want := topic + "/0/0/"; !strings.HasPrefix(e.ID, want) || len(e.ID) != len(want)+12 {
+		t.Errorf("default id %q, want %q + a 12-digit content hash", e.ID, want)
 	}
 	if want := ts.UnixMilli() + 30000; e.DueAt != want {
 		t.Errorf("due %d, want record timestamp + 30000 = %d", e.DueAt, want)

@@ -61,7 +61,7 @@ func (b *Bridge) dueOf(w admin.When) (int64, error) {
 
 // Schedule implements admin.Backend.
 func (b *Bridge) Schedule(ctx context.Context, req admin.ScheduleRequest) (admin.Scheduled, error) {
-	store, _, err := b.parts()
+	store, sched, err := b.parts()
 	if err != nil {
 		return admin.Scheduled{}, err
 	}
@@ -98,19 +98,20 @@ func (b *Bridge) Schedule(ctx context.Context, req admin.ScheduleRequest) (admin
 		env.Headers = append(env.Headers, envelope.Header{Key: k, Value: req.Headers[k]})
 	}
 	b.obs.Received(rules.Route, 1)
-	if err := b.handle(ctx, []ingress.Item{{Env: env}}); err != nil {
-		return admin.Scheduled{}, storeErr(err)
-	}
-	st, score, _, err := store.Get(ctx, id)
+	// The answer comes from the park script's own verdict for this id, not from reading
+	// the state back (by then a pump may have claimed a message due soon).
+	prior, err := b.parkEnvs(ctx, store, sched, []*envelope.Envelope{env}, nil)
 	if err != nil {
-		return admin.Scheduled{}, storeErr(err)
+		return admin.Scheduled{}, storeErr(fmt.Errorf("park: %w", err))
 	}
-	if st == scheduler.StatePending && score == due {
+	if prior[0] == scheduler.StateUnknown {
 		return admin.Scheduled{ID: id, DueAt: due}, nil
 	}
 	out := admin.Scheduled{ID: id, Duplicate: true}
-	if st == scheduler.StatePending {
-		out.DueAt = score
+	if prior[0] == scheduler.StatePending {
+		if st, score, _, err := store.Get(ctx, id); err == nil && st == scheduler.StatePending {
+			out.DueAt = score
+		}
 	}
 	return out, nil
 }
@@ -161,15 +162,16 @@ func (b *Bridge) Cancel(ctx context.Context, id string) (string, error) {
 	if _, _, err := b.parts(); err != nil {
 		return "", err
 	}
-	prior, err := b.cancel(ctx, id)
+	// Whatever its route; an unknown id is answered 404 and leaves no tombstone.
+	prior, err := b.cancel(ctx, id, scheduler.CancelOptions{})
 	if err != nil {
 		return "", storeErr(err)
 	}
 	switch prior {
 	case scheduler.StateUnknown:
 		return "", fmt.Errorf("%w: no message %q", admin.ErrNotFound, id)
-	case scheduler.StateDone:
-		return string(prior), fmt.Errorf("%w: %q was already published or cancelled", admin.ErrConflict, id)
+	case scheduler.StateDelivered, scheduler.StateCancelled:
+		return string(prior), fmt.Errorf("%w: %q was already %s", admin.ErrConflict, id, prior)
 	}
 	return string(prior), nil
 }
@@ -184,12 +186,18 @@ func (b *Bridge) Reschedule(ctx context.Context, id string, when admin.When) (ad
 	if err != nil {
 		return admin.Scheduled{}, err
 	}
+	_, _, before, _ := store.Get(ctx, id) // its route, for the count
 	prior, err := store.Reschedule(ctx, id, due)
 	if err != nil {
 		return admin.Scheduled{}, storeErr(err)
 	}
 	switch prior {
 	case scheduler.StatePending, scheduler.StateDead:
+		route := ""
+		if before != nil {
+			route = before.Route
+		}
+		b.obs.Rescheduled(route, 1)
 		b.wake(ctx, sched, store, map[int]int64{store.ShardOf(id): due})
 		return admin.Scheduled{ID: id, DueAt: due}, nil
 	case scheduler.StateUnknown:

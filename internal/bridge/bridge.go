@@ -205,53 +205,47 @@ func (b *Bridge) connectStore(ctx context.Context) (*scheduler.Store, error) {
 
 // handle is the ingress Handler: it makes a batch durable in Redis. It returns an error
 // (so the source acknowledges nothing and redelivers) when any part could not be stored.
+// Every item is counted once by its outcome: parked, dead-lettered (and invalid),
+// duplicate (with the state its id was already in), or cancelled; a replay of a batch
+// stored before counts its items as duplicates, never as parked or dead-lettered again.
 func (b *Bridge) handle(ctx context.Context, items []ingress.Item) error {
 	b.mu.Lock()
 	store, sched := b.store, b.sched
 	b.mu.Unlock()
 	now := clock.NowMs(b.clk)
 	var park, bury []*envelope.Envelope
-	var cancels []string
+	var parkInvalid, buryInvalid []string // metric reason per item, "" for valid ones
+	var cancels []*envelope.Envelope
 	for _, it := range items {
 		switch {
 		case it.CancelID != "":
-			cancels = append(cancels, it.CancelID)
+			cancels = append(cancels, &envelope.Envelope{ID: it.CancelID, Route: it.Env.Route})
 		case it.Invalid != "":
-			b.obs.Invalid(it.Env.Route, it.Invalid)
 			if r := b.cfg.RouteByName(it.Env.Route); r != nil && r.OnInvalid == config.OnInvalidDeliver {
 				it.Env.DueAt = now
-				park = append(park, it.Env)
+				park, parkInvalid = append(park, it.Env), append(parkInvalid, it.Invalid)
 			} else {
-				bury = append(bury, it.Env)
+				bury, buryInvalid = append(bury, it.Env), append(buryInvalid, it.Invalid)
 			}
 		default:
-			park = append(park, it.Env)
+			park, parkInvalid = append(park, it.Env), append(parkInvalid, "")
 		}
 	}
-	if len(park) > 0 {
-		parked, minDue, err := store.Park(ctx, park)
+	if _, err := b.parkEnvs(ctx, store, sched, park, parkInvalid); err != nil {
+		return fmt.Errorf("park: %w", err)
+	}
+	if err := b.buryEnvs(ctx, store, bury, buryInvalid, now); err != nil {
+		return fmt.Errorf("dead-letter invalid input: %w", err)
+	}
+	for _, c := range cancels {
+		// A cancel record cancels only a message of its own route, and leaves a
+		// tombstone when it overtakes its message.
+		_, err := b.cancel(ctx, c.ID, scheduler.CancelOptions{Route: c.Route, Tombstone: true})
+		if errors.Is(err, scheduler.ErrOtherRoute) {
+			b.log.Info("x-delay-cancel ignored: the id names a message of another route", "route", c.Route, "id", c.ID, "err", err)
+			continue
+		}
 		if err != nil {
-			return fmt.Errorf("park: %w", err)
-		}
-		n := 0
-		for i, ok := range parked {
-			if ok {
-				n++
-				b.obs.RequestedDelay(park[i].Route, time.Duration(park[i].DueAt-park[i].ReceivedAt)*time.Millisecond)
-			}
-		}
-		b.obs.Parked(park[0].Route, n)
-		b.wake(ctx, sched, store, minDue)
-	}
-	if len(bury) > 0 {
-		if err := store.Bury(ctx, bury, now); err != nil {
-			return fmt.Errorf("dead-letter invalid input: %w", err)
-		}
-		b.obs.DeadLettered(bury[0].Route, len(bury))
-		b.publishDead(bury)
-	}
-	for _, id := range cancels {
-		if _, err := b.cancel(ctx, id); err != nil {
 			return err
 		}
 	}
@@ -276,26 +270,6 @@ func (b *Bridge) wake(ctx context.Context, sched *scheduler.Scheduler, store *sc
 			b.log.Debug("publish wake-up (the safety scan covers it)", "err", err)
 		}
 	}
-}
-
-// cancel removes id from Redis wherever it is and from this instance's wheel; other
-// instances hear of it through the wake channel.
-func (b *Bridge) cancel(ctx context.Context, id string) (scheduler.State, error) {
-	b.mu.Lock()
-	store, sched := b.store, b.sched
-	b.mu.Unlock()
-	prior, err := store.Cancel(ctx, id, clock.NowMs(b.clk))
-	if err != nil {
-		return prior, fmt.Errorf("cancel %q: %w", id, err)
-	}
-	if prior == scheduler.StateInflight {
-		if !sched.CancelLocal(id) {
-			if err := sched.BroadcastCancel(ctx, id); err != nil {
-				b.log.Warn("broadcast cancel of an in-flight message", "id", id, "err", err)
-			}
-		}
-	}
-	return prior, nil
 }
 
 // publishDead copies dead letters to the configured dead-letter topic/exchange. Redis

@@ -168,8 +168,8 @@ func TestNewRedisSentinelStoreSurvivesFailover(t *testing.T) {
 	for sh := 0; sh < 2; sh++ {
 		for _, id := range byShard[sh] {
 			st, _, _, err := store.Get(ctx, id)
-			if err != nil || st != scheduler.StateDone {
-				t.Fatalf("%s (acked before the failover) is %q on the new primary (%v), want done", id, st, err)
+			if err != nil || st != scheduler.StateDelivered {
+				t.Fatalf("%s (acked before the failover) is %q on the new primary (%v), want delivered", id, st, err)
 			}
 		}
 	}

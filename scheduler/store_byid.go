@@ -1,0 +1,240 @@
+package scheduler
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delaybridge/delay-bridge/internal/envelope"
+)
+
+// By id: cancel, reschedule, get.
+
+// ErrOtherRoute: a cancel scoped to a route named a message of another route; nothing
+// was changed.
+var ErrOtherRoute = errors.New("scheduler: message belongs to another route")
+
+func (s *Store) idKeys(id string) []string {
+	k := s.keys[s.ShardOf(id)]
+	return []string{k.due, k.msg, k.inflight, k.dead, k.done, k.cancelled}
+}
+
+// CancelOptions scope a Cancel.
+type CancelOptions struct {
+	// Route, when set, limits the cancel to a message of that route (an x-delay-cancel
+	// record cancels only its own route's messages): a message of another route is
+	// left alone and Cancel fails with ErrOtherRoute. "" cancels whatever the route
+	// (the admin API).
+	Route string
+	// Tombstone remembers an unknown id as cancelled for Route during the dedup window,
+	// so a cancel that overtakes its message still wins: that route's message with
+	// this id is then refused as a duplicate (reason cancelled). It needs Route. Without
+	// it an unknown id leaves no trace.
+	Tombstone bool
+}
+
+// Cancel removes the message id wherever it is (pending, in flight or dead) and
+// remembers it in done as cancelled, so a replay of its ingress record on its route does
+// not park it again. It returns the prior state: StatePending, StateInflight or
+// StateDead (cancelled now), StateDelivered or StateCancelled (already gone: nothing
+// changes), or StateUnknown (tombstoned if opt.Tombstone); and the route of the message
+// it found (opt.Route when there was none to read). Cancelling an inflight message
+// cannot stop a publish already under way.
+//
+// The route is checked in Go (scripts do not parse envelopes) and the script cancels
+// only if the envelope is still the one that was checked (its SHA-1), else Cancel reads
+// again; so a message parked, retried or requeued in between is never cancelled on the
+// strength of a stale check.
+func (s *Store) Cancel(ctx context.Context, id string, now int64, opt CancelOptions) (prior State, route string, err error) {
+	if opt.Tombstone && opt.Route == "" {
+		return StateUnknown, "", fmt.Errorf("%w: a cancel tombstone needs a route", ErrInvalid)
+	}
+	tomb := 0
+	if opt.Tombstone {
+		tomb = 1
+	}
+	remember, trimBefore, trimLimit := s.trimArgs(now, 1)
+	for range 5 {
+		st, _, raw, err := s.getRaw(ctx, id)
+		if err != nil {
+			return StateUnknown, "", fmt.Errorf("scheduler: cancel %q: %w", id, err)
+		}
+		route, expected := opt.Route, ""
+		if raw != nil {
+			sum := sha1.Sum(raw)
+			expected = hex.EncodeToString(sum[:])
+			e, derr := envelope.Decode(raw, id)
+			switch {
+			case derr == nil:
+				if opt.Route != "" && e.Route != opt.Route {
+					return st, e.Route, fmt.Errorf("%w: %q is a message of route %q, not %q", ErrOtherRoute, id, e.Route, opt.Route)
+				}
+				route = e.Route
+			case opt.Route != "":
+				// An envelope that does not decode has no route to check against.
+				return st, "", fmt.Errorf("%w: %q has an unreadable envelope (%v)", ErrOtherRoute, id, derr)
+			}
+		}
+		v, err := s.eval(ctx, s.cancel, s.idKeys(id), id, now, remember, trimBefore, trimLimit, route, expected, tomb).Text()
+		if err != nil {
+			return StateUnknown, "", fmt.Errorf("scheduler: cancel %q: %w", id, err)
+		}
+		if v != "stale" {
+			return State(v), route, nil
+		}
+	}
+	return StateUnknown, "", fmt.Errorf("scheduler: cancel %q: message kept changing", id)
+}
+
+// Reschedule sets a new due time for a pending message (the envelope is untouched; its
+// score is what Claim reports as DueAt) or requeues a dead letter (as RequeueDead). It
+// returns the prior state; only StatePending and StateDead mean the change was made.
+func (s *Store) Reschedule(ctx context.Context, id string, due int64) (State, error) {
+	st, _, _, err := s.Get(ctx, id)
+	if err == nil && st == StateDead {
+		if err := s.RequeueDead(ctx, id, due); err != nil {
+			if errors.Is(err, ErrNotFound) {
+				// It left the dead letters in between; report where it is now.
+				st, _, _, err = s.Get(ctx, id)
+				return st, err
+			}
+			return StateDead, err
+		}
+		return StateDead, nil
+	}
+	// A pending message gets its envelope's DueAt rewritten with the score, so the due
+	// time survives recovery (which re-queues in-flight messages due "now") and shows
+	// in x-delay-due-at. The old score guards against a concurrent change.
+	for range 5 {
+		st, score, e, err := s.Get(ctx, id)
+		if err != nil {
+			return st, err
+		}
+		if st != StatePending {
+			break
+		}
+		e.DueAt = due
+		raw, err := envelope.Encode(e)
+		if err != nil {
+			return st, fmt.Errorf("scheduler: reschedule %q: %w", id, err)
+		}
+		v, err := s.eval(ctx, s.reschedule, s.idKeys(id), id, due, raw, score).Text()
+		if err != nil {
+			return StateUnknown, fmt.Errorf("scheduler: reschedule %q: %w", id, err)
+		}
+		if v != "stale" {
+			return State(v), nil
+		}
+	}
+	v, err := s.eval(ctx, s.reschedule, s.idKeys(id), id, due).Text()
+	if err != nil {
+		return StateUnknown, fmt.Errorf("scheduler: reschedule %q: %w", id, err)
+	}
+	return State(v), nil
+}
+
+// RequeueDead moves the dead letter id back to due at due, with its reason cleared and
+// its attempt count reset, so it gets a full set of retries. ErrNotFound if id is not a
+// dead letter.
+func (s *Store) RequeueDead(ctx context.Context, id string, due int64) error {
+	for range 5 {
+		st, deadAt, e, err := s.Get(ctx, id)
+		if err != nil && !errors.Is(err, envelope.ErrCorrupt) {
+			return err
+		}
+		if st != StateDead {
+			return fmt.Errorf("%w: %q is not a dead letter (state %q)", ErrNotFound, id, st)
+		}
+		args := []any{id, due}
+		if e != nil {
+			e.Reason, e.Attempt, e.DueAt = "", 0, due
+			data, err := envelope.Encode(e)
+			if err != nil {
+				return fmt.Errorf("scheduler: encode envelope %q: %w", id, errors.Join(ErrInvalid, err))
+			}
+			args = append(args, data, deadAt)
+		}
+		v, err := s.eval(ctx, s.reschedule, s.idKeys(id), args...).Text()
+		if err != nil {
+			return fmt.Errorf("scheduler: requeue %q: %w", id, err)
+		}
+		switch v {
+		case "dead":
+			return nil
+		case "stale":
+			continue // dead-lettered again since we read it: read the newer envelope
+		default:
+			return fmt.Errorf("%w: %q is not a dead letter (state %q)", ErrNotFound, id, v)
+		}
+	}
+	return fmt.Errorf("scheduler: requeue %q: dead letter kept changing", id)
+}
+
+// Get looks a message up: its state, the score there (due time, lease deadline, time
+// dead-lettered, delivered or cancelled) and its envelope (nil for delivered, cancelled
+// and unknown). An envelope that does not decode is reported with an error wrapping
+// envelope.ErrCorrupt, along with the state and score.
+func (s *Store) Get(ctx context.Context, id string) (State, int64, *envelope.Envelope, error) {
+	st, score, raw, err := s.getRaw(ctx, id)
+	if err != nil || raw == nil {
+		return st, score, nil, err
+	}
+	e, err := envelope.Decode(raw, id)
+	if err != nil {
+		return st, score, nil, fmt.Errorf("scheduler: get %q: %w", id, err)
+	}
+	return st, score, e, nil
+}
+
+// getRaw is Get without decoding: raw is nil when there is no envelope.
+func (s *Store) getRaw(ctx context.Context, id string) (State, int64, []byte, error) {
+	vals, err := s.eval(ctx, s.get, s.idKeys(id), id).Slice()
+	if err != nil {
+		return StateUnknown, 0, nil, fmt.Errorf("scheduler: get %q: %w", id, err)
+	}
+	if len(vals) == 0 {
+		return StateUnknown, 0, nil, fmt.Errorf("scheduler: get %q: empty reply", id)
+	}
+	st, _ := vals[0].(string)
+	var score int64
+	if len(vals) > 1 {
+		score, _ = vals[1].(int64)
+	}
+	if len(vals) < 3 {
+		return State(st), score, nil, nil
+	}
+	raw, _ := vals[2].(string)
+	return State(st), score, []byte(raw), nil
+}
+
+// Envelopes reads the stored envelopes of ids (pending, in flight or dead; nil for any
+// other) in one pipelined round trip. An envelope that does not decode is nil too. It is
+// for comparing a refused duplicate with the message already stored.
+func (s *Store) Envelopes(ctx context.Context, ids []string) ([]*envelope.Envelope, error) {
+	out := make([]*envelope.Envelope, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	pipe := s.rdb.Pipeline()
+	gets := make([]*redis.StringCmd, len(ids))
+	for i, id := range ids {
+		gets[i] = pipe.HGet(ctx, s.keys[s.ShardOf(id)].msg, id)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("scheduler: read envelopes: %w", err)
+	}
+	for i, g := range gets {
+		raw, err := g.Bytes()
+		if err != nil {
+			continue
+		}
+		if e, err := envelope.Decode(raw, ids[i]); err == nil {
+			out[i] = e
+		}
+	}
+	return out, nil
+}
