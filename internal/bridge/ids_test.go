@@ -407,4 +407,3 @@ func TestScheduleRepliesAndStates(t *testing.T) {
 		}
 	}
 }
-
