@@ -130,11 +130,11 @@ func (e *testEnv) run(t *testing.T, extra ...string) *testBridge {
 		})
 	}
 	t.Cleanup(tb.stop)
-	waitFor(t, "bridge ready", 30*time.Second, func() bool { return tb.Ready(ctx) == nil })
+	waitUntil(t, "bridge ready", 30*time.Second, func() bool { return tb.Ready(ctx) == nil })
 	return tb
 }
 
-func waitFor(t *testing.T, what string, limit time.Duration, cond func() bool) {
+func waitUntil(t *testing.T, what string, limit time.Duration, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(limit)
 	for !cond() {
@@ -192,7 +192,7 @@ func TestTopicRecreatedNewRecordIsNotADuplicate(t *testing.T) {
 	env := newEnv(t)
 	tb := env.run(t)
 	tb.produce(t, "a.delay", rec("first", "x-delay", "3600000"))
-	waitFor(t, "the first record parked", 20*time.Second, func() bool { return tb.obs.get("parked a") == 1 })
+	waitUntil(t, "the first record parked", 20*time.Second, func() bool { return tb.obs.get("parked a") == 1 })
 	tb.stop()
 
 	cl, err := kgo.NewClient(kgo.SeedBrokers(env.kaddr))
@@ -212,7 +212,7 @@ func TestTopicRecreatedNewRecordIsNotADuplicate(t *testing.T) {
 	ct := kmsg.NewCreateTopicsRequestTopic()
 	ct.Topic, ct.NumPartitions, ct.ReplicationFactor = "a.delay", 1, 1
 	create.Topics = append(create.Topics, ct)
-	waitFor(t, "the topic recreated", 20*time.Second, func() bool {
+	waitUntil(t, "the topic recreated", 20*time.Second, func() bool {
 		resp, err := create.RequestWith(context.Background(), cl)
 		return err == nil && len(resp.Topics) == 1 && (resp.Topics[0].ErrorCode == 0 || resp.Topics[0].ErrorCode == 36) // 36: exists
 	})
@@ -223,7 +223,7 @@ func TestTopicRecreatedNewRecordIsNotADuplicate(t *testing.T) {
 	}
 
 	tb = env.run(t)
-	waitFor(t, "the second record handled", 30*time.Second, func() bool {
+	waitUntil(t, "the second record handled", 30*time.Second, func() bool {
 		return tb.obs.get("parked a")+tb.obs.get("duplicate a|pending") == 1
 	})
 	if n := tb.obs.get("duplicate a|pending"); n != 0 {
@@ -310,10 +310,10 @@ func TestReplayedBatchCountsEachOutcomeOnce(t *testing.T) {
 func TestCancelRecordScopedToRoute(t *testing.T) {
 	tb := startBridge(t)
 	tb.produce(t, "a.delay", rec("x", "x-message-id", "sc-1", "x-delay", "3600000"))
-	waitFor(t, "sc-1 pending", 20*time.Second, func() bool { return tb.state(t, "sc-1") == admin.StatePending })
+	waitUntil(t, "sc-1 pending", 20*time.Second, func() bool { return tb.state(t, "sc-1") == admin.StatePending })
 
 	tb.produce(t, "b.delay", rec("", "x-delay-cancel", "sc-1"), rec("marker", "x-message-id", "b-marker", "x-delay", "3600000"))
-	waitFor(t, "route b's batch handled", 20*time.Second, func() bool { return tb.state(t, "b-marker") == admin.StatePending })
+	waitUntil(t, "route b's batch handled", 20*time.Second, func() bool { return tb.state(t, "b-marker") == admin.StatePending })
 	if st := tb.state(t, "sc-1"); st != admin.StatePending {
 		t.Fatalf("route b's cancel record changed route a's message to %q", st)
 	}
@@ -322,7 +322,7 @@ func TestCancelRecordScopedToRoute(t *testing.T) {
 	}
 
 	tb.produce(t, "a.delay", rec("", "x-delay-cancel", "sc-1"))
-	waitFor(t, "sc-1 cancelled", 20*time.Second, func() bool { return tb.state(t, "sc-1") == admin.StateCancelled })
+	waitUntil(t, "sc-1 cancelled", 20*time.Second, func() bool { return tb.state(t, "sc-1") == admin.StateCancelled })
 	if n := tb.obs.get("cancelled a"); n != 1 {
 		t.Errorf("cancelled a = %d, want 1", n)
 	}
@@ -332,11 +332,11 @@ func TestCancelRecordScopedToRoute(t *testing.T) {
 
 	// A cancel before its message: a tombstone for route b only.
 	tb.produce(t, "b.delay", rec("", "x-delay-cancel", "early"))
-	waitFor(t, "the tombstone", 20*time.Second, func() bool { return tb.state(t, "early") == admin.StateCancelled })
+	waitUntil(t, "the tombstone", 20*time.Second, func() bool { return tb.state(t, "early") == admin.StateCancelled })
 	tb.produce(t, "b.delay", rec("late b", "x-message-id", "early", "x-delay", "3600000"))
-	waitFor(t, "route b's message refused", 20*time.Second, func() bool { return tb.obs.get("duplicate b|cancelled") == 1 })
+	waitUntil(t, "route b's message refused", 20*time.Second, func() bool { return tb.obs.get("duplicate b|cancelled") == 1 })
 	tb.produce(t, "a.delay", rec("late a", "x-message-id", "early", "x-delay", "3600000"))
-	waitFor(t, "route a's message parked", 20*time.Second, func() bool { return tb.state(t, "early") == admin.StatePending })
+	waitUntil(t, "route a's message parked", 20*time.Second, func() bool { return tb.state(t, "early") == admin.StatePending })
 	if m, _ := tb.Get(context.Background(), "early"); m.Route != "a" {
 		t.Errorf("early is a message of route %q, want a", m.Route)
 	}
@@ -361,8 +361,8 @@ func TestScheduleRepliesAndStates(t *testing.T) {
 			t.Fatalf("Schedule(%s), a new id due now, answered %+v: want new", id, res)
 		}
 	}
-	waitFor(t, "all delivered", 30*time.Second, func() bool { return tb.obs.get("published a") == n })
-	waitFor(t, "now-0 delivered", 10*time.Second, func() bool { return tb.state(t, "now-0") == admin.StateDelivered })
+	waitUntil(t, "all delivered", 30*time.Second, func() bool { return tb.obs.get("published a") == n })
+	waitUntil(t, "now-0 delivered", 10*time.Second, func() bool { return tb.state(t, "now-0") == admin.StateDelivered })
 	res, err := tb.Schedule(ctx, admin.ScheduleRequest{ID: "now-0", Route: "a"})
 	if err != nil || !res.Duplicate {
 		t.Fatalf("Schedule of a delivered id = %+v %v, want duplicate", res, err)
