@@ -58,8 +58,16 @@ if prior ~= '' then
   redis.call('ZREM', set, id)
   redis.call('HDEL', KEYS[2], id)
   if remember then
+    -- Keep another route's tombstone for this id (its message may still come).
+    local routes = route
+    if redis.call('ZSCORE', KEYS[5], id) then
+      local old = redis.call('HGET', KEYS[6], id)
+      if old and not hasRoute(old, route) then
+        routes = old .. '\n' .. route
+      end
+    end
     redis.call('ZADD', KEYS[5], ARGV[2], id)
-    redis.call('HSET', KEYS[6], id, route)
+    redis.call('HSET', KEYS[6], id, routes)
   end
   trim()
   return prior
