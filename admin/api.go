@@ -44,6 +44,15 @@ type CancelResult struct {
 	PriorState string `json:"prior_state"`
 }
 
+// CancelConflict is the 409 answer of DELETE /v1/messages/{id} for a message that is
+// already delivered or cancelled: an ErrorBody plus the state (PriorState "delivered"
+// or "cancelled").
+type CancelConflict struct {
+	Error      string `json:"error"`
+	ID         string `json:"id"`
+	PriorState string `json:"prior_state"`
+}
+
 // DeadList is the answer of GET /v1/dead.
 type DeadList struct {
 	Messages []Message `json:"messages"`

@@ -8,7 +8,8 @@
 //	POST   /v1/messages                 schedule            201 new, 200 duplicate id
 //	GET    /v1/messages/{id}            look up             200, 404
 //	DELETE /v1/messages/{id}            cancel              200 {id, prior_state}, 404 (unknown:
-//	                                                        nothing recorded), 409
+//	                                                        nothing recorded), 409 {error,
+//	                                                        id, prior_state}
 //	POST   /v1/messages/{id}/reschedule new due time        200 {id, due_at}, 404, 409
 //	GET    /v1/stats                    shard/route counts  200
 //	GET    /v1/dead?limit=N             dead letters        200 {messages: [...]}

@@ -365,6 +365,11 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.call(r)
 	defer cancel()
 	prior, err := s.opt.Backend.Cancel(ctx, id)
+	if errors.Is(err, ErrConflict) && prior != "" {
+		// Already delivered or cancelled: say which, as a successful cancel would.
+		writeJSON(w, http.StatusConflict, CancelConflict{Error: err.Error(), ID: id, PriorState: prior})
+		return
+	}
 	if err != nil {
 		s.fail(w, r, err)
 		return

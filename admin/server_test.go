@@ -107,7 +107,7 @@ func (f *fakeBackend) Cancel(_ context.Context, id string) (string, error) {
 		return "", fmt.Errorf("cancel %q: %w", id, ErrNotFound)
 	}
 	if m.State == StateDelivered || m.State == StateCancelled {
-		return "", fmt.Errorf("cancel %q: already %s: %w", id, m.State, ErrConflict)
+		return m.State, fmt.Errorf("cancel %q: already %s: %w", id, m.State, ErrConflict)
 	}
 	prior := m.State
 	f.msgs[id] = &Message{ID: id, State: StateCancelled}
@@ -456,7 +456,16 @@ func TestCancel(t *testing.T) {
 	if r.body["prior_state"] != StateInflight {
 		t.Errorf("inflight: %s", r.raw)
 	}
-	do(t, s, "DELETE", "/v1/messages/m1", "").expectError(t, http.StatusConflict, "", "already cancelled")
+	r = do(t, s, "DELETE", "/v1/messages/m1", "")
+	r.expectError(t, http.StatusConflict, "", "already cancelled")
+	if r.body["prior_state"] != StateCancelled || r.body["id"] != "m1" {
+		t.Errorf("409 of a cancelled message: %s, want prior_state cancelled", r.raw)
+	}
+	r = do(t, s, "DELETE", "/v1/messages/gone", "")
+	r.expectError(t, http.StatusConflict, "", "already delivered")
+	if r.body["prior_state"] != StateDelivered {
+		t.Errorf("409 of a delivered message: %s, want prior_state delivered", r.raw)
+	}
 	do(t, s, "DELETE", "/v1/messages/nope", "").expectError(t, http.StatusNotFound, "", "not found")
 	r = do(t, s, "DELETE", "/v1/messages/orders.delay%2F0%2F42", "")
 	r.expect(t, http.StatusOK)
