@@ -31,9 +31,12 @@ func (c *connections) close() {
 	}
 }
 
-func (b *Bridge) amqpManager(name string) (*amqpconn.Manager, error) {
+func (b *Bridge) amqpManager(name string, heartbeat time.Duration) (*amqpconn.Manager, error) {
 	cfg := amqpconn.FromConfig(b.cfg.AMQP, name)
 	cfg.Logger = b.log
+	if heartbeat > 0 {
+		cfg.Heartbeat = heartbeat
+	}
 	m, err := amqpconn.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("amqp: %w", err)
@@ -78,7 +81,12 @@ func (b *Bridge) buildSinks(ctx context.Context, conns *connections) (map[string
 	}
 	dlExchange := b.cfg.DeadLetter.AMQP.Exchange
 	if len(amqpRoutes) > 0 || dlExchange != "" {
-		m, err := b.amqpManager("delay-bridge egress")
+		// amqp091-go drops a connection after 1.5 heartbeats without a frame from the
+		// broker, and the confirms of what it carried with it: a stalled broker would
+		// then apply writes that are retried meanwhile. The egress connection therefore
+		// outlives the publish timeout (ingress keeps the default, quicker detection).
+		sc := b.cfg.Scheduler
+		m, err := b.amqpManager("delay-bridge egress", PublishTimeout(sc.InflightLease, sc.Lookahead))
 		if err != nil {
 			return nil, nil, err
 		}
@@ -124,7 +132,7 @@ func (b *Bridge) buildSources(conns *connections) ([]ingress.Source, error) {
 			out = append(out, s)
 		case r.From.AMQP != nil:
 			if conns.amqpIn == nil {
-				m, err := b.amqpManager("delay-bridge ingress")
+				m, err := b.amqpManager("delay-bridge ingress", 0)
 				if err != nil {
 					return nil, err
 				}
