@@ -6,7 +6,7 @@
 -- KEYS[3] inflight   ZSET
 -- KEYS[4] dead       ZSET
 -- KEYS[5] done       ZSET id -> time delivered or cancelled
--- KEYS[6] cancelled  HASH id -> routes whose cancel it was ("\n"-separated)
+-- KEYS[6] cancelled  HASH id -> routes whose cancel it was, "<length>:<route>" each
 -- ARGV[1] id
 -- ARGV[2] now (integer unix ms)
 -- ARGV[3] remember: 1 to record the id in done, 0 when the dedup window is off
@@ -25,8 +25,24 @@
 --
 -- Cancelling an inflight message cannot recall a publish already under way; it only
 -- makes its ack or retry a no-op.
+-- A route list is a concatenation of "<length>:<route>" entries (exact for any bytes).
 local function hasRoute(list, route)
-  return string.find('\n' .. list .. '\n', '\n' .. route .. '\n', 1, true) ~= nil
+  local i = 1
+  while i <= #list do
+    local c = string.find(list, ':', i, true)
+    if not c then
+      return false
+    end
+    local n = tonumber(string.sub(list, i, c - 1)) or 0
+    if string.sub(list, c + 1, c + n) == route then
+      return true
+    end
+    i = c + n + 1
+  end
+  return false
+end
+local function entry(route)
+  return #route .. ':' .. route
 end
 local function trim()
   local old = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', '(' .. ARGV[4], 'LIMIT', 0, ARGV[5])
@@ -59,11 +75,11 @@ if prior ~= '' then
   redis.call('HDEL', KEYS[2], id)
   if remember then
     -- Keep another route's tombstone for this id (its message may still come).
-    local routes = route
+    local routes = entry(route)
     if redis.call('ZSCORE', KEYS[5], id) then
       local old = redis.call('HGET', KEYS[6], id)
       if old and not hasRoute(old, route) then
-        routes = old .. '\n' .. route
+        routes = old .. routes
       end
     end
     redis.call('ZADD', KEYS[5], ARGV[2], id)
@@ -86,14 +102,14 @@ if redis.call('ZSCORE', KEYS[5], id) then
   -- Another route's tombstone: this route's cancel leaves its own beside it.
   if remember then
     redis.call('ZADD', KEYS[5], ARGV[2], id)
-    redis.call('HSET', KEYS[6], id, routes .. '\n' .. route)
+    redis.call('HSET', KEYS[6], id, routes .. entry(route))
   end
   trim()
   return ''
 end
 if ARGV[8] == '1' and remember then
   redis.call('ZADD', KEYS[5], ARGV[2], id)
-  redis.call('HSET', KEYS[6], id, route)
+  redis.call('HSET', KEYS[6], id, entry(route))
   trim()
 end
 return ''

@@ -5,8 +5,8 @@
 -- KEYS[3] inflight   ZSET id -> lease deadline
 -- KEYS[4] dead       ZSET id -> time dead-lettered
 -- KEYS[5] done       ZSET id -> time delivered or cancelled (dedup window)
--- KEYS[6] cancelled  HASH id -> routes whose cancel it was ("\n"-separated), for the
---                    done ids that were cancelled rather than delivered
+-- KEYS[6] cancelled  HASH id -> routes whose cancel it was ("<length>:<route>" each),
+--                    for the done ids that were cancelled rather than delivered
 -- ARGV    quadruples: id, due (integer unix ms), envelope bytes, route; the caller
 --         bounds the batch (at most a few hundred: ZADD gets them in one unpack).
 -- Returns an array with one string per quadruple: "parked", or why it was refused:
@@ -23,8 +23,21 @@
 -- dead, so HSETNX on msg is the test for those three states (one call instead of three
 -- lookups; this is the hot path: a new id costs one ZSCORE and one HSETNX). Should an id
 -- sit in due without its envelope after some corruption, parking it again repairs it.
+-- A route list is a concatenation of "<length>:<route>" entries (exact for any bytes).
 local function hasRoute(list, route)
-  return string.find('\n' .. list .. '\n', '\n' .. route .. '\n', 1, true) ~= nil
+  local i = 1
+  while i <= #list do
+    local c = string.find(list, ':', i, true)
+    if not c then
+      return false
+    end
+    local n = tonumber(string.sub(list, i, c - 1)) or 0
+    if string.sub(list, c + 1, c + n) == route then
+      return true
+    end
+    i = c + n + 1
+  end
+  return false
 end
 local out = {}
 local zadd = {}

@@ -236,3 +236,28 @@ func TestStoreDoneLayout(t *testing.T) {
 	}
 	wantState(t, s, "u", StateUnknown, -1)
 }
+
+// TestStoreTombstoneRouteNamesAreExact: route names that contain each other, digits,
+// colons or newlines are told apart in a tombstone's route list.
+func TestStoreTombstoneRouteNamesAreExact(t *testing.T) {
+	s, _, _ := newTestStore(t, StoreOptions{})
+	ctx := storeCtx(t)
+	for _, r := range []string{"a\nb", "5:x", "ab"} {
+		if st, _, err := s.Cancel(ctx, "n", t0, CancelOptions{Route: r, Tombstone: true}); err != nil || st != StateUnknown {
+			t.Fatalf("tombstone of %q = %q %v", r, st, err)
+		}
+	}
+	var envs []*envelope.Envelope
+	routes := []string{"a\nb", "5:x", "ab", "a", "b", "x", "5", "a\n", ":x", "2:ab"}
+	for _, r := range routes {
+		envs = append(envs, envOn("n", r, t0))
+	}
+	prior, _, err := s.ParkEach(ctx, envs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []State{StateCancelled, StateCancelled, StateCancelled, StateUnknown, StatePending, StatePending, StatePending, StatePending, StatePending, StatePending}
+	if !slices.Equal(prior, want) {
+		t.Fatalf("park n on %q = %q, want %q", routes, prior, want)
+	}
+}
