@@ -710,13 +710,20 @@ func (s *Scheduler) drop(st *shardState) {
 // the lease is surely ours, and reports false when the pump should not start.
 func (s *Scheduler) recoverAll(ctx context.Context, st *shardState) bool {
 	backoff := 50 * time.Millisecond
+	recovered := 0
 	for ctx.Err() == nil {
 		now := clock.NowMs(s.clk)
 		var err error
 		if s.leaseValid(st) {
 			var more bool
-			_, more, err = s.store.RecoverAll(ctx, st.shard, now, s.opt.ClaimBatch)
+			var moved int
+			moved, more, err = s.store.RecoverAll(ctx, st.shard, now, s.opt.ClaimBatch)
+			recovered += moved
 			if err == nil && !more {
+				if recovered > 0 {
+					s.log.Info("recovered in-flight messages on acquiring a shard; they fire again (one whose publish had completed is delivered twice)",
+						"shard", st.shard, "n", recovered)
+				}
 				return true
 			}
 			if err == nil {

@@ -1,0 +1,70 @@
+package scheduler
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"regexp"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/delaybridge/delay-bridge/internal/testutil"
+)
+
+// syncBuffer is a bytes.Buffer safe for the logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// Taking over the in-flight messages of a dead owner (the one way an at-least-once
+// message is published twice) is logged at info with the count, so an operator can
+// tell duplicates at the consumers from a bug.
+func TestTakeOverOfInflightIsLogged(t *testing.T) {
+	r := testutil.StartRedis(t)
+	ctx := context.Background()
+	store, err := NewStore(ctx, r.Client(), StoreOptions{Prefix: "t", Cluster: "c", Shards: 8, DoneWindow: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UnixMilli()
+	parkN(t, store, 20, func(int) int64 { return now })
+	for sh := 0; sh < 8; sh++ {
+		tok, err := store.AcquireLease(ctx, sh, "dead", 300*time.Millisecond)
+		if err != nil || tok == 0 {
+			t.Fatalf("acquire: %d %v", tok, err)
+		}
+		if _, _, err := store.Claim(ctx, sh, "dead", tok, now, now+30_000, 100); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var logs syncBuffer
+	sink := &recordingSink{}
+	startScheduler(t, r, "alive", sink, func(o *Options) {
+		o.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	})
+	waitFor(t, "recovered messages fired", 10*time.Second, func() bool { return len(sink.snapshot()) == 20 })
+	line := regexp.MustCompile(`level=INFO msg="recovered in-flight messages on acquiring a shard[^"]*" shard=\d+ n=(\d+)`)
+	total := 0
+	for _, m := range line.FindAllStringSubmatch(logs.String(), -1) {
+		n, _ := strconv.Atoi(m[1])
+		total += n
+	}
+	if total != 20 {
+		t.Errorf("logged %d recovered messages, want 20; log:\n%s", total, logs.String())
+	}
+}
