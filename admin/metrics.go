@@ -65,6 +65,7 @@ type Metrics struct {
 	lateness, requestedDelay, delivery    *prometheus.HistogramVec
 	publishDuration, scriptDuration       *prometheus.HistogramVec
 	counts                                *countsCollector
+	ready                                 *readyCollector
 }
 
 var _ observe.Observer = (*Metrics)(nil)
@@ -121,6 +122,7 @@ func NewMetrics(reg prometheus.Registerer, version string, logger *slog.Logger) 
 		scriptDuration: histogram("redis_script_duration_seconds",
 			"Duration of one Redis script call.", ScriptBuckets, "script"),
 		counts: newCountsCollector(logger),
+		ready:  newReadyCollector(),
 	}
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Name: "build_info",
 		Help: "Always 1; labels carry the bridge version and the Go version it was built with."}, []string{"version", "goversion"})
@@ -129,7 +131,7 @@ func NewMetrics(reg prometheus.Registerer, version string, logger *slog.Logger) 
 		m.received, m.parked, m.fired, m.published, m.deadLettered, m.invalid, m.shardsOwned,
 		m.duplicate, m.cancelled, m.rescheduled, m.dropped, m.publishFailures, m.retries,
 		m.ingressConsuming, m.ingressLag, m.delivery,
-		m.lateness, m.requestedDelay, m.publishDuration, m.scriptDuration, m.counts, buildInfo,
+		m.lateness, m.requestedDelay, m.publishDuration, m.scriptDuration, m.counts, m.ready, buildInfo,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("admin: registering metrics: %w", err)

@@ -93,6 +93,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		st, err := b.Stats(ctx)
 		return st.Totals, err
 	})
+	metrics.SetChecks(b.Checks)
 	logger.Info("delay-bridge starting", "version", buildVersion(), "cluster", cfg.Cluster,
 		"shards", cfg.Shards, "routes", len(cfg.Routes), "admin", cfg.Admin.Listen)
 

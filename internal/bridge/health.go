@@ -11,15 +11,26 @@ import (
 	"github.com/delaybridge/delay-bridge/config"
 	"github.com/delaybridge/delay-bridge/egress"
 	"github.com/delaybridge/delay-bridge/ingress"
-	"github.com/delaybridge/delay-bridge/internal/amqpconn"
 )
 
-// Ready implements admin.Backend. It checks, in this order: the bridge is running
-// (connected to Redis once), Redis answers a PING, shard ownership is established, every
-// route's ingress is consuming (ingress.HealthReporter), every route's egress broker is
-// reachable (egress.HealthChecker) and the AMQP connections are up. Every check is
-// listed in the *admin.NotReadyError, so /readyz names the failing ones.
+// Ready implements admin.Backend: nil when every check of Checks passes, otherwise an
+// *admin.NotReadyError listing all of them, so /readyz names the failing ones.
 func (b *Bridge) Ready(ctx context.Context) error {
+	checks := b.Checks(ctx)
+	for _, c := range checks {
+		if !c.OK {
+			return &admin.NotReadyError{Checks: checks}
+		}
+	}
+	return nil
+}
+
+// Checks runs the readiness checks, in this order: the bridge is running (connected to
+// Redis once), Redis answers a PING, shard ownership is established, every route's
+// ingress is consuming (ingress.HealthReporter), every target broker is reachable
+// (egress.HealthChecker) and the AMQP connections are up. Only the Redis PING calls a
+// server; the rest read the last known state.
+func (b *Bridge) Checks(ctx context.Context) []admin.Check {
 	var checks []admin.Check
 	add := func(name string, err error) {
 		c := admin.Check{Name: name, OK: err == nil}
@@ -31,7 +42,7 @@ func (b *Bridge) Ready(ctx context.Context) error {
 	_, sched, err := b.parts()
 	if err != nil {
 		add("bridge", err)
-		return &admin.NotReadyError{Checks: checks}
+		return checks
 	}
 	add("redis", b.rdb.Ping(ctx).Err())
 	if sched.Ready() {
@@ -39,8 +50,7 @@ func (b *Bridge) Ready(ctx context.Context) error {
 	} else {
 		add("shards", fmt.Errorf("shard ownership not established yet"))
 	}
-	routes := b.routeStatuses()
-	for _, r := range routes {
+	for _, r := range b.routeStatuses() {
 		if r.Ingress.State != stateUnknown {
 			add("ingress "+r.Name, ingressErr(r.Ingress))
 		}
@@ -49,7 +59,11 @@ func (b *Bridge) Ready(ctx context.Context) error {
 	b.mu.Lock()
 	conns := b.conns
 	b.mu.Unlock()
-	for name, m := range map[string]*amqpconn.Manager{"amqp ingress": conns.amqpIn, "amqp egress": conns.amqpOut} {
+	for _, name := range []string{"amqp ingress", "amqp egress"} {
+		m := conns.amqpIn
+		if name == "amqp egress" {
+			m = conns.amqpOut
+		}
 		if m == nil {
 			continue
 		}
@@ -59,12 +73,7 @@ func (b *Bridge) Ready(ctx context.Context) error {
 			add(name, fmt.Errorf("not connected: %v", m.LastError()))
 		}
 	}
-	for _, c := range checks {
-		if !c.OK {
-			return &admin.NotReadyError{Checks: checks}
-		}
-	}
-	return nil
+	return checks
 }
 
 // stateUnknown is the ingress state of a source that does not report its health (none

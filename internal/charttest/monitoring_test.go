@@ -113,7 +113,7 @@ const plainRulesHeader = `# delay-bridge alert rules for a Prometheus without th
 # selecting job="delay-bridge" (examples/prometheus/prometheus.yml). Rendered from the
 # chart's PrometheusRule (charts/delay-bridge/templates/prometheusrule.yaml) with one
 # instance and 64 shards; adjust DelayBridgeShardsUnowned and DelayBridgeInstancesDown to
-# yours. DelayBridgeNotReady needs kube-state-metrics (Kubernetes only).
+# yours.
 # Regenerate: go test ./internal/charttest -run TestPlainAlertRules -update
 `
 

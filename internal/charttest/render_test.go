@@ -297,7 +297,7 @@ func checkPrometheusRule(t *testing.T, o *object, shards int, job string) {
 		"DelayBridgeIngressLagGrowing":   {"delaybridge_ingress_lag_messages", "deriv("},
 		"DelayBridgePublishFailures":     {"delaybridge_publish_failures_total"},
 		"DelayBridgeMessagesDropped":     {"delaybridge_messages_dropped_total", "> 0"},
-		"DelayBridgeNotReady":            {"kube_pod_container_status_ready", `container="bridge"`},
+		"DelayBridgeNotReady":            {"delaybridge_ready_check", "== 0"},
 	} {
 		expr, ok := alerts[alert]
 		if !ok {
