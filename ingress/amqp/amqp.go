@@ -82,6 +82,9 @@ type Options struct {
 	Logger      *slog.Logger     // default slog.Default()
 	// Now is the receive clock (default time.Now).
 	Now func() time.Time
+	// LagPeriod is how often a consuming source refreshes its queue depth (Health().Lag,
+	// the Observer's IngressLag); default DefaultLagPeriod.
+	LagPeriod time.Duration
 }
 
 // Source consumes one AMQP queue. It implements ingress.Source.
@@ -92,9 +95,13 @@ type Source struct {
 	log     *slog.Logger
 	running atomic.Bool
 	warned  atomic.Bool
+	health  *health
 }
 
-var _ ingress.Source = (*Source)(nil)
+var (
+	_ ingress.Source         = (*Source)(nil)
+	_ ingress.HealthReporter = (*Source)(nil)
+)
 
 // New returns a source for the route's `from.amqp` endpoint. conn is shared and owned by
 // the caller (close it after Run returned). Nothing is dialed before Run.
@@ -150,12 +157,17 @@ func New(conn *amqpconn.Manager, ep config.AMQPEndpoint, opts Options) (*Source,
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Source{
+	if opts.LagPeriod <= 0 {
+		opts.LagPeriod = DefaultLagPeriod
+	}
+	s := &Source{
 		conn: conn,
 		ep:   ep,
 		opts: opts,
 		log:  opts.Logger.With("component", "ingress/amqp", "route", opts.Rules.Route, "queue", ep.Queue),
-	}, nil
+	}
+	s.health = newHealth(opts.Rules.Route, opts.Observer, s.log, time.Now)
+	return s, nil
 }
 
 // Name is "amqp:<queue>".
@@ -170,6 +182,7 @@ func (s *Source) Run(ctx context.Context, h ingress.Handler) error {
 		return fmt.Errorf("ingress/amqp: %s: Run called twice", s.Name())
 	}
 	defer s.running.Store(false)
+	defer s.health.set(ingress.StateStopped, "Run returned")
 	bo := amqpconn.Backoff{Min: s.opts.MinBackoff, Max: s.opts.MaxBackoff}
 	for {
 		progressed, err := s.session(ctx, h)
@@ -187,6 +200,7 @@ func (s *Source) Run(ctx context.Context, h ingress.Handler) error {
 		if progressed {
 			bo.Reset()
 		}
+		s.health.interrupted(err, s.conn.Connected(), s.health.snapshot().State == ingress.StateConsuming)
 		d := bo.Next()
 		s.log.Warn("amqp consumer interrupted; resuming", "err", err, "retry_in", d.Round(time.Millisecond))
 		if amqpconn.Sleep(ctx, d) != nil {
@@ -221,6 +235,17 @@ func (s *Source) session(ctx context.Context, h ingress.Handler) (progressed boo
 		return false, fmt.Errorf("basic.consume %s: %w", s.ep.Queue, classify(err))
 	}
 	s.log.Debug("consuming")
+	s.health.set(ingress.StateConsuming, "")
+	pollCtx, stopPoll := context.WithCancel(ctx)
+	polled := make(chan struct{})
+	go func() { // owned by this session: stopped and waited for when it returns
+		defer close(polled)
+		s.pollLag(pollCtx)
+	}()
+	defer func() {
+		stopPoll()
+		<-polled
+	}()
 
 	handlerBackoff := amqpconn.Backoff{Min: s.opts.MinBackoff, Max: s.opts.MaxBackoff}
 	batch := make([]amqp.Delivery, 0, s.opts.Prefetch)

@@ -50,7 +50,10 @@ type tracker struct {
 	commitErr  string    // last commit failure since the last successful commit
 	lag        int64     // from the last poll, -1 unknown
 	pollErr    error     // last poll failure, nil after a successful poll
+	other      stuckPartition
+	readerAt   time.Time // when the current reader was built
 	rebuilds   int
+	streak     int // rebuilds since the consumer last made progress
 	stopped    bool
 	cancel     func() // interrupts the current reader's fetch (watchdog rebuild)
 	rebuildFor string // why a rebuild was requested ("" none pending)
@@ -83,7 +86,7 @@ func (t *tracker) newReader(cancel func()) int {
 	t.reader++
 	t.cancel = cancel
 	t.joined, t.partitions, t.groupErr, t.rebuildFor = false, nil, "", ""
-	t.notJoined, t.progressAt = t.clk.Now(), t.clk.Now()
+	t.notJoined, t.progressAt, t.readerAt = t.clk.Now(), t.clk.Now(), t.clk.Now()
 	return t.reader
 }
 
@@ -155,6 +158,7 @@ func (t *tracker) handlerEnd() {
 func (t *tracker) committed() (recovered bool) {
 	t.mu.Lock()
 	t.progressAt = t.clk.Now()
+	t.streak = 0
 	recovered = t.commitErr != ""
 	t.commitErr = ""
 	consuming := t.health.State == ingress.StateConsuming
@@ -175,12 +179,16 @@ func (t *tracker) commitFailed(err error) (first bool, state string) {
 	return first, t.health.State
 }
 
-// polled records the result of a lag poll (lag -1 with err on failure).
-func (t *tracker) polled(lag int64, err error) {
+// polled records the result of a lag poll (lag -1 with err on failure) and the partition
+// of another member that has been stuck the longest.
+func (t *tracker) polled(lag int64, other stuckPartition, err error) {
 	t.mu.Lock()
-	t.lag, t.pollErr = lag, err
+	t.lag, t.pollErr, t.other = lag, err, other
 	if lag == 0 {
 		t.progressAt = t.clk.Now() // caught up
+		if t.joined && other.since.IsZero() {
+			t.streak = 0
+		}
 	}
 	t.mu.Unlock()
 	t.obs.IngressLag(t.route, lag)
@@ -198,6 +206,7 @@ func (t *tracker) rebuilding() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.rebuilds++
+	t.streak++
 	return t.rebuildFor
 }
 
@@ -238,13 +247,40 @@ func (t *tracker) stuck(now time.Time) string {
 	if t.unreachable() {
 		return "" // the brokers are the problem; the reader keeps retrying by itself
 	}
+	// A rebuild makes the group rebalance, which takes its own time: after rebuilds that
+	// did not help, wait 2 and then 4 stall timeouts, not to keep the group rebalancing.
+	if now.Sub(t.readerAt) < t.stall<<min(t.streak, 2) {
+		return ""
+	}
 	if d := now.Sub(t.notJoined); !t.joined && d >= t.stall {
 		return fmt.Sprintf("not joined to the consumer group for %s (%s)", d.Round(time.Second), t.joinDetail())
 	}
 	if d := t.stalledFor(now); t.lag > 0 && d >= t.stall {
 		return fmt.Sprintf("no progress for %s with %d records of lag (%s)", d.Round(time.Second), t.lag, t.progressDetail())
 	}
+	if d := t.otherStuckFor(now); t.joined && d >= t.stall && now.Sub(t.joinedAt) >= max(t.stall/3, time.Second) {
+		return t.otherDetail(now) + "; rebuilding to force a rebalance"
+	}
 	return ""
+}
+
+// otherStuckFor is how long a partition of another member has had lag without progress,
+// counted from no earlier than this reader's start (so rebuilds are a stall timeout
+// apart) and 0 while this reader's handler runs (Redis trouble stops every member).
+func (t *tracker) otherStuckFor(now time.Time) time.Duration {
+	if t.other.since.IsZero() || !t.handlerAt.IsZero() {
+		return 0
+	}
+	since := t.other.since
+	if t.readerAt.After(since) {
+		since = t.readerAt
+	}
+	return now.Sub(since)
+}
+
+func (t *tracker) otherDetail(now time.Time) string {
+	return fmt.Sprintf("partition %d (assigned to another member) has %d records of lag and no committed progress for %s",
+		t.other.partition, t.other.lag, now.Sub(t.other.since).Round(time.Second))
 }
 
 // stalledFor is how long the joined consumer made no progress outside the handler.
@@ -291,6 +327,9 @@ func (t *tracker) evaluate(now time.Time) (state, detail string) {
 	thr := max(t.stall/3, time.Second)
 	if d := t.stalledFor(now); t.lag > 0 && d >= thr && now.Sub(t.joinedAt) >= thr {
 		return ingress.StateStalled, fmt.Sprintf("no progress for %s with %d records of lag; %s", d.Round(time.Second), t.lag, t.progressDetail())
+	}
+	if t.otherStuckFor(now) >= thr && now.Sub(t.joinedAt) >= thr {
+		return ingress.StateStalled, t.otherDetail(now)
 	}
 	return ingress.StateConsuming, ""
 }

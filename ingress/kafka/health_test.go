@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -293,4 +294,49 @@ func produceTo(t *testing.T, cl *kgo.Client, topic string, partition int32, id s
 	if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
 		t.Fatalf("produce to %s/%d: %v", topic, partition, err)
 	}
+}
+
+// TestHealthReportsPartitionStuckAtAnotherMember: another member of the group (a plain
+// kafka-go reader that never hands out or commits a record) holds a partition with lag.
+// The source cannot fetch it, but reports stalled naming that partition and rebuilds its
+// reader to force a rebalance; once the other member is gone it consumes every record.
+func TestHealthReportsPartitionStuckAtAnotherMember(t *testing.T) {
+	e := newHealthEnv(t, 2)
+	e.run(t)
+	waitFor(t, "consuming both partitions", func() bool {
+		h := e.src.Health()
+		return h.State == ingress.StateConsuming && len(h.Partitions) == 2
+	})
+	ghost := kafka.NewReader(kafka.ReaderConfig{Brokers: e.kc.ListenAddrs(), GroupID: e.src.GroupID(), Topic: e.topic,
+		MaxWait: 5 * time.Millisecond, CommitInterval: 0})
+	ghostClosed := false
+	closeGhost := func() {
+		if !ghostClosed {
+			ghostClosed = true
+			_ = ghost.Close()
+		}
+	}
+	t.Cleanup(closeGhost)
+	var ghostPart int32
+	waitFor(t, "the group split between the source and the other member", func() bool {
+		h := e.src.Health()
+		if h.State != ingress.StateConsuming || len(h.Partitions) != 1 {
+			return false
+		}
+		ghostPart = int32(1 - h.Partitions[0])
+		return true
+	})
+	cl := producer(t, e.kc.ListenAddrs()[0])
+	for i := range 10 {
+		produceTo(t, cl, e.topic, ghostPart, fmt.Sprintf("g-%d", i))
+	}
+	want := fmt.Sprintf("state=stalled was=consuming partitions=[%d] lag=0", 1-ghostPart)
+	waitFor(t, "stalled on the other member's partition, and a rebuild", func() bool {
+		return strings.Contains(e.logs.String(), want) && e.src.Health().Rebuilds > 0
+	})
+	if logs := e.logs.String(); !strings.Contains(logs, fmt.Sprintf("partition %d (assigned to another member) has 10 records of lag", ghostPart)) {
+		t.Errorf("the stalled state does not name the other member's partition:\n%s", logs)
+	}
+	closeGhost()
+	waitFor(t, "every record handled once the other member left", func() bool { return e.unique() == 10 })
 }

@@ -165,6 +165,9 @@ func New(cfg config.KafkaConfig, route config.Route, limits config.LimitsConfig,
 // Health returns the last state the source published (see package doc, Health).
 func (s *Source) Health() ingress.Health { return s.health.snapshot() }
 
+// GroupID is the consumer group the source joins.
+func (s *Source) GroupID() string { return s.cfg.GroupID }
+
 // Name is "kafka:<topic>".
 func (s *Source) Name() string { return "kafka:" + s.topic }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -36,6 +37,7 @@ func (s *Source) watch(ctx context.Context) {
 	period := pollPeriod(s.opts.StallTimeout)
 	timer := s.opts.Clock.NewTimer(period)
 	defer timer.Stop()
+	progress := map[int]partitionProgress{}
 	for {
 		select {
 		case <-ctx.Done():
@@ -43,44 +45,99 @@ func (s *Source) watch(ctx context.Context) {
 		case <-timer.C():
 		}
 		if client != nil {
-			lag, err := s.pollLag(ctx, client)
+			offsets, err := s.pollOffsets(ctx, client)
 			if ctx.Err() != nil {
 				return
 			}
-			s.health.polled(lag, err)
+			joined, mine := s.health.assigned()
+			lag, other := int64(-1), stuckPartition{}
+			if err == nil {
+				lag, other = s.judge(offsets, progress, joined, mine)
+			}
+			s.health.polled(lag, other, err)
 		}
 		s.health.check()
 		timer.Reset(period)
 	}
 }
 
-// pollLag returns how many records the source is behind: end offset minus committed
-// offset (or the first offset, where the group committed none), summed over the
-// partitions assigned to this reader, or over every partition of the topic while it is
-// not joined (what the group as a whole is behind).
-func (s *Source) pollLag(ctx context.Context, client *kafka.Client) (int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, pollTimeout)
-	defer cancel()
-	joined, parts := s.health.assigned()
-	if !joined {
-		md, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{s.topic}})
-		if err != nil {
-			return -1, fmt.Errorf("metadata: %w", err)
+// partitionOffsets are one partition's offsets at a poll.
+type partitionOffsets struct {
+	first, end, committed int64 // committed -1: none
+}
+
+func (o partitionOffsets) lag() int64 {
+	from := o.committed
+	if from < o.first {
+		from = o.first // nothing committed (or expired): consumed from the start
+	}
+	return max(0, o.end-from)
+}
+
+// partitionProgress is when a partition's committed offset last moved (or it had no lag).
+type partitionProgress struct {
+	committed int64
+	since     time.Time
+}
+
+// stuckPartition is the partition, not assigned to this reader, that has had lag and no
+// committed progress the longest (since zero: none).
+type stuckPartition struct {
+	partition int
+	lag       int64
+	since     time.Time
+}
+
+// judge returns the lag of this reader (its assigned partitions; every partition while
+// it is not joined: what the group as a whole is behind) and the longest-stuck partition
+// owned by someone else. A partition assigned to a member that does not consume it (a
+// group left in a bad state by churn) shows there: this instance cannot fetch it, but
+// rebuilding its own reader forces the rebalance that reassigns it.
+func (s *Source) judge(offsets map[int]partitionOffsets, progress map[int]partitionProgress, joined bool, mine []int) (int64, stuckPartition) {
+	now := s.opts.Clock.Now()
+	var lag int64
+	var worst stuckPartition
+	for p, o := range offsets {
+		pp, seen := progress[p]
+		if !seen || pp.committed != o.committed || o.lag() == 0 {
+			pp = partitionProgress{committed: o.committed, since: now}
+			progress[p] = pp
 		}
-		for _, t := range md.Topics {
-			if t.Name != s.topic {
-				continue
-			}
-			if t.Error != nil {
-				return -1, fmt.Errorf("metadata of %s: %w", s.topic, t.Error)
-			}
-			for _, p := range t.Partitions {
-				parts = append(parts, p.ID)
-			}
+		if !joined || slices.Contains(mine, p) {
+			lag += o.lag()
+			continue
+		}
+		if o.lag() > 0 && (worst.since.IsZero() || pp.since.Before(worst.since)) {
+			worst = stuckPartition{partition: p, lag: o.lag(), since: pp.since}
 		}
 	}
+	return lag, worst
+}
+
+// pollOffsets reads the first, end and committed offsets of every partition of the
+// topic.
+func (s *Source) pollOffsets(ctx context.Context, client *kafka.Client) (map[int]partitionOffsets, error) {
+	ctx, cancel := context.WithTimeout(ctx, pollTimeout)
+	defer cancel()
+	md, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{s.topic}})
+	if err != nil {
+		return nil, fmt.Errorf("metadata: %w", err)
+	}
+	var parts []int
+	for _, t := range md.Topics {
+		if t.Name != s.topic {
+			continue
+		}
+		if t.Error != nil {
+			return nil, fmt.Errorf("metadata of %s: %w", s.topic, t.Error)
+		}
+		for _, p := range t.Partitions {
+			parts = append(parts, p.ID)
+		}
+	}
+	out := map[int]partitionOffsets{}
 	if len(parts) == 0 {
-		return 0, nil
+		return out, nil
 	}
 	reqs := make([]kafka.OffsetRequest, 0, 2*len(parts))
 	for _, p := range parts {
@@ -88,14 +145,14 @@ func (s *Source) pollLag(ctx context.Context, client *kafka.Client) (int64, erro
 	}
 	ends, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{s.topic: reqs}})
 	if err != nil {
-		return -1, fmt.Errorf("list offsets: %w", err)
+		return nil, fmt.Errorf("list offsets: %w", err)
 	}
 	committed, err := client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: s.cfg.GroupID, Topics: map[string][]int{s.topic: parts}})
 	if err == nil && committed.Error != nil && !errors.Is(committed.Error, kafka.GroupIdNotFound) {
 		err = committed.Error // a group that does not exist yet has committed nothing
 	}
 	if err != nil {
-		return -1, fmt.Errorf("offset fetch: %w", err)
+		return nil, fmt.Errorf("offset fetch: %w", err)
 	}
 	done := map[int]int64{}
 	for _, p := range committed.Topics[s.topic] {
@@ -103,16 +160,15 @@ func (s *Source) pollLag(ctx context.Context, client *kafka.Client) (int64, erro
 			done[p.Partition] = p.CommittedOffset
 		}
 	}
-	var lag int64
 	for _, p := range ends.Topics[s.topic] {
 		if p.Error != nil {
-			return -1, fmt.Errorf("list offsets of %s/%d: %w", s.topic, p.Partition, p.Error)
+			return nil, fmt.Errorf("list offsets of %s/%d: %w", s.topic, p.Partition, p.Error)
 		}
-		from, ok := done[p.Partition]
-		if !ok || from < p.FirstOffset {
-			from = p.FirstOffset // nothing committed (or expired): consumed from the start
+		c, ok := done[p.Partition]
+		if !ok {
+			c = -1
 		}
-		lag += max(0, p.LastOffset-from)
+		out[p.Partition] = partitionOffsets{first: p.FirstOffset, end: p.LastOffset, committed: c}
 	}
-	return lag, nil
+	return out, nil
 }
