@@ -220,11 +220,12 @@ func (m *Manager) Connection(ctx context.Context) (*amqp.Connection, error) {
 		} else {
 			m.refusals = 0
 		}
+		retryIn := time.Until(m.nextDial) // read under mu: the close watcher writes it
 		m.mu.Unlock()
 		if errors.Is(err, ErrPermanent) {
 			return nil, err
 		}
-		m.log.Warn("amqp dial failed; retrying", "err", err, "retry_in", time.Until(m.nextDial).Round(time.Millisecond))
+		m.log.Warn("amqp dial failed; retrying", "err", err, "retry_in", retryIn.Round(time.Millisecond))
 	}
 }
 
