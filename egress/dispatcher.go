@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -26,6 +27,10 @@ type Completer interface {
 	// instance may no longer own their shard (its lease may have passed to another
 	// instance, which recovers and fires them). Nothing is written to Redis.
 	Dropped(envs []*envelope.Envelope)
+	// Unpublished is called during shutdown for fired messages the dispatcher did not
+	// hand to a sink (see DispatcherOptions.ShutdownDrain). Nothing was sent: they go
+	// back to pending unchanged, for whoever owns their shard next.
+	Unpublished(envs []*envelope.Envelope)
 }
 
 // RouteSink binds a route to the sink serving its target broker.
@@ -50,6 +55,11 @@ type DispatcherOptions struct {
 	// rather than re-sending it, so it must stay below the in-flight lease, and above
 	// the broker stalls it should ride out without duplicates.
 	PublishTimeout time.Duration
+	// ShutdownDrain is how long, once Run's ctx is done, batches still queued are
+	// published (default 5s); those taken later go back unpublished
+	// (Completer.Unpublished), so a stalled broker cannot hold a shutdown for one
+	// publish timeout per queued batch. Publishes already under way are never cut short.
+	ShutdownDrain time.Duration
 	// AtMostOnce acknowledges (removes from Redis) before publishing.
 	AtMostOnce bool
 	// Owned reports whether this instance still holds the shard lease for env; a
@@ -72,6 +82,9 @@ type Dispatcher struct {
 	limiters map[string]*rate.Limiter
 	shared   *fifo
 	lanes    map[string]*fifo // rate-limited routes
+
+	stopping    atomic.Int64 // unix ns when Run's ctx ended; 0 while running
+	unpublished atomic.Int64 // messages put back unpublished during shutdown
 }
 
 // NewDispatcher builds a dispatcher; Run starts its workers.
@@ -93,6 +106,9 @@ func NewDispatcher(opt DispatcherOptions) *Dispatcher {
 	}
 	if opt.Clock == nil {
 		opt.Clock = clock.Real{}
+	}
+	if opt.ShutdownDrain <= 0 {
+		opt.ShutdownDrain = 5 * time.Second
 	}
 	d := &Dispatcher{opt: opt, limiters: map[string]*rate.Limiter{}, shared: newFIFO(opt.MaxBatch), lanes: map[string]*fifo{}}
 	for name, rs := range opt.Routes {
@@ -140,9 +156,11 @@ func (d *Dispatcher) Len() int {
 
 // Run publishes until ctx is done and the queues are empty. Shutdown order: the caller
 // stops the wheel first, then cancels ctx; Run then finishes what is queued (each
-// publish bounded by PublishTimeout) and returns.
+// publish bounded by PublishTimeout; what is still queued after ShutdownDrain goes back
+// unpublished) and returns.
 func (d *Dispatcher) Run(ctx context.Context) {
 	stop := context.AfterFunc(ctx, func() {
+		d.stopping.Store(time.Now().UnixNano())
 		d.shared.close()
 		for _, lane := range d.lanes {
 			lane.close()
@@ -169,6 +187,16 @@ func (d *Dispatcher) Run(ctx context.Context) {
 		go work(lane)
 	}
 	wg.Wait()
+	if n := d.unpublished.Load(); n > 0 {
+		d.opt.Logger.Info("shutdown: fired messages not published within the drain time went back to pending",
+			"n", n, "drain", d.opt.ShutdownDrain)
+	}
+}
+
+// drainOver reports whether Run's ctx ended more than ShutdownDrain ago.
+func (d *Dispatcher) drainOver() bool {
+	at := d.stopping.Load()
+	return at != 0 && time.Since(time.Unix(0, at)) > d.opt.ShutdownDrain
 }
 
 // fifo is a closable queue of fired messages taken in batches of up to max.
@@ -245,6 +273,11 @@ func (d *Dispatcher) dispatch(batch []*envelope.Envelope) {
 			}
 		}
 		batch = rest
+		if d.drainOver() {
+			d.unpublished.Add(int64(len(group)))
+			d.opt.Completer.Unpublished(group)
+			continue
+		}
 		d.publishRoute(ctx, route, group)
 	}
 }

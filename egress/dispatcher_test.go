@@ -43,11 +43,12 @@ func (s *fakeSink) Publish(_ context.Context, msgs []*envelope.Envelope) []error
 func (s *fakeSink) Close() error { return nil }
 
 type outcomes struct {
-	mu        sync.Mutex
-	published []string
-	failed    []string
-	dropped   []string
-	order     []string // "ack:<id>" / "fail:<id>" in call order
+	mu          sync.Mutex
+	published   []string
+	failed      []string
+	dropped     []string
+	unpublished []string
+	order       []string // "ack:<id>" / "fail:<id>" in call order
 }
 
 func (o *outcomes) Published(_ context.Context, envs []*envelope.Envelope) {
@@ -76,6 +77,14 @@ func (o *outcomes) Dropped(envs []*envelope.Envelope) {
 	defer o.mu.Unlock()
 	for _, e := range envs {
 		o.dropped = append(o.dropped, e.ID)
+	}
+}
+
+func (o *outcomes) Unpublished(envs []*envelope.Envelope) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, e := range envs {
+		o.unpublished = append(o.unpublished, e.ID)
 	}
 }
 
@@ -168,6 +177,7 @@ type errCapture struct {
 
 func (e *errCapture) Published(context.Context, []*envelope.Envelope) {}
 func (e *errCapture) Dropped([]*envelope.Envelope)                    {}
+func (e *errCapture) Unpublished([]*envelope.Envelope)                {}
 func (e *errCapture) Failed(_ context.Context, _ []*envelope.Envelope, errs []error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -208,3 +208,71 @@ func TestUnknownOutcomeIsNotResentBeforeTheLease(t *testing.T) {
 		t.Errorf("publish_retries_total = %v, want 1", got)
 	}
 }
+
+// stallSink is a broker that never answers: every Publish waits for its ctx to end,
+// then fails its messages with an unknown outcome (they were "written").
+type stallSink struct{ calls atomic.Int32 }
+
+func (s *stallSink) Publish(ctx context.Context, msgs []*envelope.Envelope) []error {
+	s.calls.Add(1)
+	<-ctx.Done()
+	errs := make([]error, len(msgs))
+	for i := range errs {
+		errs[i] = fmt.Errorf("no answer: %w: %w", egress.ErrUnknownOutcome, ctx.Err())
+	}
+	return errs
+}
+
+func (s *stallSink) Close() error { return nil }
+
+// TestShutdownWithStalledBrokerPutsQueuedBack: during shutdown with a broker that does
+// not answer, the publish under way waits out its timeout and its messages stay in
+// flight (outcome unknown); the batches still queued are not handed to the stalled
+// broker one publish timeout after another, but go back to pending unpublished once
+// the drain time has passed.
+func TestShutdownWithStalledBrokerPutsQueuedBack(t *testing.T) {
+	r := testutil.StartRedis(t)
+	ctx := context.Background()
+	rdb := r.Client()
+	store, err := NewStore(ctx, rdb, StoreOptions{Prefix: "t", Cluster: "c", Shards: 8, DoneWindow: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	s := New(Options{
+		Store: store, Redis: rdb, Clock: clock.Real{}, Instance: "a",
+		Tick: time.Millisecond, Lookahead: 200 * time.Millisecond, ClaimBatch: 100,
+		InflightLease: 30 * time.Second, LeaseTTL: time.Second, SafetyScan: 200 * time.Millisecond,
+		MaxInMemory: 1000, MaxAttempts: 3, BackoffInitial: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
+		Logger: quiet,
+	})
+	sink := &stallSink{}
+	disp := egress.NewDispatcher(egress.DispatcherOptions{
+		Routes:    map[string]egress.RouteSink{"r": {Sink: sink, Broker: "test"}},
+		Completer: s, Owned: s.Owns, Workers: 1, MaxBatch: 10,
+		PublishTimeout: 2 * time.Second, ShutdownDrain: 100 * time.Millisecond, Logger: quiet,
+	})
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.Run(rctx, disp) }()
+	defer func() { cancel(); <-done }()
+
+	const n = 100
+	now := time.Now().UnixMilli()
+	parkN(t, store, n, func(int) int64 { return now })
+	waitFor(t, "one batch stalled, the rest queued", 20*time.Second, func() bool { return sink.calls.Load() == 1 && disp.Len() == n-10 })
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(120 * time.Second):
+		t.Fatal("Run did not return")
+	}
+	if c := sink.calls.Load(); c != 1 {
+		t.Errorf("%d publishes handed to the stalled broker during shutdown, want 1 (the one under way)", c)
+	}
+	pending, inflight, dead := totals(t, store)
+	if pending != n-10 || inflight != 10 || dead != 0 {
+		t.Errorf("after shutdown: pending %d, inflight %d, dead %d; want %d pending (put back), 10 in flight (outcome unknown), 0 dead",
+			pending, inflight, dead, n-10)
+	}
+}

@@ -1056,6 +1056,12 @@ func (s *Scheduler) Dropped(envs []*envelope.Envelope) {
 	s.log.Warn("dropped fired messages of a shard whose lease may have expired; the shard's owner recovers them", "n", len(envs))
 }
 
+// Unpublished implements egress.Completer: fired messages the dispatcher did not
+// publish during shutdown go back to `due` unchanged (see putBack).
+func (s *Scheduler) Unpublished(envs []*envelope.Envelope) {
+	s.putBack(context.Background(), envs)
+}
+
 // retryRedis retries an outcome write through a Redis outage for up to the in-flight
 // lease: giving up earlier would leave the message in flight to be recovered and fired
 // again (a duplicate), not lost.

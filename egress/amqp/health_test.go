@@ -73,7 +73,8 @@ func (d *dropRecorder) Published(_ context.Context, envs []*envelope.Envelope) {
 func (d *dropRecorder) Failed(_ context.Context, envs []*envelope.Envelope, _ []error) {
 	d.failed <- len(envs)
 }
-func (d *dropRecorder) Dropped([]*envelope.Envelope) {}
+func (d *dropRecorder) Dropped([]*envelope.Envelope)     {}
+func (d *dropRecorder) Unpublished([]*envelope.Envelope) {}
 
 // TestAtMostOnceFailuresAreCountedDrops: with delivery at-most-once, messages the broker
 // refuses (here unroutable: no queue bound) are acknowledged before publishing and then
