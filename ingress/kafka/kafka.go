@@ -23,6 +23,12 @@
 // defaults add 40–260ms of latency to a caught-up consumer), StartOffset FirstOffset for
 // a new group, partition changes watched.
 //
+// Health and the watchdog (health.go, watchdog.go): the source reports its state
+// (ingress.Health) from the reader's group events, its commits and a lag poll every
+// Options.StallTimeout/5, and rebuilds the reader (close, NewReader) when it has been out
+// of the group, or without progress while there is lag, for StallTimeout: kafka-go
+// readers can stay stuck after rebalances.
+//
 // Metrics: the source counts received records once per fetched batch (a batch handed
 // again after a handler failure is not counted twice); the Handler (internal/bridge)
 // counts invalid, parked and dead-lettered records.
