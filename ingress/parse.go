@@ -51,6 +51,13 @@ const (
 	InvalidBadMessageID     = "bad_message_id"
 )
 
+// InvalidReasons lists every Invalid* reason (metrics create these series at 0); a new
+// reason is added here with its constant.
+var InvalidReasons = []string{
+	InvalidBadDelay, InvalidBadDeliverAt, InvalidDelayOutOfRange,
+	InvalidPayloadTooLarge, InvalidTargetNotAllowed, InvalidBadMessageID,
+}
+
 // Parse turns a raw record into an Item following DESIGN §2. It never fails: bad input
 // becomes an invalid Item carrying a reason, so it can be dead-lettered and counted.
 func Parse(r Raw, rules Rules) Item {

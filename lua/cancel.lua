@@ -42,7 +42,7 @@ local function hasRoute(list, route)
   return false
 end
 local function entry(route)
-  return #route .. ':' .. route
+  return string.format('%d:', #route) .. route
 end
 local function trim()
   local old = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', '(' .. ARGV[4], 'LIMIT', 0, ARGV[5])

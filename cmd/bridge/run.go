@@ -84,7 +84,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	metrics.Declare(routeSeries(cfg.Routes), invalidReasons)
+	metrics.Declare(routeSeries(cfg.Routes), ingress.InvalidReasons)
 	b, err := bridge.New(cfg, bridge.Options{Logger: logger, Observer: metrics})
 	if err != nil {
 		return fmt.Errorf("building the bridge: %w", err)
@@ -138,12 +138,6 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	}
 	logger.Info("delay-bridge stopped")
 	return nil
-}
-
-// invalidReasons are the messages_invalid_total reasons created at 0 for every route.
-var invalidReasons = []string{
-	ingress.InvalidBadDelay, ingress.InvalidBadDeliverAt, ingress.InvalidDelayOutOfRange,
-	ingress.InvalidPayloadTooLarge, ingress.InvalidTargetNotAllowed, ingress.InvalidBadMessageID,
 }
 
 // routeSeries lists the configured routes with their target broker, for

@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/delaybridge/delay-bridge/config"
+	"github.com/delaybridge/delay-bridge/ingress"
 	"github.com/delaybridge/delay-bridge/internal/observe"
 	"github.com/delaybridge/delay-bridge/internal/testutil"
 )
@@ -261,7 +262,7 @@ func TestServeMetricsFromStartAndDeliveryLateness(t *testing.T) {
 		"delaybridge_publish_retries_total":        {route},
 		"delaybridge_messages_published_total":     {{"route": "slow", "broker": "kafka"}},
 	}
-	for _, r := range invalidReasons {
+	for _, r := range ingress.InvalidReasons {
 		want["delaybridge_messages_invalid_total"] = append(want["delaybridge_messages_invalid_total"], withReason(r))
 	}
 	for _, r := range observe.DuplicateReasons {
