@@ -46,6 +46,7 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		return exitError
 	}
 	logger := newLogger(cfg.Log, stderr)
+	bridge.RouteRedisLogs(logger)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
