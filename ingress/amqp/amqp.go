@@ -206,6 +206,9 @@ func (s *Source) Run(ctx context.Context, h ingress.Handler) error {
 		if amqpconn.Sleep(ctx, d) != nil {
 			return nil
 		}
+		if !s.conn.Connected() { // the manager may notice a lost connection after the channel
+			s.health.interrupted(err, false, false)
+		}
 	}
 }
 

@@ -335,7 +335,8 @@ func TestResumesAfterBrokerRestart(t *testing.T) {
 	c := start()
 	addr := c.ListenAddrs()[0]
 	produce(t, producer(t, addr), topic, nil, []byte("before"), nil)
-	src, err := kafkain.New(config.KafkaConfig{Brokers: []string{addr}, GroupID: "g"}, route(topic), config.Default().Limits, kafkain.Options{})
+	src, err := kafkain.New(config.KafkaConfig{Brokers: []string{addr}, GroupID: "g"}, route(topic), config.Default().Limits,
+		kafkain.Options{StallTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -368,11 +369,26 @@ func TestResumesAfterBrokerRestart(t *testing.T) {
 	}
 	wait("before")
 	c.Close()
-	time.Sleep(500 * time.Millisecond) // let the reader notice the outage; not an assertion
+	// The source reports the outage (the broker is gone: not a stall to rebuild for).
+	for deadline := time.Now().Add(60 * time.Second); src.Health().State != ingress.StateUnreachable; {
+		if time.Now().After(deadline) {
+			t.Fatalf("state %+v during the outage, want unreachable", src.Health())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if h := src.Health(); h.Rebuilds != 0 {
+		t.Errorf("rebuilt while the broker was down: %+v", h)
+	}
 	c = start()
 	defer c.Close()
 	produce(t, producer(t, addr), topic, nil, []byte("after"), nil)
 	wait("after")
+	for deadline := time.Now().Add(60 * time.Second); src.Health().State != ingress.StateConsuming; {
+		if time.Now().After(deadline) {
+			t.Fatalf("state %+v after the broker came back, want consuming", src.Health())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	cancel()
 	select {
 	case err := <-done:
