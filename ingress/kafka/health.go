@@ -306,7 +306,7 @@ func (t *tracker) progressDetail() string {
 	if t.commitErr != "" {
 		return "last commit error: " + t.commitErr
 	}
-	return "no record fetched"
+	return "no offset committed"
 }
 
 // evaluate derives the state and detail. Called with mu. A joined consumer counts as
