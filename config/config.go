@@ -64,8 +64,8 @@ type KafkaConfig struct {
 	Brokers []string `koanf:"brokers"`
 	GroupID string   `koanf:"group_id"`
 	// SessionTimeout is how long the group coordinator waits for a silent consumer
-	// (a killed bridge) before moving its partitions to the others; also the
-	// rebalance timeout.
+	// (a killed bridge) before moving its partitions to the others; the rebalance
+	// timeout is half of it, the heartbeat a tenth.
 	SessionTimeout time.Duration `koanf:"session_timeout"`
 	SASL           SASLConfig    `koanf:"sasl"`
 	TLS            TLSConfig     `koanf:"tls"`

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/segmentio/kafka-go"
+
 	"github.com/delaybridge/delay-bridge/ingress"
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/observe"
@@ -130,6 +132,25 @@ func (t *tracker) groupFailed(reader int, what string) {
 	defer t.mu.Unlock()
 	if reader == t.reader {
 		t.groupErr = what
+	}
+}
+
+// pastEnd records that reader's position in a partition is beyond the partition's end
+// offset. A caught-up reader never is: the topic was deleted and recreated (or
+// truncated) under it. kafka-go keeps the old position and would wait there until the
+// new topic grows past it, skipping every record below; a new reader starts from the
+// group's committed offsets (dropped with the topic), so the watchdog rebuilds at once.
+func (t *tracker) pastEnd(reader int, line string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	// After a rebuild that made no progress yet (the group's committed offset itself is
+	// beyond the end), rebuilding again would loop: the stall rules take over.
+	if reader != t.reader || t.rebuildFor != "" || t.stopped || t.streak > 0 {
+		return
+	}
+	t.rebuildFor = "read position beyond the end of the partition: the topic was deleted and recreated, or truncated (" + line + ")"
+	if t.cancel != nil {
+		t.cancel()
 	}
 }
 
@@ -381,6 +402,10 @@ func (t *tracker) hooks(reader int) (logger, errorLogger func(msg string, args .
 			strings.HasPrefix(msg, "Failed to fetch offsets") {
 			t.groupFailed(reader, line)
 		}
+		if strings.HasPrefix(msg, "the kafka reader is reading passed the last offset") ||
+			strings.HasPrefix(msg, "error initializing the kafka reader") && hasError(args, kafka.OffsetOutOfRange) {
+			t.pastEnd(reader, line)
+		}
 		t.log.Debug("kafka-go: " + line)
 	}
 	return logger, errorLogger
@@ -408,6 +433,16 @@ func partitionsOf(arg any, topic string) []int {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// hasError reports whether one of a log line's arguments is an error matching target.
+func hasError(args []any, target error) bool {
+	for _, a := range args {
+		if err, ok := a.(error); ok && errors.Is(err, target) {
+			return true
+		}
+	}
+	return false
 }
 
 // isNetworkError reports whether err means the brokers could not be reached or did not

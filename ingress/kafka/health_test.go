@@ -86,13 +86,19 @@ type healthEnv struct {
 
 func newHealthEnv(t *testing.T, partitions int) *healthEnv {
 	t.Helper()
+	return newHealthEnvStall(t, partitions, time.Second)
+}
+
+// newHealthEnvStall is newHealthEnv with another stall timeout.
+func newHealthEnvStall(t *testing.T, partitions int, stall time.Duration) *healthEnv {
+	t.Helper()
 	e := &healthEnv{topic: testutil.Uniq(t, "delay"), obs: &stateObserver{}, logs: &syncBuf{}, seen: map[string]int{}}
 	var addr string
 	addr, e.kc = testutil.StartKafka(t, partitions, e.topic)
 	cfg := config.KafkaConfig{Brokers: []string{addr}, GroupID: testutil.Uniq(t, "group")}
 	log := slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	src, err := kafkain.New(cfg, route(e.topic), config.Default().Limits, kafkain.Options{
-		Logger: log, Observer: e.obs, StallTimeout: time.Second,
+		Logger: log, Observer: e.obs, StallTimeout: stall,
 	})
 	if err != nil {
 		t.Fatalf("New: %v", err)

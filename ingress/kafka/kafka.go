@@ -194,8 +194,16 @@ func (s *Source) readerConfig() kafka.ReaderConfig {
 		WatchPartitionChanges: true,
 		JoinGroupBackoff:      time.Second,
 		// kafka-go's 30 s defaults leave a killed bridge's partitions unread for 30 s.
-		SessionTimeout:   s.sessionTimeout(),
-		RebalanceTimeout: s.sessionTimeout(),
+		// The rebalance timeout is half the session timeout and the heartbeat a tenth:
+		// a coordinator that lets a rebalance run as long as the session can expire the
+		// session of a live member waiting in JoinGroup (kfake does; the member's join
+		// then hangs until kafka-go's own deadline, session + 5 s, and it joins anew,
+		// which restarts the rebalance), and killed members that never rejoin are
+		// dropped when the rebalance timeout ends. A tenth of the session as heartbeat
+		// lets members notice a rebalance, and rejoin, well within it.
+		SessionTimeout:    s.sessionTimeout(),
+		RebalanceTimeout:  s.sessionTimeout() / 2,
+		HeartbeatInterval: s.sessionTimeout() / 10,
 		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
 			s.log.Debug("kafka-go: " + fmt.Sprintf(msg, args...))
 		}),
@@ -326,7 +334,9 @@ func (s *Source) rebuild(ctx context.Context, old *consumer) *consumer {
 	old.cancel()
 	reason := s.health.rebuilding()
 	s.log.Info("kafka ingress watchdog: rebuilding the consumer", "reason", reason)
-	return s.newConsumer(ctx)
+	c := s.newConsumer(ctx)
+	s.health.publish() // not joined until the new reader is: not consuming meanwhile
+	return c
 }
 
 func (c *consumer) close(log *slog.Logger) {

@@ -121,3 +121,23 @@ func TestPartitionsOf(t *testing.T) {
 		t.Errorf("partitionsOf(string) = %v, want nil", got)
 	}
 }
+
+// TestLagCountsACommittedOffsetBeyondTheEnd: a committed offset above the partition's
+// end (a batch of a deleted topic committed on its successor) counts the whole
+// partition as lag, so the route shows stalled instead of caught up.
+func TestLagCountsACommittedOffsetBeyondTheEnd(t *testing.T) {
+	for _, c := range []struct {
+		o    partitionOffsets
+		want int64
+	}{
+		{partitionOffsets{first: 0, end: 10, committed: 4}, 6},
+		{partitionOffsets{first: 3, end: 10, committed: -1}, 7},
+		{partitionOffsets{first: 0, end: 10, committed: 10}, 0},
+		{partitionOffsets{first: 0, end: 10, committed: 25}, 10},
+		{partitionOffsets{first: 0, end: 0, committed: 25}, 0},
+	} {
+		if got := c.o.lag(); got != c.want {
+			t.Errorf("%+v: lag %d, want %d", c.o, got, c.want)
+		}
+	}
+}

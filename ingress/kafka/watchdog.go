@@ -68,6 +68,12 @@ type partitionOffsets struct {
 
 func (o partitionOffsets) lag() int64 {
 	from := o.committed
+	if from > o.end {
+		// Committed beyond the end: the topic was recreated or truncated under the group
+		// (an old batch committed on the new topic). The group resumes there and never
+		// reads the records the partition has: count them all, so it shows as stalled.
+		from = o.first
+	}
 	if from < o.first {
 		from = o.first // nothing committed (or expired): consumed from the start
 	}
@@ -139,6 +145,16 @@ func (s *Source) pollOffsets(ctx context.Context, client *kafka.Client) (map[int
 	if len(parts) == 0 {
 		return out, nil
 	}
+	// Committed offsets first, end offsets after: a commit never passes the end offset
+	// read after it, so a committed offset above the end means the topic was recreated
+	// or truncated, never a race between the two requests.
+	committed, err := client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: s.cfg.GroupID, Topics: map[string][]int{s.topic: parts}})
+	if err == nil && committed.Error != nil && !errors.Is(committed.Error, kafka.GroupIdNotFound) {
+		err = committed.Error // a group that does not exist yet has committed nothing
+	}
+	if err != nil {
+		return nil, fmt.Errorf("offset fetch: %w", err)
+	}
 	reqs := make([]kafka.OffsetRequest, 0, 2*len(parts))
 	for _, p := range parts {
 		reqs = append(reqs, kafka.FirstOffsetOf(p), kafka.LastOffsetOf(p))
@@ -146,13 +162,6 @@ func (s *Source) pollOffsets(ctx context.Context, client *kafka.Client) (map[int
 	ends, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{s.topic: reqs}})
 	if err != nil {
 		return nil, fmt.Errorf("list offsets: %w", err)
-	}
-	committed, err := client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: s.cfg.GroupID, Topics: map[string][]int{s.topic: parts}})
-	if err == nil && committed.Error != nil && !errors.Is(committed.Error, kafka.GroupIdNotFound) {
-		err = committed.Error // a group that does not exist yet has committed nothing
-	}
-	if err != nil {
-		return nil, fmt.Errorf("offset fetch: %w", err)
 	}
 	done := map[int]int64{}
 	for _, p := range committed.Topics[s.topic] {
