@@ -1,4 +1,4 @@
-// Package admin is the bridge's HTTP admin API (DESIGN §6): scheduling, lookup, cancel
+// Package admin is the bridge's HTTP admin API (docs/CONTRACT.md §6): scheduling, lookup, cancel
 // and reschedule by id, statistics, the dead letters, health and readiness, and the
 // Prometheus metrics. The server works over the Backend interface, which
 // internal/bridge implements; Client is the Go client that `bridge ctl` uses.
@@ -83,7 +83,7 @@ func Invalid(field, format string, args ...any) error {
 
 // When is a due time as a client gave it. If DeliverAt is non-zero it is the due time;
 // otherwise the due time is the backend's now + Delay (Delay <= 0 means due now). This
-// is the meaning of the x-deliver-at and x-delay headers (DESIGN §2).
+// is the meaning of the x-deliver-at and x-delay headers (docs/CONTRACT.md §2).
 type When struct {
 	Delay     time.Duration
 	DeliverAt time.Time

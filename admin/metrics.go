@@ -36,7 +36,7 @@ const StatsCacheTTL = time.Second
 // Backend.Stats).
 type CountsFunc func(ctx context.Context) (Counts, error)
 
-// Metrics is the Prometheus implementation of observe.Observer (DESIGN §6). Metric
+// Metrics is the Prometheus implementation of observe.Observer (docs/CONTRACT.md §6). Metric
 // names start with "delaybridge_"; labels are route, broker, reason and script, all
 // low-cardinality (route names come from the configuration).
 //

@@ -120,7 +120,7 @@ func createTopics(ctx context.Context, addr string, partitions int, topics ...st
 	return nil
 }
 
-// newWriter is a producer with the DESIGN §8 settings: acks=all, 1ms linger, murmur2.
+// newWriter is a producer with the docs/CONTRACT.md §8 settings: acks=all, 1ms linger, murmur2.
 func newWriter(addr, topic string) *kafka.Writer {
 	return &kafka.Writer{
 		Addr: kafka.TCP(addr), Topic: topic, RequiredAcks: kafka.RequireAll,
@@ -212,7 +212,7 @@ type sample struct {
 }
 
 // collector consumes a topic with one kafka-go reader per partition (no consumer
-// group, so no join delay) using the DESIGN §8 reader settings, and records for every
+// group, so no join delay) using the docs/CONTRACT.md §8 reader settings, and records for every
 // message its lateness: arrival time minus the x-delay-due-at header (unix ms), or,
 // with bySent, minus the x-bench-sent-ns header (a producer → consumer probe).
 type collector struct {

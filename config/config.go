@@ -1,4 +1,4 @@
-// Package config holds the bridge configuration (DESIGN §6): defaults, loading
+// Package config holds the bridge configuration (docs/CONTRACT.md §6): defaults, loading
 // (defaults < YAML file < env DELAYBRIDGE_… with "__" between levels < flags) and
 // validation. Every error names the offending key.
 package config

@@ -212,7 +212,7 @@ func amqpTool(t *testing.T, name string) string {
 }
 
 // toolsURL is the server URL for amqp-tools, which read a trailing "/" as vhost ""
-// (DESIGN §8).
+// (docs/CONTRACT.md §8).
 func toolsURL() string { return strings.TrimSuffix(testutil.AMQPURL(), "/") }
 
 // runTool runs an amqp-tools command with a deadline and returns its output.

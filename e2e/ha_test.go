@@ -396,7 +396,7 @@ type fault struct {
 // renewals ran late or that it found a lease gone. On a starved machine (CI runs
 // race-enabled binaries beside other suites) a bridge the test did not touch can still
 // miss its lease: another instance then takes the shard over and fires its in-flight
-// messages again, a duplicate the design allows (DESIGN §5: duplicates only around
+// messages again, a duplicate the design allows (docs/CONTRACT.md §5: duplicates only around
 // crashes and failover). Such duplicates are explained by these events; one with no lease
 // event near it is still a failure.
 func (c *haCluster) leaseLapses() []fault {

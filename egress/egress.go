@@ -19,7 +19,7 @@ import (
 //
 // Contract:
 //   - Publish sends every message to its target (env.Target if set, else the sink's
-//     default target for env.Route) with the outgoing headers of DESIGN §2 (see
+//     default target for env.Route) with the outgoing headers of docs/CONTRACT.md §2 (see
 //     OutgoingHeaders), and waits until the broker confirmed each one (Kafka acks=all,
 //     AMQP publisher confirm with mandatory routing).
 //   - It returns a slice with one error per message, in order; nil means the broker has

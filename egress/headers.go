@@ -11,7 +11,7 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 )
 
-// OutgoingHeaders returns the headers to publish env with (DESIGN §2): every original
+// OutgoingHeaders returns the headers to publish env with (docs/CONTRACT.md §2): every original
 // header kept in order, x-delay rewritten to its negative (the delayed-message plugin's
 // loop guard, so a republish to a delay exchange does not delay again), and x-message-id,
 // x-delay-due-at, x-delay-source and x-delay-attempt set. attempt is 1 for the first

@@ -58,7 +58,7 @@ var InvalidReasons = []string{
 	InvalidPayloadTooLarge, InvalidTargetNotAllowed, InvalidBadMessageID,
 }
 
-// Parse turns a raw record into an Item following DESIGN §2. It never fails: bad input
+// Parse turns a raw record into an Item following docs/CONTRACT.md §2. It never fails: bad input
 // becomes an invalid Item carrying a reason, so it can be dead-lettered and counted.
 func Parse(r Raw, rules Rules) Item {
 	recv := r.ReceivedAt

@@ -103,7 +103,7 @@ type script struct {
 // Store is the Redis shard store: every operation on parked messages, shard leases and
 // membership. It is safe for concurrent use.
 //
-// Keys (DESIGN §3), prefix P and bridge cluster name C; shard n's keys share the hash
+// Keys (docs/CONTRACT.md §3), prefix P and bridge cluster name C; shard n's keys share the hash
 // tag {C:n}, so each script call touches one Redis Cluster slot:
 //
 //	P:{C:n}:due       ZSET   id -> due time (unix ms)

@@ -1,7 +1,7 @@
-// Hashed timing wheel (DESIGN §4): the in-process timer between the pump, which claims due
+// Hashed timing wheel (docs/CONTRACT.md §4): the in-process timer between the pump, which claims due
 // envelopes from Redis, and egress. One goroutine and one lock for any number of pending
 // messages, instead of a runtime timer per message, which collapses at 10k msgs/s
-// (DESIGN §8); everything due in one tick reaches egress as one batch.
+// (docs/CONTRACT.md §8); everything due in one tick reaches egress as one batch.
 
 package scheduler
 

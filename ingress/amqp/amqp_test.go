@@ -648,7 +648,7 @@ func TestAMQPToolsPublish(t *testing.T) {
 	c := newCollector()
 	run(t, source(t, m, ep, 10), c.handle)
 	waitBound(t, b, ep)
-	// No trailing "/": amqp-tools would read it as vhost "" (DESIGN §8).
+	// No trailing "/": amqp-tools would read it as vhost "" (docs/CONTRACT.md §8).
 	url := strings.TrimSuffix(testutil.AMQPURL(), "/")
 	before := time.Now().UnixMilli()
 	out, err := exec.Command(bin, "-u", url, "-e", ep.Exchange, "-r", "tools.key", "-p",

@@ -1,5 +1,5 @@
 // Package conformance is the one test suite every ingress.Source and every egress.Sink
-// must pass (DESIGN §7), whatever the broker. It is modelled on watermill's pubsub test
+// must pass (docs/CONTRACT.md §7), whatever the broker. It is modelled on watermill's pubsub test
 // suite: a broker package plugs its implementation in through a small harness and calls
 // RunSourceSuite or RunSinkSuite from a test:
 //

@@ -110,7 +110,7 @@ func (e *Envelope) SetHeader(key string, v any) {
 	e.Headers = append(e.Headers, Header{Key: key, Value: v})
 }
 
-// Wire header names (DESIGN §2).
+// Wire header names (docs/CONTRACT.md §2).
 const (
 	HeaderDelay       = "x-delay"
 	HeaderDeliverAt   = "x-deliver-at"
