@@ -27,7 +27,8 @@
 // (ingress.Health) from the reader's group events, its commits and a lag poll every
 // Options.StallTimeout/5, and rebuilds the reader (close, NewReader) when it has been out
 // of the group, or without progress while there is lag, for StallTimeout: kafka-go
-// readers can stay stuck after rebalances.
+// readers can stay stuck after rebalances. A reader whose position is past its
+// partition's end (the topic was deleted and recreated under it) is rebuilt at once.
 //
 // Metrics: the source counts received records once per fetched batch (a batch handed
 // again after a handler failure is not counted twice); the Handler (internal/bridge)
