@@ -19,7 +19,7 @@
 // timestamp (x-delay counts from it), and the default id is "topic/partition/offset",
 // stable across redeliveries.
 //
-// Reader settings (DESIGN §8): MaxWait 5ms and ReadBackoffMin/Max 1ms/5ms (kafka-go's
+// Reader settings (docs/CONTRACT.md §8): MaxWait 5ms and ReadBackoffMin/Max 1ms/5ms (kafka-go's
 // defaults add 40–260ms of latency to a caught-up consumer), StartOffset FirstOffset for
 // a new group, partition changes watched.
 //
