@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -215,7 +216,10 @@ func amqpTool(t *testing.T, name string) string {
 // (docs/CONTRACT.md §8).
 func toolsURL() string { return strings.TrimSuffix(testutil.AMQPURL(), "/") }
 
-// runTool runs an amqp-tools command with a deadline and returns its output.
+// runTool runs a short-lived command (an amqp-tools program, or the bridge binary in a
+// test that expects it to refuse its configuration) with a deadline and returns its
+// output; callers judge the exit status. A data race report in the output fails the
+// test whatever the status.
 func runTool(t *testing.T, limit time.Duration, bin string, args ...string) ([]byte, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
@@ -223,6 +227,9 @@ func runTool(t *testing.T, limit time.Duration, bin string, args ...string) ([]b
 	out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
 	if ctx.Err() != nil {
 		err = errors.Join(err, fmt.Errorf("%s did not finish within %s", bin, limit))
+	}
+	if bytes.Contains(out, []byte(raceMarker)) {
+		t.Errorf("%s: data race reported:\n%s", bin, out)
 	}
 	return out, err
 }

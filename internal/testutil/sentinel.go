@@ -18,7 +18,8 @@ import (
 // RedisSentinel is a Redis Sentinel set owned by one test: two data servers (one
 // primary, one replica) and three sentinels monitoring them under MasterName, every
 // process a redis-server child on a free port of 127.0.0.1, all killed when the test
-// ends.
+// ends. Any of them exiting on its own fails the test (see Redis); KillPrimary and
+// Restart are the ways a test stops and starts one.
 type RedisSentinel struct {
 	t          testing.TB
 	MasterName string
@@ -121,8 +122,8 @@ sentinel parallel-syncs %s 1
 		s.t.Fatalf("testutil: write %s: %v", conf, err)
 	}
 	r.args = []string{conf, "--sentinel"}
-	r.start(bin)
 	s.t.Cleanup(r.Stop)
+	r.start(bin)
 	return r
 }
 
