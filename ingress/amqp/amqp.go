@@ -53,6 +53,7 @@ import (
 	"github.com/delaybridge/delay-bridge/config"
 	"github.com/delaybridge/delay-bridge/ingress"
 	"github.com/delaybridge/delay-bridge/internal/amqpconn"
+	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/observe"
 )
@@ -82,9 +83,17 @@ type Options struct {
 	Logger      *slog.Logger     // default slog.Default()
 	// Now is the receive clock (default time.Now).
 	Now func() time.Time
-	// LagPeriod is how often a consuming source refreshes its queue depth (Health().Lag,
-	// the Observer's IngressLag); default DefaultLagPeriod.
+	// LagPeriod bounds how often a consuming source refreshes its queue depth
+	// (Health().Lag, the Observer's IngressLag): every StallTimeout/5 (200ms to 5s), at
+	// most LagPeriod; default DefaultLagPeriod.
 	LagPeriod time.Duration
+	// StallTimeout is how long a registered consumer may receive nothing while its queue
+	// has ready messages (time in the handler excluded) before the watchdog closes its
+	// channel and consumes again (ingress.stall_timeout); it reports stalled after a
+	// third of it. Default DefaultStallTimeout.
+	StallTimeout time.Duration
+	// Clock times the watchdog; default clock.Real.
+	Clock clock.Clock
 }
 
 // Source consumes one AMQP queue. It implements ingress.Source.
@@ -96,6 +105,11 @@ type Source struct {
 	running atomic.Bool
 	warned  atomic.Bool
 	health  *health
+	stall   *stallWatch
+	// wedge makes the running session stop reading deliveries (the consumer stays
+	// registered, the channel open). Only tests send on it (export_test.go): it injects
+	// the "deliveries stop arriving" fault the watchdog must heal.
+	wedge chan struct{}
 }
 
 var (
@@ -160,13 +174,21 @@ func New(conn *amqpconn.Manager, ep config.AMQPEndpoint, opts Options) (*Source,
 	if opts.LagPeriod <= 0 {
 		opts.LagPeriod = DefaultLagPeriod
 	}
+	if opts.StallTimeout <= 0 {
+		opts.StallTimeout = DefaultStallTimeout
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.Real{}
+	}
 	s := &Source{
 		conn: conn,
 		ep:   ep,
 		opts: opts,
 		log:  opts.Logger.With("component", "ingress/amqp", "route", opts.Rules.Route, "queue", ep.Queue),
 	}
-	s.health = newHealth(opts.Rules.Route, opts.Observer, s.log, time.Now)
+	s.health = newHealth(opts.Rules.Route, opts.Observer, s.log, opts.Clock.Now)
+	s.stall = newStallWatch(opts.Clock, opts.StallTimeout)
+	s.wedge = make(chan struct{})
 	return s, nil
 }
 
@@ -200,9 +222,16 @@ func (s *Source) Run(ctx context.Context, h ingress.Handler) error {
 		if progressed {
 			bo.Reset()
 		}
-		s.health.interrupted(err, s.conn.Connected(), s.health.snapshot().State == ingress.StateConsuming)
+		st := s.health.snapshot().State
+		s.health.interrupted(err, s.conn.Connected(), st == ingress.StateConsuming || st == ingress.StateStalled)
 		d := bo.Next()
-		s.log.Warn("amqp consumer interrupted; resuming", "err", err, "retry_in", d.Round(time.Millisecond))
+		if errors.Is(err, errStalled) {
+			s.stall.rebuilt()
+			d = s.opts.MinBackoff
+			s.log.Info("amqp ingress watchdog: rebuilding the consumer", "reason", err, "rebuilds", s.Health().Rebuilds)
+		} else {
+			s.log.Warn("amqp consumer interrupted; resuming", "err", err, "retry_in", d.Round(time.Millisecond))
+		}
 		if amqpconn.Sleep(ctx, d) != nil {
 			return nil
 		}
@@ -239,15 +268,17 @@ func (s *Source) session(ctx context.Context, h ingress.Handler) (progressed boo
 	}
 	s.log.Debug("consuming")
 	s.health.set(ingress.StateConsuming, "")
-	pollCtx, stopPoll := context.WithCancel(ctx)
-	polled := make(chan struct{})
+	s.stall.consuming()
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	rebuild := make(chan string, 1)
 	go func() { // owned by this session: stopped and waited for when it returns
-		defer close(polled)
-		s.pollLag(pollCtx)
+		defer close(watched)
+		s.watch(watchCtx, rebuild)
 	}()
 	defer func() {
-		stopPoll()
-		<-polled
+		stopWatch()
+		<-watched
 	}()
 
 	handlerBackoff := amqpconn.Backoff{Min: s.opts.MinBackoff, Max: s.opts.MaxBackoff}
@@ -274,11 +305,17 @@ func (s *Source) session(ctx context.Context, h ingress.Handler) (progressed boo
 				return progressed, lost(nil)
 			}
 			return progressed, fmt.Errorf("consumer %s cancelled by the server (queue deleted?)", t)
+		case why := <-rebuild:
+			return progressed, fmt.Errorf("%w: %s", errStalled, why)
+		case <-s.wedge:
+			deliveries = nil // test fault: deliveries stop arriving
+			continue
 		case d, ok := <-deliveries:
 			if !ok {
 				return progressed, lost(nil)
 			}
 			batch, recv = append(batch, d), append(recv, s.opts.Now())
+			s.stall.delivered()
 		}
 		timer.Reset(s.opts.BatchWait)
 	fill:
@@ -305,51 +342,64 @@ func (s *Source) session(ctx context.Context, h ingress.Handler) (progressed boo
 		}
 
 		s.opts.Observer.Received(s.opts.Rules.Route, len(batch))
-		last := batch[len(batch)-1].DeliveryTag
-		for failures := 1; ; failures++ {
-			// Parsed afresh for every attempt, so a handler that modified the items of a
-			// failed attempt is handed the records as they were.
-			items := make([]ingress.Item, len(batch))
-			for i := range batch {
-				items[i] = ingress.Parse(s.raw(&batch[i], recv[i]), s.opts.Rules)
+		s.stall.handlerBegin()
+		acked, stop, err := s.handle(ctx, ch, h, batch, recv, &handlerBackoff)
+		s.stall.handlerEnd()
+		progressed = progressed || acked
+		if stop {
+			return progressed, err
+		}
+	}
+}
+
+// handle hands one batch to the handler until it is parked and acknowledged (acked) or
+// rejected back to the queue. stop reports that the session must end: shutdown (nil
+// error) or the channel lost.
+func (s *Source) handle(ctx context.Context, ch *amqp.Channel, h ingress.Handler, batch []amqp.Delivery, recv []time.Time,
+	handlerBackoff *amqpconn.Backoff) (acked, stop bool, err error) {
+	last := batch[len(batch)-1].DeliveryTag
+	for failures := 1; ; failures++ {
+		// Parsed afresh for every attempt, so a handler that modified the items of a
+		// failed attempt is handed the records as they were.
+		items := make([]ingress.Item, len(batch))
+		for i := range batch {
+			items[i] = ingress.Parse(s.raw(&batch[i], recv[i]), s.opts.Rules)
+		}
+		returned, herr := ingress.Call(ctx, h, items)
+		if !returned {
+			// Shutting down while h is still blocked: closing the channel requeues the
+			// batch; if h did park it, the redelivery is recognised by id and not parked
+			// twice.
+			return false, true, nil
+		}
+		if herr == nil {
+			// Parked: acknowledged even when shutdown began meanwhile, so a graceful stop
+			// leaves nothing it parked to be delivered again.
+			if err := ch.Ack(last, true); err != nil {
+				return false, true, fmt.Errorf("basic.ack: %w", err)
 			}
-			returned, herr := ingress.Call(ctx, h, items)
-			if !returned {
-				// Shutting down while h is still blocked: closing the channel requeues
-				// the batch; if h did park it, the redelivery is recognised by id and not
-				// parked twice.
-				return progressed, nil
+			handlerBackoff.Reset()
+			return true, false, nil
+		}
+		if ctx.Err() != nil {
+			return false, true, nil
+		}
+		d := handlerBackoff.Next()
+		requeue := failures >= s.opts.RetryInPlace
+		s.log.Warn("handler failed; batch will be handed over again", "err", herr, "messages", len(batch),
+			"attempt", failures, "requeue", requeue, "retry_in", d.Round(time.Millisecond))
+		if amqpconn.Sleep(ctx, d) != nil {
+			return false, true, nil
+		}
+		if ch.IsClosed() {
+			return false, true, errors.New("channel closed")
+		}
+		if requeue {
+			// Back to the queue, in order, for whichever consumer is healthy.
+			if err := ch.Nack(last, true, true); err != nil {
+				return false, true, fmt.Errorf("basic.nack: %w", err)
 			}
-			if herr == nil {
-				// Parked: acknowledged even when shutdown began meanwhile, so a graceful
-				// stop leaves nothing it parked to be delivered again.
-				if err := ch.Ack(last, true); err != nil {
-					return progressed, fmt.Errorf("basic.ack: %w", err)
-				}
-				progressed = true
-				handlerBackoff.Reset()
-				break
-			}
-			if ctx.Err() != nil {
-				return progressed, nil
-			}
-			d := handlerBackoff.Next()
-			requeue := failures >= s.opts.RetryInPlace
-			s.log.Warn("handler failed; batch will be handed over again", "err", herr, "messages", len(batch),
-				"attempt", failures, "requeue", requeue, "retry_in", d.Round(time.Millisecond))
-			if amqpconn.Sleep(ctx, d) != nil {
-				return progressed, nil
-			}
-			if ch.IsClosed() {
-				return progressed, lost(nil)
-			}
-			if requeue {
-				// Back to the queue, in order, for whichever consumer is healthy.
-				if err := ch.Nack(last, true, true); err != nil {
-					return progressed, fmt.Errorf("basic.nack: %w", err)
-				}
-				break
-			}
+			return false, false, nil
 		}
 	}
 }

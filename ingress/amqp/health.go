@@ -20,7 +20,9 @@ const DefaultLagPeriod = 5 * time.Second
 // info log line per change. Run sets it: starting until the first basic.consume
 // succeeded, consuming while a consumer is registered, joining while the channel or the
 // consumer is being set up again (consumer cancelled by the server, queue deleted,
-// channel closed), unreachable while the connection is down, stopped after Run.
+// channel closed, or rebuilt by the watchdog), stalled while a registered consumer
+// receives nothing although its queue has ready messages (stallWatch), unreachable while
+// the connection is down, stopped after Run.
 type health struct {
 	route string
 	obs   observe.Observer
@@ -94,33 +96,8 @@ func (hs *health) setLag(n int64) {
 }
 
 // Health returns the source's last published state; Lag is the queue's ready messages
-// at the last refresh (every LagPeriod while consuming), -1 before the first.
+// at the last refresh (every poll period while consuming), -1 before the first.
 func (s *Source) Health() ingress.Health { return s.health.snapshot() }
-
-// pollLag refreshes the lag now and every LagPeriod until ctx ends. It runs beside the
-// consuming loop, so the lag keeps moving while the handler holds a batch (Redis slow or
-// down). A failed refresh is logged at debug level and leaves the lag unknown (-1): the
-// consumer's own channel reports a deleted queue.
-func (s *Source) pollLag(ctx context.Context) {
-	t := time.NewTicker(s.opts.LagPeriod)
-	defer t.Stop()
-	for {
-		n, err := s.queueDepth(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			s.log.Debug("queue depth unknown", "err", err)
-			n = -1
-		}
-		s.health.setLag(n)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
 
 // queueDepth is the number of ready messages in the queue, from a passive declare on a
 // channel of its own (a missing queue closes the channel it is asked on).

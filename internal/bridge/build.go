@@ -140,6 +140,7 @@ func (b *Bridge) buildSources(conns *connections) ([]ingress.Source, error) {
 			}
 			s, err := amqpin.New(conns.amqpIn, *r.From.AMQP, amqpin.Options{
 				Rules: b.rules[r.Name], Prefetch: b.cfg.AMQP.Prefetch, Observer: b.obs, Logger: b.log, Now: b.clk.Now,
+				Clock: b.clk, StallTimeout: b.cfg.Ingress.StallTimeout,
 			})
 			if err != nil {
 				return nil, fmt.Errorf("route %q: %w", r.Name, err)
