@@ -22,6 +22,12 @@
 // deliveries return to the queue by themselves and the source reconnects with backoff and
 // consumes again.
 //
+// Health. Health reports starting, consuming, joining (set up again), stalled or
+// unreachable, and the queue's ready messages as lag. A watchdog beside each session
+// polls the depth and, when the registered consumer has received nothing for
+// StallTimeout while the queue has ready messages and is not draining (time in the
+// handler excluded), closes the channel and consumes on a new one (see stallWatch).
+//
 // Message ids. The id used for idempotency (so a redelivered message is not parked
 // twice), cancel and lookup is, in order: the x-message-id header, the message_id
 // property, else "<queue>/<hash>" where hash is a SHA-256 (first 128 bits, hex) over
@@ -36,14 +42,10 @@ package amqp
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -54,7 +56,6 @@ import (
 	"github.com/delaybridge/delay-bridge/ingress"
 	"github.com/delaybridge/delay-bridge/internal/amqpconn"
 	"github.com/delaybridge/delay-bridge/internal/clock"
-	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/observe"
 )
 
@@ -254,17 +255,9 @@ func (s *Source) session(ctx context.Context, h ingress.Handler) (progressed boo
 
 	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
 	cancelled := ch.NotifyCancel(make(chan string, 1))
-	if err := s.conn.Do(ctx, func() error { return ch.Qos(s.opts.Prefetch, 0, false) }); err != nil {
-		return false, fmt.Errorf("basic.qos: %w", err)
-	}
-	tag := s.opts.ConsumerTag + "-" + strconv.FormatUint(rand.Uint64(), 36)
-	var deliveries <-chan amqp.Delivery
-	if err := s.conn.Do(ctx, func() error {
-		var err error
-		deliveries, err = ch.Consume(s.ep.Queue, tag, false, false, false, false, nil)
-		return err
-	}); err != nil {
-		return false, fmt.Errorf("basic.consume %s: %w", s.ep.Queue, classify(err))
+	deliveries, err := s.consume(ctx, ch)
+	if err != nil {
+		return false, err
 	}
 	s.log.Debug("consuming")
 	s.health.set(ingress.StateConsuming, "")
@@ -287,12 +280,7 @@ func (s *Source) session(ctx context.Context, h ingress.Handler) (progressed boo
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
-	lost := func(e *amqp.Error) error {
-		if e == nil {
-			return errors.New("channel closed")
-		}
-		return fmt.Errorf("channel closed: %w", e)
-	}
+	lost := channelLost
 	for {
 		batch, recv = batch[:0], recv[:0]
 		select {
@@ -317,28 +305,14 @@ func (s *Source) session(ctx context.Context, h ingress.Handler) (progressed boo
 			batch, recv = append(batch, d), append(recv, s.opts.Now())
 			s.stall.delivered()
 		}
-		timer.Reset(s.opts.BatchWait)
-	fill:
-		for len(batch) < s.opts.Prefetch {
-			select {
-			case d, ok := <-deliveries:
-				if !ok {
-					// The channel died: nothing of this batch can be acknowledged any more,
-					// the broker delivers it again.
-					return progressed, lost(nil)
-				}
-				batch, recv = append(batch, d), append(recv, s.opts.Now())
-			case <-timer.C:
-				break fill
-			case <-ctx.Done():
+		var open bool
+		if batch, recv, open = s.fill(ctx, deliveries, timer, batch, recv); !open {
+			if ctx.Err() != nil {
 				return progressed, nil
 			}
-		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
+			// The channel died: nothing of this batch can be acknowledged any more, the
+			// broker delivers it again.
+			return progressed, lost(nil)
 		}
 
 		s.opts.Observer.Received(s.opts.Rules.Route, len(batch))
@@ -350,6 +324,60 @@ func (s *Source) session(ctx context.Context, h ingress.Handler) (progressed boo
 			return progressed, err
 		}
 	}
+}
+
+// consume sets the QoS and registers the consumer.
+func (s *Source) consume(ctx context.Context, ch *amqp.Channel) (<-chan amqp.Delivery, error) {
+	if err := s.conn.Do(ctx, func() error { return ch.Qos(s.opts.Prefetch, 0, false) }); err != nil {
+		return nil, fmt.Errorf("basic.qos: %w", err)
+	}
+	tag := s.opts.ConsumerTag + "-" + strconv.FormatUint(rand.Uint64(), 36)
+	var deliveries <-chan amqp.Delivery
+	if err := s.conn.Do(ctx, func() error {
+		var err error
+		deliveries, err = ch.Consume(s.ep.Queue, tag, false, false, false, false, nil)
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("basic.consume %s: %w", s.ep.Queue, classify(err))
+	}
+	return deliveries, nil
+}
+
+// fill adds to a batch holding its first delivery what arrives within BatchWait, up to
+// Prefetch deliveries. open is false when the deliveries channel closed (the channel
+// died) or ctx ended.
+func (s *Source) fill(ctx context.Context, deliveries <-chan amqp.Delivery, timer *time.Timer,
+	batch []amqp.Delivery, recv []time.Time) ([]amqp.Delivery, []time.Time, bool) {
+	timer.Reset(s.opts.BatchWait)
+	defer func() {
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+	}()
+	for len(batch) < s.opts.Prefetch {
+		select {
+		case d, ok := <-deliveries:
+			if !ok {
+				return batch, recv, false
+			}
+			batch, recv = append(batch, d), append(recv, s.opts.Now())
+		case <-timer.C:
+			return batch, recv, true
+		case <-ctx.Done():
+			return batch, recv, false
+		}
+	}
+	return batch, recv, true
+}
+
+func channelLost(e *amqp.Error) error {
+	if e == nil {
+		return errors.New("channel closed")
+	}
+	return fmt.Errorf("channel closed: %w", e)
 }
 
 // handle hands one batch to the handler until it is parked and acknowledged (acked) or
@@ -392,7 +420,7 @@ func (s *Source) handle(ctx context.Context, ch *amqp.Channel, h ingress.Handler
 			return false, true, nil
 		}
 		if ch.IsClosed() {
-			return false, true, errors.New("channel closed")
+			return false, true, channelLost(nil)
 		}
 		if requeue {
 			// Back to the queue, in order, for whichever consumer is healthy.
@@ -467,121 +495,4 @@ func classify(err error) error {
 		}
 	}
 	return err
-}
-
-// raw turns a delivery into the broker-neutral record ingress.Parse takes.
-func (s *Source) raw(d *amqp.Delivery, received time.Time) ingress.Raw {
-	var base time.Time
-	if !d.Timestamp.IsZero() && d.Timestamp.Unix() != 0 {
-		base = d.Timestamp
-	}
-	id := d.MessageId
-	if id == "" {
-		id = ContentID(s.ep.Queue, d)
-	}
-	return ingress.Raw{
-		Broker:     envelope.BrokerAMQP,
-		Source:     s.ep.Queue,
-		RoutingKey: d.RoutingKey,
-		Payload:    d.Body,
-		Headers:    Headers(d.Headers),
-		AMQP: &envelope.AMQPProperties{
-			ContentType:     d.ContentType,
-			ContentEncoding: d.ContentEncoding,
-			DeliveryMode:    d.DeliveryMode,
-			Priority:        d.Priority,
-			CorrelationID:   d.CorrelationId,
-			ReplyTo:         d.ReplyTo,
-			Expiration:      d.Expiration,
-			MessageID:       d.MessageId,
-			Timestamp:       d.Timestamp,
-			Type:            d.Type,
-			UserID:          d.UserId,
-			AppID:           d.AppId,
-		},
-		BaseTime:   base,
-		ReceivedAt: received,
-		DefaultID:  id,
-	}
-}
-
-// Headers converts an AMQP header table to envelope headers, sorted by key, keeping each
-// value's type (amqp.Decimal becomes envelope.Decimal, nested tables map[string]any).
-func Headers(t amqp.Table) []envelope.Header {
-	if len(t) == 0 {
-		return nil
-	}
-	keys := make([]string, 0, len(t))
-	for k := range t {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	out := make([]envelope.Header, len(keys))
-	for i, k := range keys {
-		out[i] = envelope.Header{Key: k, Value: FromAMQP(t[k])}
-	}
-	return out
-}
-
-// FromAMQP converts one value decoded by amqp091-go to the envelope's representation.
-func FromAMQP(v any) any {
-	switch x := v.(type) {
-	case amqp.Decimal:
-		return envelope.Decimal{Scale: x.Scale, Value: x.Value}
-	case amqp.Table:
-		m := make(map[string]any, len(x))
-		for k, e := range x {
-			m[k] = FromAMQP(e)
-		}
-		return m
-	case map[string]any:
-		m := make(map[string]any, len(x))
-		for k, e := range x {
-			m[k] = FromAMQP(e)
-		}
-		return m
-	case []any:
-		a := make([]any, len(x))
-		for i, e := range x {
-			a[i] = FromAMQP(e)
-		}
-		return a
-	}
-	return v
-}
-
-// ContentID is the id of a message that has neither x-message-id nor message_id: see
-// the package documentation.
-func ContentID(queue string, d *amqp.Delivery) string {
-	h := sha256.New()
-	put := func(s string) {
-		var n [8]byte
-		binary.BigEndian.PutUint64(n[:], uint64(len(s)))
-		h.Write(n[:])
-		h.Write([]byte(s))
-	}
-	put(queue)
-	put(d.Exchange)
-	put(d.RoutingKey)
-	for _, p := range []string{d.ContentType, d.ContentEncoding, d.CorrelationId, d.ReplyTo,
-		d.Expiration, d.Type, d.UserId, d.AppId} {
-		put(p)
-	}
-	put(fmt.Sprintf("%d/%d/%d", d.DeliveryMode, d.Priority, d.Timestamp.Unix()))
-	keys := make([]string, 0, len(d.Headers))
-	for k := range d.Headers {
-		if k != HeaderDeliveryCount {
-			keys = append(keys, k)
-		}
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		put(k)
-		// fmt prints maps with sorted keys, so nested tables hash deterministically.
-		v := d.Headers[k]
-		put(fmt.Sprintf("%T=%v", v, v))
-	}
-	put(string(d.Body))
-	sum := h.Sum(nil)
-	return queue + "/" + hex.EncodeToString(sum[:16])
 }
