@@ -13,22 +13,7 @@
 -- Returns an array with one string per triple: "buried", or why it was refused (the
 -- state the id is already in, as in park), so a replayed batch is neither counted nor
 -- copied to the dead-letter target again.
--- A route list is a concatenation of "<length>:<route>" entries (exact for any bytes).
-local function hasRoute(list, route)
-  local i = 1
-  while i <= #list do
-    local c = string.find(list, ':', i, true)
-    if not c then
-      return false
-    end
-    local n = tonumber(string.sub(list, i, c - 1)) or 0
-    if string.sub(list, c + 1, c + n) == route then
-      return true
-    end
-    i = c + n + 1
-  end
-  return false
-end
+-- hasRoute comes from routes.lua, which lua.go puts in front of this script.
 local out = {}
 local n = 0
 local now = ARGV[1]

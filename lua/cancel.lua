@@ -25,22 +25,7 @@
 --
 -- Cancelling an inflight message cannot recall a publish already under way; it only
 -- makes its ack or retry a no-op.
--- A route list is a concatenation of "<length>:<route>" entries (exact for any bytes).
-local function hasRoute(list, route)
-  local i = 1
-  while i <= #list do
-    local c = string.find(list, ':', i, true)
-    if not c then
-      return false
-    end
-    local n = tonumber(string.sub(list, i, c - 1)) or 0
-    if string.sub(list, c + 1, c + n) == route then
-      return true
-    end
-    i = c + n + 1
-  end
-  return false
-end
+-- hasRoute comes from routes.lua, which lua.go puts in front of this script.
 local function entry(route)
   return string.format('%d:', #route) .. route
 end

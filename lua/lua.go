@@ -17,12 +17,27 @@ package lua
 
 import _ "embed"
 
+// routes.lua is put in front of the scripts that read route lists.
+var (
+	//go:embed routes.lua
+	routes string
+	//go:embed park.lua
+	park string
+	//go:embed bury.lua
+	bury string
+	//go:embed cancel.lua
+	cancel string
+)
+
+// The scripts that read route lists, with routes.lua in front.
+var (
+	Park   = routes + park
+	Bury   = routes + bury
+	Cancel = routes + cancel
+)
+
 // Script sources, named after their files.
 var (
-	//go:embed park.lua
-	Park string
-	//go:embed bury.lua
-	Bury string
 	//go:embed claim.lua
 	Claim string
 	//go:embed ack.lua
@@ -31,8 +46,6 @@ var (
 	Retry string
 	//go:embed recover.lua
 	Recover string
-	//go:embed cancel.lua
-	Cancel string
 	//go:embed reschedule.lua
 	Reschedule string
 	//go:embed get.lua

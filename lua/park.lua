@@ -23,22 +23,7 @@
 -- dead, so HSETNX on msg is the test for those three states (one call instead of three
 -- lookups; this is the hot path: a new id costs one ZSCORE and one HSETNX). Should an id
 -- sit in due without its envelope after some corruption, parking it again repairs it.
--- A route list is a concatenation of "<length>:<route>" entries (exact for any bytes).
-local function hasRoute(list, route)
-  local i = 1
-  while i <= #list do
-    local c = string.find(list, ':', i, true)
-    if not c then
-      return false
-    end
-    local n = tonumber(string.sub(list, i, c - 1)) or 0
-    if string.sub(list, c + 1, c + n) == route then
-      return true
-    end
-    i = c + n + 1
-  end
-  return false
-end
+-- hasRoute comes from routes.lua, which lua.go puts in front of this script.
 local out = {}
 local zadd = {}
 local n = 0
