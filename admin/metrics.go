@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -237,16 +236,8 @@ func (m *Metrics) IngressLag(route string, lag int64) {
 // countsCollector emits the message-count gauges from a CountsFunc, calling it at most
 // once per StatsCacheTTL however many scrapes arrive.
 type countsCollector struct {
-	log                     *slog.Logger
 	pending, inflight, dead *prometheus.Desc
-	ttl                     time.Duration
-	now                     func() time.Time
-
-	mu      sync.Mutex // held while refreshing, so concurrent scrapes share one call
-	f       CountsFunc
-	last    Counts
-	have    bool
-	fetched time.Time
+	scrapeCache[Counts]
 }
 
 func newCountsCollector(logger *slog.Logger) *countsCollector {
@@ -254,19 +245,13 @@ func newCountsCollector(logger *slog.Logger) *countsCollector {
 		return prometheus.NewDesc(prometheus.BuildFQName(Namespace, "", name), help, nil, nil)
 	}
 	return &countsCollector{
-		log:      logger,
 		pending:  desc("messages_pending", "Messages parked in Redis waiting for their due time (all shards)."),
 		inflight: desc("messages_inflight", "Messages claimed and not yet acknowledged (all shards)."),
 		dead:     desc("messages_dead", "Messages in the dead letters (all shards)."),
-		ttl:      StatsCacheTTL,
-		now:      time.Now,
+		scrapeCache: newScrapeCache[Counts](func(err error) {
+			logger.Warn("metrics: reading message counts failed", "err", err)
+		}),
 	}
-}
-
-func (c *countsCollector) set(f CountsFunc) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.f, c.have, c.fetched = f, false, time.Time{}
 }
 
 func (c *countsCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -283,28 +268,4 @@ func (c *countsCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(counts.Pending))
 	ch <- prometheus.MustNewConstMetric(c.inflight, prometheus.GaugeValue, float64(counts.Inflight))
 	ch <- prometheus.MustNewConstMetric(c.dead, prometheus.GaugeValue, float64(counts.Dead))
-}
-
-// get returns the cached counts, refreshing them when older than the TTL. On a failed
-// refresh it keeps serving the last good value (if any) and retries after the TTL.
-func (c *countsCollector) get() (Counts, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.f == nil {
-		return Counts{}, false
-	}
-	now := c.now()
-	if !c.fetched.IsZero() && now.Sub(c.fetched) < c.ttl {
-		return c.last, c.have
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	counts, err := c.f(ctx)
-	c.fetched = now
-	if err != nil {
-		c.log.Warn("metrics: reading message counts failed", "err", err)
-		return c.last, c.have
-	}
-	c.last, c.have = counts, true
-	return counts, true
 }

@@ -2,8 +2,6 @@ package admin
 
 import (
 	"context"
-	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -19,17 +17,13 @@ type ChecksFunc func(ctx context.Context) []Check
 // so a not-ready instance shows in Prometheus (and its alerts) as well as in /readyz,
 // without kube-state-metrics. Until it is called the gauges are absent. Checks run at
 // most once per StatsCacheTTL however many scrapes arrive.
-func (m *Metrics) SetChecks(f ChecksFunc) { m.ready.set(f) }
+func (m *Metrics) SetChecks(f ChecksFunc) {
+	m.ready.set(func(ctx context.Context) ([]Check, error) { return f(ctx), nil })
+}
 
 type readyCollector struct {
 	ready, check *prometheus.Desc
-	ttl          time.Duration
-	now          func() time.Time
-
-	mu      sync.Mutex // held while refreshing, so concurrent scrapes share one call
-	f       ChecksFunc
-	last    []Check
-	fetched time.Time
+	scrapeCache[[]Check]
 }
 
 func newReadyCollector() *readyCollector {
@@ -39,15 +33,8 @@ func newReadyCollector() *readyCollector {
 		check: prometheus.NewDesc(prometheus.BuildFQName(Namespace, "", "ready_check"),
 			"1 per passing readiness check, 0 per failing one (redis, shards, ingress <route>, egress <broker>, amqp ...).",
 			[]string{"check"}, nil),
-		ttl: StatsCacheTTL,
-		now: time.Now,
+		scrapeCache: newScrapeCache[[]Check](nil),
 	}
-}
-
-func (c *readyCollector) set(f ChecksFunc) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.f, c.last, c.fetched = f, nil, time.Time{}
 }
 
 func (c *readyCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -69,19 +56,4 @@ func (c *readyCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.check, prometheus.GaugeValue, v, k.Name)
 	}
 	ch <- prometheus.MustNewConstMetric(c.ready, prometheus.GaugeValue, all)
-}
-
-func (c *readyCollector) get() ([]Check, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.f == nil {
-		return nil, false
-	}
-	now := c.now()
-	if c.fetched.IsZero() || now.Sub(c.fetched) >= c.ttl {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		c.last, c.fetched = c.f(ctx), now
-		cancel()
-	}
-	return c.last, true
 }

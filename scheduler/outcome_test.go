@@ -24,33 +24,6 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/testutil"
 )
 
-// metricValue reads one counter sample (labels exactly as given) from reg; -1 if absent.
-func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
-	t.Helper()
-	fams, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range fams {
-		if f.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range f.GetMetric() {
-			if len(m.GetLabel()) != len(labels) {
-				continue
-			}
-			for _, l := range m.GetLabel() {
-				if labels[l.GetName()] != l.GetValue() {
-					continue next
-				}
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	return -1
-}
-
 // startWithSink runs a scheduler and dispatcher for route "r" over sink, observed by a
 // real Metrics on a fresh registry.
 func startWithSink(t *testing.T, r *testutil.Redis, sink egress.Sink, broker string, tweak func(*Options)) (*harness, *prometheus.Registry) {
@@ -119,7 +92,7 @@ func TestUnreachableBrokerRetriesWithoutDeadLetters(t *testing.T) {
 	parkN(t, h.store, n, func(int) int64 { return now })
 
 	failures := func() float64 {
-		return metricValue(t, reg, "delaybridge_publish_failures_total", map[string]string{"route": "r", "broker": "kafka", "reason": "unreachable"})
+		return testutil.CounterValue(t, reg, "delaybridge_publish_failures_total", map[string]string{"route": "r", "broker": "kafka", "reason": "unreachable"})
 	}
 	// MaxAttempts is 3: wait for twice that many failed attempts per message.
 	waitFor(t, "6 failed attempts per message", 60*time.Second, func() bool { return failures() >= 6*n })
@@ -129,7 +102,7 @@ func TestUnreachableBrokerRetriesWithoutDeadLetters(t *testing.T) {
 	if err := sink.Healthy(); err == nil {
 		t.Error("sink reports healthy while its broker is stopped")
 	}
-	if got := metricValue(t, reg, "delaybridge_publish_retries_total", map[string]string{"route": "r"}); got < 5*n {
+	if got := testutil.CounterValue(t, reg, "delaybridge_publish_retries_total", map[string]string{"route": "r"}); got < 5*n {
 		t.Errorf("publish_retries_total = %v after %v failed attempts", got, failures())
 	}
 
@@ -163,7 +136,7 @@ func TestUnreachableBrokerRetriesWithoutDeadLetters(t *testing.T) {
 	if _, _, dead := totals(t, h.store); dead != 0 {
 		t.Fatalf("%d messages dead-lettered", dead)
 	}
-	if got := metricValue(t, reg, "delaybridge_messages_dead_lettered_total", map[string]string{"route": "r"}); got > 0 {
+	if got := testutil.CounterValue(t, reg, "delaybridge_messages_dead_lettered_total", map[string]string{"route": "r"}); got > 0 {
 		t.Errorf("messages_dead_lettered_total = %v", got)
 	}
 }
@@ -201,10 +174,10 @@ func TestUnknownOutcomeIsNotResentBeforeTheLease(t *testing.T) {
 	if n := calls.Load(); n != 2 {
 		t.Errorf("%d publish attempts, want 2", n)
 	}
-	if got := metricValue(t, reg, "delaybridge_publish_failures_total", map[string]string{"route": "r", "broker": "test", "reason": "timeout"}); got != 1 {
+	if got := testutil.CounterValue(t, reg, "delaybridge_publish_failures_total", map[string]string{"route": "r", "broker": "test", "reason": "timeout"}); got != 1 {
 		t.Errorf("publish_failures_total{timeout} = %v, want 1", got)
 	}
-	if got := metricValue(t, reg, "delaybridge_publish_retries_total", map[string]string{"route": "r"}); got != 1 {
+	if got := testutil.CounterValue(t, reg, "delaybridge_publish_retries_total", map[string]string{"route": "r"}); got != 1 {
 		t.Errorf("publish_retries_total = %v, want 1", got)
 	}
 }

@@ -1,35 +1,15 @@
 package scheduler
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"regexp"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/delaybridge/delay-bridge/internal/testutil"
 )
-
-// syncBuffer is a bytes.Buffer safe for the logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // Taking over the in-flight messages of a dead owner (the one way an at-least-once
 // message is published twice) is logged at info with the count, so an operator can
@@ -52,7 +32,7 @@ func TestTakeOverOfInflightIsLogged(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var logs syncBuffer
+	var logs testutil.Buffer
 	sink := &recordingSink{}
 	startScheduler(t, r, "alive", sink, func(o *Options) {
 		o.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))

@@ -115,7 +115,7 @@ func TestAtMostOnceFailuresAreCountedDrops(t *testing.T) {
 		t.Fatal("nothing acknowledged")
 	}
 	drops := func() float64 {
-		return metricValue(t, reg, "delaybridge_messages_dropped_total", map[string]string{"route": "r", "reason": "unroutable"})
+		return testutil.CounterValue(t, reg, "delaybridge_messages_dropped_total", map[string]string{"route": "r", "reason": "unroutable"})
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for drops() < n && time.Now().Before(deadline) {
@@ -126,10 +126,10 @@ func TestAtMostOnceFailuresAreCountedDrops(t *testing.T) {
 	if got := drops(); got != n {
 		t.Errorf("messages_dropped_total{unroutable} = %v, want %d", got, n)
 	}
-	if got := metricValue(t, reg, "delaybridge_publish_failures_total", map[string]string{"route": "r", "broker": "amqp", "reason": "unroutable"}); got != n {
+	if got := testutil.CounterValue(t, reg, "delaybridge_publish_failures_total", map[string]string{"route": "r", "broker": "amqp", "reason": "unroutable"}); got != n {
 		t.Errorf("publish_failures_total{unroutable} = %v, want %d", got, n)
 	}
-	if got := metricValue(t, reg, "delaybridge_messages_dropped_total", map[string]string{"route": "r", "reason": "timeout"}); got != 0 {
+	if got := testutil.CounterValue(t, reg, "delaybridge_messages_dropped_total", map[string]string{"route": "r", "reason": "timeout"}); got != 0 {
 		t.Errorf("messages_dropped_total{timeout} = %v, want 0 (declared at start)", got)
 	}
 	select {
@@ -137,31 +137,4 @@ func TestAtMostOnceFailuresAreCountedDrops(t *testing.T) {
 		t.Errorf("%d messages handed back for a retry under at-most-once", n)
 	default:
 	}
-}
-
-// metricValue reads one counter sample (labels exactly as given); -1 if absent.
-func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
-	t.Helper()
-	fams, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range fams {
-		if f.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range f.GetMetric() {
-			if len(m.GetLabel()) != len(labels) {
-				continue
-			}
-			for _, l := range m.GetLabel() {
-				if labels[l.GetName()] != l.GetValue() {
-					continue next
-				}
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	return -1
 }

@@ -1,7 +1,6 @@
 package kafka_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -51,31 +50,13 @@ func (o *stateObserver) events() ([]bool, []int64) {
 	return slices.Clone(o.consuming), slices.Clone(o.lags)
 }
 
-// syncBuf is a log sink safe for concurrent writers.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // healthEnv is one topic on a kfake cluster and a source with a short stall timeout.
 type healthEnv struct {
 	topic string
 	kc    *kfake.Cluster
 	src   *kafkain.Source
 	obs   *stateObserver
-	logs  *syncBuf
+	logs  *testutil.Buffer
 	// seen counts handler deliveries per record id; fail makes the handler fail.
 	mu   sync.Mutex
 	seen map[string]int
@@ -92,7 +73,7 @@ func newHealthEnv(t *testing.T, partitions int) *healthEnv {
 // newHealthEnvStall is newHealthEnv with another stall timeout.
 func newHealthEnvStall(t *testing.T, partitions int, stall time.Duration) *healthEnv {
 	t.Helper()
-	e := &healthEnv{topic: testutil.Uniq(t, "delay"), obs: &stateObserver{}, logs: &syncBuf{}, seen: map[string]int{}}
+	e := &healthEnv{topic: testutil.Uniq(t, "delay"), obs: &stateObserver{}, logs: &testutil.Buffer{}, seen: map[string]int{}}
 	var addr string
 	addr, e.kc = testutil.StartKafka(t, partitions, e.topic)
 	cfg := config.KafkaConfig{Brokers: []string{addr}, GroupID: testutil.Uniq(t, "group")}

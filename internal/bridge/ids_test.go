@@ -1,7 +1,6 @@
 package bridge
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -50,27 +49,10 @@ func (c *counts) Published(r, _ string, n int, _ time.Duration) {
 	c.add("published "+r, n)
 }
 
-// syncBuf is a log sink safe for the bridge's goroutines.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type testBridge struct {
 	*Bridge
 	obs   *counts
-	logs  *syncBuf
+	logs  *testutil.Buffer
 	kaddr string
 	stop  func()
 }
@@ -107,7 +89,7 @@ func (e *testEnv) run(t *testing.T, extra ...string) *testBridge {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tb := &testBridge{obs: &counts{m: map[string]int{}}, logs: &syncBuf{}, kaddr: e.kaddr}
+	tb := &testBridge{obs: &counts{m: map[string]int{}}, logs: &testutil.Buffer{}, kaddr: e.kaddr}
 	tb.Bridge, err = New(cfg, Options{Observer: tb.obs, Logger: slog.New(slog.NewTextHandler(tb.logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
 	if err != nil {
 		t.Fatal(err)

@@ -1,13 +1,11 @@
 package bridge
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,7 +17,7 @@ import (
 // go-redis's own lines (here: dial failures to a closed port) arrive as JSON records of
 // the slog logger, at debug, tagged component=go-redis.
 func TestRedisLogsGoThroughSlog(t *testing.T) {
-	var buf syncBuffer
+	var buf testutil.Buffer
 	RouteRedisLogs(slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	t.Cleanup(func() { RouteRedisLogs(slog.New(slog.DiscardHandler)) })
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(testutil.FreePort(t)), MaxRetries: -1,
@@ -39,22 +37,4 @@ func TestRedisLogsGoThroughSlog(t *testing.T) {
 	if rec["component"] != "go-redis" || rec["level"] != "DEBUG" || !strings.Contains(rec["msg"].(string), "dial") {
 		t.Errorf("record = %v", rec)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the pool's goroutines and the test.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -411,23 +411,6 @@ func procUID(pid int) (string, error) {
 	return "", errors.New("no Uid line")
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestImageSmoke(t *testing.T) {
 	img := readLayout(t, layoutDir(t))
 	root := unpack(t, img)
@@ -455,7 +438,7 @@ routes:
 		t.Fatalf("writing %s into the image root: %v", cfgPath, err)
 	}
 
-	var logs syncBuffer
+	var logs testutil.Buffer
 	bridge := startInImage(t, root, c, append(slices.Clone(c.Config.Entrypoint), c.Config.Cmd...), &logs, &logs)
 	exited := make(chan error, 1)
 	go func() { exited <- bridge.Wait() }()
@@ -492,12 +475,12 @@ routes:
 	}
 
 	// The compose healthcheck: `bridge ctl ready`, run from the image as its user.
-	var hcOut syncBuffer
+	var hcOut testutil.Buffer
 	hc := startInImage(t, root, c, []string{c.Config.Entrypoint[0], "ctl", "--addr", "http://" + admin, "ready"}, &hcOut, &hcOut)
 	if err := hc.Wait(); err != nil {
 		t.Errorf("`bridge ctl ready` in the image: %v\n%s", err, hcOut.String())
 	}
-	var hcDown syncBuffer
+	var hcDown testutil.Buffer
 	hc = startInImage(t, root, c, []string{c.Config.Entrypoint[0], "ctl", "--addr", "http://127.0.0.1:1", "--timeout", "2s", "ready"}, &hcDown, &hcDown)
 	if err := hc.Wait(); err == nil {
 		t.Errorf("`bridge ctl ready` against a closed port succeeded:\n%s", hcDown.String())
@@ -522,7 +505,7 @@ routes:
 
 // smokeDeliveries produces messages with x-delay to smoke.delay and checks each arrives
 // on smoke once, not before its due time, and within a generous bound after it.
-func smokeDeliveries(t *testing.T, kaddr string, logs *syncBuffer) {
+func smokeDeliveries(t *testing.T, kaddr string, logs *testutil.Buffer) {
 	t.Helper()
 	const n = 40
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
