@@ -25,7 +25,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // fakeBackend is an in-memory Backend with the documented semantics, enough to check
-// the HTTP layer. It is not a stand-in for Redis: the real Backend is internal/bridge.
+// the HTTP layer. It is not a stand-in for Redis: the real Backend is internal/app.
 type fakeBackend struct {
 	mu       sync.Mutex
 	now      time.Time

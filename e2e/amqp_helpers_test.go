@@ -13,7 +13,7 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
-	"github.com/delaybridge/delay-bridge/internal/testutil"
+	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
 // rabbit is the test's own connection to the RabbitMQ server on 127.0.0.1:5672: it
@@ -21,9 +21,9 @@ import (
 // consumes what the bridge republishes. Every exchange and queue it declares, or that
 // the test names with drop, is deleted at cleanup (after the bridge stopped, when the
 // bridge was started later in the test).
-type rabbit struct{ *testutil.Rabbit }
+type rabbit struct{ *testkit.Rabbit }
 
-func newRabbit(t *testing.T) *rabbit { return &rabbit{testutil.DialRabbit(t)} }
+func newRabbit(t *testing.T) *rabbit { return &rabbit{testkit.DialRabbit(t)} }
 
 // drop deletes the named exchanges and queues at cleanup. Register it before starting
 // the bridge that declares them, so it runs after the bridge stopped.
@@ -32,7 +32,7 @@ func (r *rabbit) drop(exchanges []string, queues []string) { r.DeleteAtCleanup(q
 // exchange declares a durable exchange of kind, deleted at cleanup.
 func (r *rabbit) exchange(base, kind string) string {
 	r.T.Helper()
-	name := testutil.Uniq(r.T, base)
+	name := testkit.Uniq(r.T, base)
 	ch := r.Channel()
 	defer ch.Close()
 	if err := ch.ExchangeDeclare(name, kind, true, false, false, false, nil); err != nil {
@@ -45,7 +45,7 @@ func (r *rabbit) exchange(base, kind string) string {
 // queue declares a durable queue bound to exchange with key, deleted at cleanup.
 func (r *rabbit) queue(base, exchange, key string) string {
 	r.T.Helper()
-	name := testutil.Uniq(r.T, base)
+	name := testkit.Uniq(r.T, base)
 	ch := r.Channel()
 	defer ch.Close()
 	if _, err := ch.QueueDeclare(name, true, false, false, false, nil); err != nil {
@@ -214,7 +214,7 @@ func amqpTool(t *testing.T, name string) string {
 
 // toolsURL is the server URL for amqp-tools, which read a trailing "/" as vhost ""
 // (docs/CONTRACT.md §8).
-func toolsURL() string { return strings.TrimSuffix(testutil.AMQPURL(), "/") }
+func toolsURL() string { return strings.TrimSuffix(testkit.AMQPURL(), "/") }
 
 // runTool runs a short-lived command (an amqp-tools program, or the bridge binary in a
 // test that expects it to refuse its configuration) with a deadline and returns its

@@ -13,13 +13,13 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/segmentio/kafka-go"
 
-	"github.com/delaybridge/delay-bridge/internal/testutil"
+	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
 // amqpEnv is one bridge with AMQP routes, its Redis, and the test's RabbitMQ connection.
 type amqpEnv struct {
 	rb     *rabbit
-	redis  *testutil.Redis
+	redis  *testkit.Redis
 	bridge *bridgeProc
 }
 
@@ -29,7 +29,7 @@ type amqpEnv struct {
 func startAMQPBridge(t *testing.T, rb *rabbit, kafkaAddr, routes, extra string, srcExchanges, srcQueues []string) *amqpEnv {
 	t.Helper()
 	rb.drop(srcExchanges, srcQueues) // registered first: runs after the bridge stopped
-	r := testutil.StartRedis(t)
+	r := testkit.StartRedis(t)
 	if kafkaAddr == "" {
 		kafkaAddr = "127.0.0.1:9" // no Kafka route: never dialed
 	}
@@ -73,7 +73,7 @@ func TestAMQPToAMQPLikeThePlugin(t *testing.T) {
 	rb := newRabbit(t)
 	target := rb.exchange("billing", "topic")
 	got := rb.collect(rb.queue("billing-consumer", target, "#"))
-	srcX, srcQ := testutil.Uniq(t, "delayed"), testutil.Uniq(t, "billing-delay")
+	srcX, srcQ := testkit.Uniq(t, "delayed"), testkit.Uniq(t, "billing-delay")
 	routes := fmt.Sprintf("  - name: billing\n    from: %s\n    to:   { amqp: { exchange: %q } }", amqpFrom(srcQ, srcX, "topic"), target)
 	e := startAMQPBridge(t, rb, "", routes, "", []string{srcX}, []string{srcQ})
 
@@ -255,11 +255,11 @@ func TestAMQPToAMQPLikeThePlugin(t *testing.T) {
 // their text; x-delay negated either way).
 func TestAMQPCrossBrokerRoutes(t *testing.T) {
 	rb := newRabbit(t)
-	kaddr, _ := testutil.StartKafka(t, 4, "k2a.delay", "a2k")
+	kaddr, _ := testkit.StartKafka(t, 4, "k2a.delay", "a2k")
 	target := rb.exchange("from-kafka", "topic")
 	got := rb.collect(rb.queue("from-kafka-consumer", target, "#"))
 	kgot := collect(t, kaddr, "a2k")
-	srcX, srcQ := testutil.Uniq(t, "to-kafka"), testutil.Uniq(t, "to-kafka-delay")
+	srcX, srcQ := testkit.Uniq(t, "to-kafka"), testkit.Uniq(t, "to-kafka-delay")
 	routes := fmt.Sprintf(`  - name: k2a
     from: { kafka: { topic: k2a.delay } }
     to:   { amqp: { exchange: %q } }
@@ -372,8 +372,8 @@ func TestAMQPUnroutableTargetIsRetriedThenDeadLettered(t *testing.T) {
 	dead := rb.collect(rb.queue("dead-consumer", dlx, "#"))
 	lenientX := rb.exchange("lenient", "topic")
 	lenient := rb.collect(rb.queue("lenient-consumer", lenientX, "#"))
-	srcX, srcQ := testutil.Uniq(t, "delayed"), testutil.Uniq(t, "strict-delay")
-	lsrcX, lsrcQ := testutil.Uniq(t, "delayed-lenient"), testutil.Uniq(t, "lenient-delay")
+	srcX, srcQ := testkit.Uniq(t, "delayed"), testkit.Uniq(t, "strict-delay")
+	lsrcX, lsrcQ := testkit.Uniq(t, "delayed-lenient"), testkit.Uniq(t, "lenient-delay")
 	routes := fmt.Sprintf(`  - name: strict
     from: %s
     to:   { amqp: { exchange: %q } }
@@ -459,7 +459,7 @@ func TestAMQPCancel(t *testing.T) {
 	rb := newRabbit(t)
 	target := rb.exchange("cancel-target", "direct")
 	got := rb.collect(rb.queue("cancel-consumer", target, "invoice.eu"))
-	srcX, srcQ := testutil.Uniq(t, "delayed"), testutil.Uniq(t, "cancel-delay")
+	srcX, srcQ := testkit.Uniq(t, "delayed"), testkit.Uniq(t, "cancel-delay")
 	routes := fmt.Sprintf("  - name: billing\n    from: %s\n    to:   { amqp: { exchange: %q } }", amqpFrom(srcQ, srcX, "topic"), target)
 	e := startAMQPBridge(t, rb, "", routes, "", []string{srcX}, []string{srcQ})
 
@@ -516,7 +516,7 @@ func TestAMQPInteropWithAMQPTools(t *testing.T) {
 	target := rb.exchange("tools-target", "topic")
 	toolsQ := rb.queue("tools-consumer", target, "tools.#")
 	copies := rb.collect(rb.queue("go-consumer", target, "#"))
-	srcX, srcQ := testutil.Uniq(t, "delayed"), testutil.Uniq(t, "tools-delay")
+	srcX, srcQ := testkit.Uniq(t, "delayed"), testkit.Uniq(t, "tools-delay")
 	routes := fmt.Sprintf("  - name: tools\n    from: %s\n    to:   { amqp: { exchange: %q } }", amqpFrom(srcQ, srcX, "topic"), target)
 	startAMQPBridge(t, rb, "", routes, "", []string{srcX}, []string{srcQ})
 
@@ -594,9 +594,9 @@ func TestAMQPInteropWithAMQPTools(t *testing.T) {
 func TestAMQPDirectSourceExchangeWithCatchAllIsRefused(t *testing.T) {
 	rb := newRabbit(t)
 	target := rb.exchange("billing", "direct")
-	srcX, srcQ := testutil.Uniq(t, "delayed"), testutil.Uniq(t, "billing-delay")
+	srcX, srcQ := testkit.Uniq(t, "delayed"), testkit.Uniq(t, "billing-delay")
 	rb.drop([]string{srcX}, []string{srcQ})
-	r := testutil.StartRedis(t)
+	r := testkit.StartRedis(t)
 	routes := fmt.Sprintf("  - name: billing\n    from: { amqp: { queue: %q, exchange: %q, exchange_type: direct } }\n    to:   { amqp: { exchange: %q } }", srcQ, srcX, target)
 	cfg, _ := writeConfig(t, r.Addr(), "127.0.0.1:9", routes, "")
 	out, err := runTool(t, 30*time.Second, bridgeBin, "run", "-c", cfg)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/delaybridge/delay-bridge/internal/testutil"
+	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
 // TestRedisClusterDelaysArriveOnTimeOnce runs the delivery test against a real 3-master
@@ -17,8 +17,8 @@ import (
 // and every script touches one shard's hash-tag slot. Every message arrives once, none
 // early, and the shards' keys are spread over all three masters.
 func TestRedisClusterDelaysArriveOnTimeOnce(t *testing.T) {
-	rc := testutil.StartRedisCluster(t, 3)
-	kaddr, _ := testutil.StartKafka(t, 4, "orders.delay", "orders")
+	rc := testkit.StartRedisCluster(t, 3)
+	kaddr, _ := testkit.StartKafka(t, 4, "orders.delay", "orders")
 	cfg, admin := writeConfigRedis(t, redisSection(rc.Addrs(), ""), kaddr, kafkaRoute, "")
 	e := &kafkaEnv{kaddr: kaddr}
 	e.target = collect(t, kaddr, "orders")
@@ -108,7 +108,7 @@ func TestRedisClusterDelaysArriveOnTimeOnce(t *testing.T) {
 // killed with SIGKILL under a steady stream: the other takes its shards over, every
 // message arrives, none early.
 func TestRedisClusterFailover(t *testing.T) {
-	rc := testutil.StartRedisCluster(t, 3)
+	rc := testkit.StartRedisCluster(t, 3)
 	ttl := time.Second
 	c := startHAClusterOn(t, rc.Addrs(), 4, ttl)
 	a := c.start("rc-a")

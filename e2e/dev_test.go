@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delaybridge/delay-bridge/internal/testutil"
+	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
 // TestDevFirstCommand runs the README's first command, `bridge dev`, through the built
@@ -31,7 +31,7 @@ func TestDevFirstCommand(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			args := append([]string{"dev", "--count", strconv.Itoa(count), "--max-delay", "2s", "--exit",
-				"--kafka-port", strconv.Itoa(testutil.FreePort(t)), "--admin", "127.0.0.1:" + strconv.Itoa(testutil.FreePort(t))},
+				"--kafka-port", strconv.Itoa(testkit.FreePort(t)), "--admin", "127.0.0.1:" + strconv.Itoa(testkit.FreePort(t))},
 				mode.args...)
 			cmd := exec.CommandContext(ctx, bridgeBin, args...)
 			out, err := cmd.CombinedOutput()

@@ -22,7 +22,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/delaybridge/delay-bridge/internal/amqpconn/tcpproxy"
-	"github.com/delaybridge/delay-bridge/internal/testutil"
+	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
 // Broker faults through the built binary: the target broker frozen around a SIGTERM,
@@ -49,7 +49,7 @@ type freezeEnv struct {
 // timeout, as in production) and starts the bridge.
 func (e *freezeEnv) start(instance string) *bridgeProc {
 	e.t.Helper()
-	admin := "127.0.0.1:" + strconv.Itoa(testutil.FreePort(e.t))
+	admin := "127.0.0.1:" + strconv.Itoa(testkit.FreePort(e.t))
 	cfg := fmt.Sprintf(`cluster: %s
 shards: %d
 instance: %s
@@ -163,11 +163,11 @@ func shardsEmpty(p *bridgeProc) bool {
 //	go test -count=1 -run TestBrokerFreezeAroundSIGTERM -v ./e2e/
 func TestBrokerFreezeAroundSIGTERM(t *testing.T) {
 	t.Run("kafka", func(t *testing.T) {
-		e := &freezeEnv{t: t, redis: testutil.StartRedis(t).Addr(), amqpURL: testutil.AMQPURL(),
-			to: "{ kafka: { topic: r.out } }", group: testutil.Uniq(t, "group"), cluster: testutil.Uniq(t, "frz")}
+		e := &freezeEnv{t: t, redis: testkit.StartRedis(t).Addr(), amqpURL: testkit.AMQPURL(),
+			to: "{ kafka: { topic: r.out } }", group: testkit.Uniq(t, "group"), cluster: testkit.Uniq(t, "frz")}
 		// Ingress and egress both through the proxy: the whole broker stalls.
 		var frozen *tcpproxy.Proxy
-		e.kaddr, _, frozen = testutil.StartKafkaBehindProxy(t, 4, "r.delay", "r.out")
+		e.kaddr, _, frozen = testkit.StartKafkaBehindProxy(t, 4, "r.delay", "r.out")
 		// Not a group consumer (collect): its session would expire in the freeze and
 		// re-read from its last commit, duplicates the bridge did not make.
 		target := recordsOf(t, e.kaddr, "r.out")
@@ -183,9 +183,9 @@ func TestBrokerFreezeAroundSIGTERM(t *testing.T) {
 		ex := rb.exchange("frz-x", "topic")
 		q := rb.queue("frz-q", ex, "#")
 		frozen := tcpproxy.Start(t, "127.0.0.1:5672")
-		e := &freezeEnv{t: t, redis: testutil.StartRedis(t).Addr(), amqpURL: frozen.URL(testutil.AMQPURL()),
-			to: fmt.Sprintf("{ amqp: { exchange: %q } }", ex), group: testutil.Uniq(t, "group"), cluster: testutil.Uniq(t, "frz")}
-		e.kaddr, _ = testutil.StartKafka(t, 4, "r.delay")
+		e := &freezeEnv{t: t, redis: testkit.StartRedis(t).Addr(), amqpURL: frozen.URL(testkit.AMQPURL()),
+			to: fmt.Sprintf("{ amqp: { exchange: %q } }", ex), group: testkit.Uniq(t, "group"), cluster: testkit.Uniq(t, "frz")}
+		e.kaddr, _ = testkit.StartKafka(t, 4, "r.delay")
 		target := rb.collect(q)
 		got := freezeRun(t, e, frozen, func() int { n, _ := target.byID(); return len(n) })
 		// Every publish the bridges had confirmed is in the queue before a marker
@@ -376,8 +376,8 @@ func readyCheck(body, name string) (ok, found bool, detail string) {
 // once a broker listens on that address again every message arrives, none early, and
 // /readyz answers 200 again.
 func TestTargetBrokerDownRetriesNeverDeadLetters(t *testing.T) {
-	r := testutil.StartRedis(t)
-	kaddr, c := testutil.StartKafka(t, 1, "orders.delay", "orders")
+	r := testkit.StartRedis(t)
+	kaddr, c := testkit.StartKafka(t, 1, "orders.delay", "orders")
 	cfg, admin := writeConfig(t, r.Addr(), kaddr, kafkaRoute, "")
 	p := startBridge(t, cfg, admin)
 	const maxAttempts = 3 // retry.max_attempts in writeConfig

@@ -18,7 +18,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/delaybridge/delay-bridge/internal/testutil"
+	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
 // HA tests: several bridge processes with the same configuration except `instance` (and
@@ -43,14 +43,14 @@ type haCluster struct {
 
 func startHACluster(t *testing.T, partitions int, leaseTTL time.Duration) *haCluster {
 	t.Helper()
-	return startHAClusterOn(t, []string{testutil.StartRedis(t).Addr()}, partitions, leaseTTL)
+	return startHAClusterOn(t, []string{testkit.StartRedis(t).Addr()}, partitions, leaseTTL)
 }
 
 // startHAClusterOn is startHACluster on the given Redis addresses.
 func startHAClusterOn(t *testing.T, redisAddrs []string, partitions int, leaseTTL time.Duration) *haCluster {
 	t.Helper()
-	kaddr, _ := testutil.StartKafka(t, partitions, "orders.delay", "orders", "idle.delay")
-	c := &haCluster{t: t, redis: redisAddrs, kaddr: kaddr, group: testutil.Uniq(t, "group"), leaseTTL: leaseTTL, procs: map[string]*bridgeProc{}}
+	kaddr, _ := testkit.StartKafka(t, partitions, "orders.delay", "orders", "idle.delay")
+	c := &haCluster{t: t, redis: redisAddrs, kaddr: kaddr, group: testkit.Uniq(t, "group"), leaseTTL: leaseTTL, procs: map[string]*bridgeProc{}}
 	c.target = collect(t, kaddr, "orders")
 	c.writer = newWriter(kaddr, "orders.delay")
 	t.Cleanup(func() { c.writer.Close() })
@@ -62,7 +62,7 @@ func startHAClusterOn(t *testing.T, redisAddrs []string, partitions int, leaseTT
 func (c *haCluster) config(instance, sourceTopic, group, admin string) (string, string) {
 	c.t.Helper()
 	if admin == "" {
-		admin = "127.0.0.1:" + strconv.Itoa(testutil.FreePort(c.t))
+		admin = "127.0.0.1:" + strconv.Itoa(testkit.FreePort(c.t))
 	}
 	lookahead := c.leaseTTL / 2
 	cfg := fmt.Sprintf(`cluster: ha
@@ -359,7 +359,7 @@ func haLeaseTTL(t *testing.T) time.Duration {
 // meanwhile blocks shutdown on it.
 func (c *haCluster) startVictim(instance string) *bridgeProc {
 	c.t.Helper()
-	return c.startWith(instance, "idle.delay", testutil.Uniq(c.t, c.group+"-"+instance))
+	return c.startWith(instance, "idle.delay", testkit.Uniq(c.t, c.group+"-"+instance))
 }
 
 // restartVictim starts a victim again under the same instance name, with a fresh
@@ -367,7 +367,7 @@ func (c *haCluster) startVictim(instance string) *bridgeProc {
 func (c *haCluster) restartVictim(instance string, p *bridgeProc) {
 	c.t.Helper()
 	// Same admin address as before, so the process is the same from the outside.
-	p.cfg, _ = c.config(instance, "idle.delay", testutil.Uniq(c.t, c.group+"-"+instance), p.admin)
+	p.cfg, _ = c.config(instance, "idle.delay", testkit.Uniq(c.t, c.group+"-"+instance), p.admin)
 	p.start()
 }
 

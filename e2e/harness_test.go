@@ -25,7 +25,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"go.uber.org/goleak"
 
-	"github.com/delaybridge/delay-bridge/internal/testutil"
+	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
 var bridgeBin string
@@ -109,7 +109,7 @@ func redisSection(addrs []string, more string) string {
 // writeConfigRedis is writeConfig with the whole redis section given as a YAML flow map.
 func writeConfigRedis(t *testing.T, redisYAML, kafkaAddr, routes string, extra string) (string, string) {
 	t.Helper()
-	admin := "127.0.0.1:" + strconv.Itoa(testutil.FreePort(t))
+	admin := "127.0.0.1:" + strconv.Itoa(testkit.FreePort(t))
 	cfg := fmt.Sprintf(`cluster: e2e
 shards: 16
 instance: %s
@@ -123,7 +123,7 @@ log: { level: info, format: text }
 routes:
 %s
 %s
-`, testutil.Uniq(t, "inst"), redisYAML, kafkaAddr, testutil.Uniq(t, "group"), testutil.AMQPURL(), admin, routes, extra)
+`, testkit.Uniq(t, "inst"), redisYAML, kafkaAddr, testkit.Uniq(t, "group"), testkit.AMQPURL(), admin, routes, extra)
 	path := filepath.Join(t.TempDir(), "bridge.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -330,7 +330,7 @@ type collector struct {
 func collect(t *testing.T, addr, topic string) *collector {
 	t.Helper()
 	r := kafka.NewReader(kafka.ReaderConfig{
-		Brokers: []string{addr}, Topic: topic, GroupID: testutil.Uniq(t, "collector"),
+		Brokers: []string{addr}, Topic: topic, GroupID: testkit.Uniq(t, "collector"),
 		MaxWait: 5 * time.Millisecond, ReadBackoffMin: time.Millisecond, ReadBackoffMax: 5 * time.Millisecond,
 		StartOffset: kafka.FirstOffset, CommitInterval: time.Second,
 	})

@@ -13,7 +13,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/delaybridge/delay-bridge/internal/testutil"
+	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
 // Message ids, duplicates, cancel scope and states, through the built binary.
@@ -34,8 +34,8 @@ type twoRouteEnv struct {
 
 func startTwoRouteEnv(t *testing.T) *twoRouteEnv {
 	t.Helper()
-	r := testutil.StartRedis(t)
-	kaddr, _ := testutil.StartKafka(t, 1, "a.delay", "a.out", "b.delay", "b.out")
+	r := testkit.StartRedis(t)
+	kaddr, _ := testkit.StartKafka(t, 1, "a.delay", "a.out", "b.delay", "b.out")
 	cfg, admin := writeConfig(t, r.Addr(), kaddr, twoKafkaRoutes, "")
 	e := &twoRouteEnv{kaddr: kaddr, outA: collect(t, kaddr, "a.out"), outB: collect(t, kaddr, "b.out")}
 	e.bridge = startBridge(t, cfg, admin)

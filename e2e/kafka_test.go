@@ -11,7 +11,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/delaybridge/delay-bridge/internal/testutil"
+	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
 const kafkaRoute = `  - name: orders
@@ -19,7 +19,7 @@ const kafkaRoute = `  - name: orders
     to:   { kafka: { topic: orders } }`
 
 type kafkaEnv struct {
-	redis  *testutil.Redis
+	redis  *testkit.Redis
 	kaddr  string
 	bridge *bridgeProc
 	target *collector
@@ -28,8 +28,8 @@ type kafkaEnv struct {
 
 func startKafkaEnv(t *testing.T, extra string) *kafkaEnv {
 	t.Helper()
-	r := testutil.StartRedis(t)
-	kaddr, _ := testutil.StartKafka(t, 4, "orders.delay", "orders", "dlq")
+	r := testkit.StartRedis(t)
+	kaddr, _ := testkit.StartKafka(t, 4, "orders.delay", "orders", "dlq")
 	cfg, admin := writeConfig(t, r.Addr(), kaddr, kafkaRoute, extra)
 	e := &kafkaEnv{redis: r, kaddr: kaddr}
 	e.target = collect(t, kaddr, "orders")

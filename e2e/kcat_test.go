@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delaybridge/delay-bridge/internal/testutil"
+	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
 // TestKcatInterop: a message produced by kcat (librdkafka, a third-party client) with an
@@ -20,8 +20,8 @@ func TestKcatInterop(t *testing.T) {
 	if err != nil {
 		t.Fatalf("kcat not found on PATH (Debian package kcat; .ci/run installs it): %v", err)
 	}
-	r := testutil.StartRedis(t)
-	addr, _ := testutil.StartKafka(t, 1, "kc.delay", "kc.out")
+	r := testkit.StartRedis(t)
+	addr, _ := testkit.StartKafka(t, 1, "kc.delay", "kc.out")
 	cfg, admin := writeConfig(t, r.Addr(), addr,
 		`  - { name: kc, from: { kafka: { topic: kc.delay } }, to: { kafka: { topic: kc.out } } }`, "")
 	startBridge(t, cfg, admin)

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delaybridge/delay-bridge/internal/testutil"
+	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
 // Sentinel tests: the bridge binary with redis.addrs = three real sentinels and
@@ -45,7 +45,7 @@ func sentinelEnvInt(t *testing.T, name string, def, least int) int {
 
 // sentinelConfig writes the e2e bridge.yaml (writeConfig) with the sentinels as
 // redis.addrs, plus master_name and min_replicas.
-func sentinelConfig(t *testing.T, s *testutil.RedisSentinel, kaddr string, minReplicas int) (string, string) {
+func sentinelConfig(t *testing.T, s *testkit.RedisSentinel, kaddr string, minReplicas int) (string, string) {
 	t.Helper()
 	more := fmt.Sprintf(", master_name: %s, min_replicas: %d", s.MasterName, minReplicas)
 	return writeConfigRedis(t, redisSection(s.Addrs(), more), kaddr, kafkaRoute, "")
@@ -58,8 +58,8 @@ func TestSentinelPrimaryKilledKafkaToKafka(t *testing.T) { runSentinelFailover(t
 func runSentinelFailover(t *testing.T, kill bool) {
 	minReplicas := sentinelEnvInt(t, "DELAYBRIDGE_TEST_SENTINEL_MIN_REPLICAS", 1, 0)
 	replicas := sentinelEnvInt(t, "DELAYBRIDGE_TEST_SENTINEL_REPLICAS", 1, 1)
-	s := testutil.StartRedisSentinelReplicas(t, replicas)
-	kaddr, _ := testutil.StartKafka(t, 4, "orders.delay", "orders")
+	s := testkit.StartRedisSentinelReplicas(t, replicas)
+	kaddr, _ := testkit.StartKafka(t, 4, "orders.delay", "orders")
 	cfg, admin := sentinelConfig(t, s, kaddr, minReplicas)
 	e := &kafkaEnv{kaddr: kaddr}
 	e.target = collect(t, kaddr, "orders")
@@ -75,7 +75,7 @@ func runSentinelFailover(t *testing.T, kill bool) {
 	time.Sleep(2 * time.Second)
 
 	faultAt := time.Now()
-	var old, promoted *testutil.Redis
+	var old, promoted *testkit.Redis
 	if kill {
 		old = s.KillPrimary()
 		promoted = s.WaitNewPrimary(old, 30*time.Second)

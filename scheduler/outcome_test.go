@@ -21,12 +21,12 @@ import (
 	kafkaout "github.com/delaybridge/delay-bridge/egress/kafka"
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
-	"github.com/delaybridge/delay-bridge/internal/testutil"
+	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
 // startWithSink runs a scheduler and dispatcher for route "r" over sink, observed by a
 // real Metrics on a fresh registry.
-func startWithSink(t *testing.T, r *testutil.Redis, sink egress.Sink, broker string, tweak func(*Options)) (*harness, *prometheus.Registry) {
+func startWithSink(t *testing.T, r *testkit.Redis, sink egress.Sink, broker string, tweak func(*Options)) (*harness, *prometheus.Registry) {
 	t.Helper()
 	ctx := context.Background()
 	rdb := r.Client()
@@ -76,9 +76,9 @@ func startWithSink(t *testing.T, r *testutil.Redis, sink egress.Sink, broker str
 // counted as unreachable and every put-back as a retry; when the broker is back, every
 // message arrives.
 func TestUnreachableBrokerRetriesWithoutDeadLetters(t *testing.T) {
-	r := testutil.StartRedis(t)
-	target := testutil.Uniq(t, "t")
-	addr, c := testutil.StartKafka(t, 1, target)
+	r := testkit.StartRedis(t)
+	target := testkit.Uniq(t, "t")
+	addr, c := testkit.StartKafka(t, 1, target)
 	sink, err := kafkaout.New(config.KafkaConfig{Brokers: []string{addr}}, map[string]string{"r": target},
 		kafkaout.Options{ProbeInterval: 50 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
@@ -92,7 +92,7 @@ func TestUnreachableBrokerRetriesWithoutDeadLetters(t *testing.T) {
 	parkN(t, h.store, n, func(int) int64 { return now })
 
 	failures := func() float64 {
-		return testutil.CounterValue(t, reg, "delaybridge_publish_failures_total", map[string]string{"route": "r", "broker": "kafka", "reason": "unreachable"})
+		return testkit.CounterValue(t, reg, "delaybridge_publish_failures_total", map[string]string{"route": "r", "broker": "kafka", "reason": "unreachable"})
 	}
 	// MaxAttempts is 3: wait for twice that many failed attempts per message.
 	waitFor(t, "6 failed attempts per message", 60*time.Second, func() bool { return failures() >= 6*n })
@@ -102,7 +102,7 @@ func TestUnreachableBrokerRetriesWithoutDeadLetters(t *testing.T) {
 	if err := sink.Healthy(); err == nil {
 		t.Error("sink reports healthy while its broker is stopped")
 	}
-	if got := testutil.CounterValue(t, reg, "delaybridge_publish_retries_total", map[string]string{"route": "r"}); got < 5*n {
+	if got := testkit.CounterValue(t, reg, "delaybridge_publish_retries_total", map[string]string{"route": "r"}); got < 5*n {
 		t.Errorf("publish_retries_total = %v after %v failed attempts", got, failures())
 	}
 
@@ -136,7 +136,7 @@ func TestUnreachableBrokerRetriesWithoutDeadLetters(t *testing.T) {
 	if _, _, dead := totals(t, h.store); dead != 0 {
 		t.Fatalf("%d messages dead-lettered", dead)
 	}
-	if got := testutil.CounterValue(t, reg, "delaybridge_messages_dead_lettered_total", map[string]string{"route": "r"}); got > 0 {
+	if got := testkit.CounterValue(t, reg, "delaybridge_messages_dead_lettered_total", map[string]string{"route": "r"}); got > 0 {
 		t.Errorf("messages_dead_lettered_total = %v", got)
 	}
 }
@@ -146,7 +146,7 @@ func TestUnreachableBrokerRetriesWithoutDeadLetters(t *testing.T) {
 // stays in flight and is fired again only once its in-flight lease has passed. The
 // attempt is counted as a timeout failure and as one retry.
 func TestUnknownOutcomeIsNotResentBeforeTheLease(t *testing.T) {
-	r := testutil.StartRedis(t)
+	r := testkit.StartRedis(t)
 	var calls atomic.Int32
 	sink := &recordingSink{failFor: func(env *envelope.Envelope) error {
 		if calls.Add(1) == 1 {
@@ -174,10 +174,10 @@ func TestUnknownOutcomeIsNotResentBeforeTheLease(t *testing.T) {
 	if n := calls.Load(); n != 2 {
 		t.Errorf("%d publish attempts, want 2", n)
 	}
-	if got := testutil.CounterValue(t, reg, "delaybridge_publish_failures_total", map[string]string{"route": "r", "broker": "test", "reason": "timeout"}); got != 1 {
+	if got := testkit.CounterValue(t, reg, "delaybridge_publish_failures_total", map[string]string{"route": "r", "broker": "test", "reason": "timeout"}); got != 1 {
 		t.Errorf("publish_failures_total{timeout} = %v, want 1", got)
 	}
-	if got := testutil.CounterValue(t, reg, "delaybridge_publish_retries_total", map[string]string{"route": "r"}); got != 1 {
+	if got := testkit.CounterValue(t, reg, "delaybridge_publish_retries_total", map[string]string{"route": "r"}); got != 1 {
 		t.Errorf("publish_retries_total = %v, want 1", got)
 	}
 }
@@ -204,7 +204,7 @@ func (s *stallSink) Close() error { return nil }
 // broker one publish timeout after another, but go back to pending unpublished once
 // the drain time has passed.
 func TestShutdownWithStalledBrokerPutsQueuedBack(t *testing.T) {
-	r := testutil.StartRedis(t)
+	r := testkit.StartRedis(t)
 	ctx := context.Background()
 	rdb := r.Client()
 	store, err := NewStore(ctx, rdb, StoreOptions{Prefix: "t", Cluster: "c", Shards: 8, DoneWindow: time.Hour})

@@ -10,7 +10,7 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/observe"
-	"github.com/delaybridge/delay-bridge/internal/testutil"
+	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
 // firedRecorder records, per message, the lateness the wheel reported when it fired
@@ -42,7 +42,7 @@ func (f *firedRecorder) get(id string) (time.Duration, bool) {
 // earlier than the pump's planned wake-up is claimed at once through Notify instead of
 // waiting for the safety scan.
 func TestPumpOnInjectedClock(t *testing.T) {
-	r := testutil.StartRedis(t)
+	r := testkit.StartRedis(t)
 	ctx := context.Background()
 	rdb := r.Client()
 	store, err := NewStore(ctx, rdb, StoreOptions{Prefix: "clk", Cluster: "c", Shards: 4, DoneWindow: time.Hour})
@@ -124,7 +124,7 @@ func TestPumpOnInjectedClock(t *testing.T) {
 // (Redis work per message, BENCHMARKS finding 3), and every message is still in the
 // wheel at least half a lookahead before it is due.
 func TestPumpClaimsAheadInFewCalls(t *testing.T) {
-	r := testutil.StartRedis(t)
+	r := testkit.StartRedis(t)
 	ctx := context.Background()
 	rdb := r.Client()
 	store, err := NewStore(ctx, rdb, StoreOptions{Prefix: "few", Cluster: "c", Shards: 4, DoneWindow: time.Hour})

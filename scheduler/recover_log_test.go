@@ -8,14 +8,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delaybridge/delay-bridge/internal/testutil"
+	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
 // Taking over the in-flight messages of a dead owner (the one way an at-least-once
 // message is published twice) is logged at info with the count, so an operator can
 // tell duplicates at the consumers from a bug.
 func TestTakeOverOfInflightIsLogged(t *testing.T) {
-	r := testutil.StartRedis(t)
+	r := testkit.StartRedis(t)
 	ctx := context.Background()
 	store, err := NewStore(ctx, r.Client(), StoreOptions{Prefix: "t", Cluster: "c", Shards: 8, DoneWindow: time.Hour})
 	if err != nil {
@@ -32,7 +32,7 @@ func TestTakeOverOfInflightIsLogged(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var logs testutil.Buffer
+	var logs testkit.Buffer
 	sink := &recordingSink{}
 	startScheduler(t, r, "alive", sink, func(o *Options) {
 		o.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))

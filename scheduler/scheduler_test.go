@@ -13,7 +13,7 @@ import (
 	"github.com/delaybridge/delay-bridge/egress"
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
-	"github.com/delaybridge/delay-bridge/internal/testutil"
+	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
 // recordingSink is an egress.Sink that keeps what it was asked to publish; failFor
@@ -65,14 +65,14 @@ type harness struct {
 	done  chan struct{}
 }
 
-func startScheduler(t *testing.T, r *testutil.Redis, instance string, sink *recordingSink, tweak func(*Options)) *harness {
+func startScheduler(t *testing.T, r *testkit.Redis, instance string, sink *recordingSink, tweak func(*Options)) *harness {
 	t.Helper()
 	return startSchedulerOwned(t, r, instance, sink, tweak, nil)
 }
 
 // startSchedulerOwned is startScheduler with the dispatcher's ownership check wrapped:
 // owned gets the scheduler's Owns and returns the check to use.
-func startSchedulerOwned(t *testing.T, r *testutil.Redis, instance string, sink *recordingSink, tweak func(*Options),
+func startSchedulerOwned(t *testing.T, r *testkit.Redis, instance string, sink *recordingSink, tweak func(*Options),
 	owned func(owns func(*envelope.Envelope) bool) func(*envelope.Envelope) bool) *harness {
 	t.Helper()
 	ctx := context.Background()
@@ -156,7 +156,7 @@ func totals(t *testing.T, store *Store) (pending, inflight, dead int64) {
 }
 
 func TestSchedulerFiresEveryMessageOnceNeverEarly(t *testing.T) {
-	r := testutil.StartRedis(t)
+	r := testkit.StartRedis(t)
 	sink := &recordingSink{}
 	h := startScheduler(t, r, "a", sink, nil)
 	start := time.Now().UnixMilli()
@@ -188,7 +188,7 @@ func TestSchedulerFiresEveryMessageOnceNeverEarly(t *testing.T) {
 }
 
 func TestSchedulerRetriesThenDeadLetters(t *testing.T) {
-	r := testutil.StartRedis(t)
+	r := testkit.StartRedis(t)
 	var calls sync.Map
 	sink := &recordingSink{failFor: func(env *envelope.Envelope) error {
 		v, _ := calls.LoadOrStore(env.ID, new(int))
@@ -225,7 +225,7 @@ func TestSchedulerRetriesThenDeadLetters(t *testing.T) {
 }
 
 func TestShutdownPutsUnfiredMessagesBackToPending(t *testing.T) {
-	r := testutil.StartRedis(t)
+	r := testkit.StartRedis(t)
 	sink := &recordingSink{}
 	// A long lookahead claims messages due in 3 s into the wheel right away.
 	h := startScheduler(t, r, "a", sink, func(o *Options) { o.Lookahead = 5 * time.Second })
@@ -257,7 +257,7 @@ func TestShutdownPutsUnfiredMessagesBackToPending(t *testing.T) {
 }
 
 func TestNewOwnerRecoversInflightOfDeadOwner(t *testing.T) {
-	r := testutil.StartRedis(t)
+	r := testkit.StartRedis(t)
 	ctx := context.Background()
 	store, err := NewStore(ctx, r.Client(), StoreOptions{Prefix: "t", Cluster: "c", Shards: 8, DoneWindow: time.Hour})
 	if err != nil {
@@ -383,7 +383,7 @@ func ownedCounts(hs map[string]*harness) map[string]int {
 // shards evenly (±1); one leaving gracefully hands its shards over; with messages
 // parked all along, every message is published exactly once, never early.
 func TestJoinAndGracefulLeaveSplitEvenlyWithoutDuplicates(t *testing.T) {
-	r := testutil.StartRedis(t)
+	r := testkit.StartRedis(t)
 	sinks := map[string]*recordingSink{"a": {}, "b": {}, "c": {}}
 	hs := map[string]*harness{}
 	hs["a"] = startScheduler(t, r, "a", sinks["a"], nil)
@@ -469,7 +469,7 @@ func TestJoinAndGracefulLeaveSplitEvenlyWithoutDuplicates(t *testing.T) {
 // shard: leases are held per process (instance#incarnation), so each shard has one
 // holder and every message is published once.
 func TestSameInstanceNameNeverSharesALease(t *testing.T) {
-	r := testutil.StartRedis(t)
+	r := testkit.StartRedis(t)
 	s1, s2 := &recordingSink{}, &recordingSink{}
 	h1 := startScheduler(t, r, "twin", s1, nil)
 	waitFor(t, "the first twin owns all 8 shards", 5*time.Second, func() bool { return len(h1.sched.OwnedShards()) == 8 })
@@ -520,7 +520,7 @@ func TestSameInstanceNameNeverSharesALease(t *testing.T) {
 // shard back, under a new token, it recovers and fires each message exactly once, and
 // its in-memory accounting (held messages, credits) returns to zero.
 func TestLostLeaseDropsHeldAndReacquiredShardFiresOnce(t *testing.T) {
-	r := testutil.StartRedis(t)
+	r := testkit.StartRedis(t)
 	sink := &recordingSink{}
 	h := startScheduler(t, r, "a", sink, func(o *Options) { o.Lookahead = 5 * time.Second })
 	waitFor(t, "a owns all 8 shards", 5*time.Second, func() bool { return len(h.sched.OwnedShards()) == 8 })
@@ -569,7 +569,7 @@ func TestLostLeaseDropsHeldAndReacquiredShardFiresOnce(t *testing.T) {
 // surely valid (renewal late), on a shard the instance turns out to still hold, goes
 // back to due and is fired by the same instance; it does not stay in flight forever.
 func TestRefusedByOwnsIsFiredAfterRenewal(t *testing.T) {
-	r := testutil.StartRedis(t)
+	r := testkit.StartRedis(t)
 	sink := &recordingSink{}
 	var once sync.Once
 	refused := make(chan struct{})
@@ -617,7 +617,7 @@ func (g *gatedSink) Publish(ctx context.Context, msgs []*envelope.Envelope) []er
 // those publishes finished and were acknowledged; recovering the in-flight set earlier
 // would fire them a second time.
 func TestReacquireWaitsForOwnPublishesInFlight(t *testing.T) {
-	r := testutil.StartRedis(t)
+	r := testkit.StartRedis(t)
 	ctx := context.Background()
 	rdb := r.Client()
 	store, err := NewStore(ctx, rdb, StoreOptions{Prefix: "t", Cluster: "c", Shards: 8, DoneWindow: time.Hour})

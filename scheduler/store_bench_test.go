@@ -9,7 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delaybridge/delay-bridge/internal/envelope"
-	"github.com/delaybridge/delay-bridge/internal/testutil"
+	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
 // Store throughput against a local redis-server (AOF on, everysec), one client, no
@@ -21,7 +21,7 @@ var benchBatches = []int{1, 10, 100, 1000}
 
 func benchStore(b *testing.B, shards int) (*Store, *redis.Client) {
 	b.Helper()
-	r := testutil.StartRedis(b)
+	r := testkit.StartRedis(b)
 	c := r.Client()
 	s, err := NewStore(context.Background(), c, StoreOptions{Shards: shards, DoneWindow: time.Hour})
 	if err != nil {

@@ -15,7 +15,7 @@ import (
 
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/observe"
-	"github.com/delaybridge/delay-bridge/internal/testutil"
+	"github.com/delaybridge/delay-bridge/internal/testkit"
 	"github.com/delaybridge/delay-bridge/lua"
 )
 
@@ -28,9 +28,9 @@ func storeCtx(t *testing.T) context.Context {
 }
 
 // newTestStore starts a redis-server of its own and a Store on it.
-func newTestStore(t *testing.T, opt StoreOptions) (*Store, *testutil.Redis, *redis.Client) {
+func newTestStore(t *testing.T, opt StoreOptions) (*Store, *testkit.Redis, *redis.Client) {
 	t.Helper()
-	r := testutil.StartRedis(t)
+	r := testkit.StartRedis(t)
 	c := r.Client()
 	if opt.Shards == 0 {
 		opt.Shards = 4
@@ -338,7 +338,7 @@ func TestStoreAckAndDoneTrim(t *testing.T) {
 }
 
 func TestStoreAckManyAndNoDoneWindow(t *testing.T) {
-	r := testutil.StartRedis(t)
+	r := testkit.StartRedis(t)
 	c := r.Client()
 	s, err := NewStore(storeCtx(t), c, StoreOptions{Shards: 4, DoneWindow: 0})
 	if err != nil {
@@ -646,7 +646,7 @@ func TestStoreBuryListPurgeDead(t *testing.T) {
 }
 
 func TestStoreShardCountRefused(t *testing.T) {
-	r := testutil.StartRedis(t)
+	r := testkit.StartRedis(t)
 	c := r.Client()
 	ctx := storeCtx(t)
 	if _, err := NewStore(ctx, c, StoreOptions{Shards: 8, Cluster: "prod"}); err != nil {
@@ -714,7 +714,7 @@ func TestStoreRedisRestartNoScript(t *testing.T) {
 }
 
 func TestStoreErrorsRetryable(t *testing.T) {
-	r := testutil.StartRedis(t)
+	r := testkit.StartRedis(t)
 	// No client-side retries, so the error surfaces at once.
 	c := redis.NewClient(&redis.Options{Addr: r.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { c.Close() })
@@ -777,7 +777,7 @@ func TestStoreWakeFormat(t *testing.T) {
 // script is given for one shard map to one slot, and that the scripts pass every key in
 // KEYS (Redis Cluster refuses a script whose keys span slots).
 func TestStoreKeysShareHashTag(t *testing.T) {
-	r := testutil.StartRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+	r := testkit.StartRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
 	c := r.Client()
 	ctx := storeCtx(t)
 	s, err := NewStore(ctx, newSingleNodeCluster(t, r), StoreOptions{Shards: 5, Cluster: "a:b"})
@@ -817,7 +817,7 @@ func TestStoreKeysShareHashTag(t *testing.T) {
 
 // newSingleNodeCluster turns a cluster-enabled redis-server into a one-node cluster
 // owning every slot and returns a ClusterClient for it.
-func newSingleNodeCluster(t *testing.T, r *testutil.Redis) *redis.ClusterClient {
+func newSingleNodeCluster(t *testing.T, r *testkit.Redis) *redis.ClusterClient {
 	t.Helper()
 	c := r.Client()
 	ctx := storeCtx(t)
@@ -839,7 +839,7 @@ func newSingleNodeCluster(t *testing.T, r *testutil.Redis) *redis.ClusterClient 
 // TestStoreOnCluster runs the message lifecycle through a ClusterClient, where
 // pipelines are split by slot and a script with keys in two slots is refused.
 func TestStoreOnCluster(t *testing.T) {
-	r := testutil.StartRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+	r := testkit.StartRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
 	cc := newSingleNodeCluster(t, r)
 	ctx := storeCtx(t)
 	lc, err := NewStore(ctx, cc, StoreOptions{Shards: 4, Cluster: "lifecycle", DoneWindow: time.Hour})
@@ -940,8 +940,8 @@ func TestStoreOnCluster(t *testing.T) {
 
 func TestStoreMinReplicas(t *testing.T) {
 	// Without a zero delay the primary waits 5s before the first full sync.
-	primary := testutil.StartRedis(t, "--repl-diskless-sync-delay", "0")
-	replica := testutil.StartRedis(t, "--replicaof", "127.0.0.1", fmt.Sprint(primary.Port))
+	primary := testkit.StartRedis(t, "--repl-diskless-sync-delay", "0")
+	replica := testkit.StartRedis(t, "--replicaof", "127.0.0.1", fmt.Sprint(primary.Port))
 	rc := replica.Client()
 	ctx := storeCtx(t)
 	deadline := time.Now().Add(10 * time.Second)

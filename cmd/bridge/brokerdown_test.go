@@ -15,7 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/delaybridge/delay-bridge/config"
-	"github.com/delaybridge/delay-bridge/internal/testutil"
+	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
 // TestServeTargetBrokerDownRetriesNeverDeadLetters runs the service against real Redis
@@ -24,13 +24,13 @@ import (
 // far beyond retry.max_attempts without a single dead letter, and once a broker
 // listens again every message arrives.
 func TestServeTargetBrokerDownRetriesNeverDeadLetters(t *testing.T) {
-	rds := testutil.StartRedis(t)
-	kaddr, c := testutil.StartKafka(t, 1, "bd.delay", "bd.out")
-	port := strconv.Itoa(testutil.FreePort(t))
+	rds := testkit.StartRedis(t)
+	kaddr, c := testkit.StartKafka(t, 1, "bd.delay", "bd.out")
+	port := strconv.Itoa(testkit.FreePort(t))
 	base := "http://127.0.0.1:" + port
 	cfg, err := config.Load(config.LoadOptions{Env: []string{}, Set: []string{
 		"redis.addrs=" + rds.Addr(), "kafka.brokers=" + kaddr, "shards=4",
-		"prefix=" + testutil.Uniq(t, "bd"), "admin.listen=127.0.0.1:" + port,
+		"prefix=" + testkit.Uniq(t, "bd"), "admin.listen=127.0.0.1:" + port,
 		"retry.max_attempts=2", "retry.backoff.initial=50ms", "retry.backoff.max=200ms",
 		"routes.0.name=bd", "routes.0.from.kafka.topic=bd.delay", "routes.0.to.kafka.topic=bd.out",
 	}})

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/delaybridge/delay-bridge/config"
-	"github.com/delaybridge/delay-bridge/internal/bridge"
+	"github.com/delaybridge/delay-bridge/internal/app"
 	"github.com/delaybridge/delay-bridge/internal/devmode"
 )
 
@@ -49,7 +49,7 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 		level.Level = "info"
 	}
 	logger := newLogger(level, stderr)
-	bridge.RouteRedisLogs(logger)
+	app.RouteRedisLogs(logger)
 	err := devmode.Run(ctx, devmode.Options{
 		Out: stdout, Count: *count, MaxDelay: *maxDelay, Exit: *exit, KafkaPort: *kafkaPort,
 		AdminListen: *adminAddr, Embedded: *embedded, Logger: logger,

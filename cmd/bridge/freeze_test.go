@@ -15,7 +15,7 @@ import (
 
 	"github.com/delaybridge/delay-bridge/config"
 	"github.com/delaybridge/delay-bridge/internal/amqpconn/tcpproxy"
-	"github.com/delaybridge/delay-bridge/internal/testutil"
+	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
 // TestBrokerFreezeAroundShutdownNoDuplicates measures duplicates when the target
@@ -39,23 +39,23 @@ const (
 )
 
 func freezeRun(t *testing.T, broker string) {
-	rds := testutil.StartRedis(t)
+	rds := testkit.StartRedis(t)
 	var kaddr string
 	var frozen *tcpproxy.Proxy
-	set := []string{"redis.addrs=" + rds.Addr(), "shards=8", "prefix=" + testutil.Uniq(t, "frz"),
+	set := []string{"redis.addrs=" + rds.Addr(), "shards=8", "prefix=" + testkit.Uniq(t, "frz"),
 		"routes.0.name=r", "routes.0.from.kafka.topic=r.delay"}
 	var count func(ctx context.Context) (map[string]int, error)
 	switch broker {
 	case "kafka":
 		// Ingress and egress both through the proxy: the whole broker stalls.
-		kaddr, _, frozen = testutil.StartKafkaBehindProxy(t, 4, "r.delay", "r.out")
+		kaddr, _, frozen = testkit.StartKafkaBehindProxy(t, 4, "r.delay", "r.out")
 		set = append(set, "kafka.brokers="+kaddr, "routes.0.to.kafka.topic=r.out")
 		count = kafkaCounter(t, kaddr, "r.out")
 	case "amqp":
-		kaddr, _ = testutil.StartKafka(t, 4, "r.delay")
+		kaddr, _ = testkit.StartKafka(t, 4, "r.delay")
 		frozen = tcpproxy.Start(t, "127.0.0.1:5672")
-		ex := testutil.Uniq(t, "frz-ex")
-		set = append(set, "kafka.brokers="+kaddr, "amqp.url="+frozen.URL(testutil.AMQPURL()),
+		ex := testkit.Uniq(t, "frz-ex")
+		set = append(set, "kafka.brokers="+kaddr, "amqp.url="+frozen.URL(testkit.AMQPURL()),
 			"routes.0.to.amqp.exchange="+ex, "routes.0.to.amqp.declare=true")
 		count = amqpCounter(t, ex)
 	}
@@ -65,7 +65,7 @@ func freezeRun(t *testing.T, broker string) {
 		done   chan error
 	}
 	start := func(name string) *instance {
-		port := strconv.Itoa(testutil.FreePort(t))
+		port := strconv.Itoa(testkit.FreePort(t))
 		cfg, err := config.Load(config.LoadOptions{Env: []string{}, Set: append(set, "instance="+name, "admin.listen=127.0.0.1:"+port)})
 		if err != nil {
 			t.Fatal(err)
@@ -186,9 +186,9 @@ func kafkaCounter(t *testing.T, addr, topic string) func(context.Context) (map[s
 // would) on a direct connection and returns a function counting each x-message-id
 // delivered so far.
 func amqpCounter(t *testing.T, exchange string) func(context.Context) (map[string]int, error) {
-	conn, err := amqp.Dial(testutil.AMQPURL())
+	conn, err := amqp.Dial(testkit.AMQPURL())
 	if err != nil {
-		t.Fatalf("RabbitMQ at %s: %v", testutil.AMQPURL(), err)
+		t.Fatalf("RabbitMQ at %s: %v", testkit.AMQPURL(), err)
 	}
 	t.Cleanup(func() { conn.Close() })
 	ch, err := conn.Channel()

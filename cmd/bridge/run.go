@@ -15,7 +15,7 @@ import (
 	"github.com/delaybridge/delay-bridge/admin"
 	"github.com/delaybridge/delay-bridge/config"
 	"github.com/delaybridge/delay-bridge/ingress"
-	"github.com/delaybridge/delay-bridge/internal/bridge"
+	"github.com/delaybridge/delay-bridge/internal/app"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 )
 
@@ -46,7 +46,7 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		return exitError
 	}
 	logger := newLogger(cfg.Log, stderr)
-	bridge.RouteRedisLogs(logger)
+	app.RouteRedisLogs(logger)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -86,7 +86,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		return err
 	}
 	metrics.Declare(routeSeries(cfg.Routes), ingress.InvalidReasons)
-	b, err := bridge.New(cfg, bridge.Options{Logger: logger, Observer: metrics})
+	b, err := app.New(cfg, app.Options{Logger: logger, Observer: metrics})
 	if err != nil {
 		return fmt.Errorf("building the bridge: %w", err)
 	}

@@ -19,20 +19,20 @@ import (
 	"github.com/delaybridge/delay-bridge/config"
 	"github.com/delaybridge/delay-bridge/ingress"
 	"github.com/delaybridge/delay-bridge/internal/observe"
-	"github.com/delaybridge/delay-bridge/internal/testutil"
+	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
 // TestServeEndToEnd runs the service wiring (config -> bridge -> admin server) against a
 // real redis-server and an in-process Kafka broker, drives it with `bridge ctl`, and
 // checks the message arrives on the target topic and the metrics are exposed.
 func TestServeEndToEnd(t *testing.T) {
-	rds := testutil.StartRedis(t)
-	kaddr, _ := testutil.StartKafka(t, 1, "orders.delay", "orders")
-	port := strconv.Itoa(testutil.FreePort(t))
+	rds := testkit.StartRedis(t)
+	kaddr, _ := testkit.StartKafka(t, 1, "orders.delay", "orders")
+	port := strconv.Itoa(testkit.FreePort(t))
 	base := "http://127.0.0.1:" + port
 	cfg, err := config.Load(config.LoadOptions{Env: []string{}, Set: []string{
 		"redis.addrs=" + rds.Addr(), "kafka.brokers=" + kaddr, "shards=4",
-		"prefix=" + testutil.Uniq(t, "e2e"), "admin.listen=127.0.0.1:" + port, "admin.token=tok",
+		"prefix=" + testkit.Uniq(t, "e2e"), "admin.listen=127.0.0.1:" + port, "admin.token=tok",
 		"routes.0.name=orders", "routes.0.from.kafka.topic=orders.delay", "routes.0.to.kafka.topic=orders",
 	}})
 	if err != nil {
@@ -139,10 +139,10 @@ func TestServeEndToEnd(t *testing.T) {
 
 // An admin listener that cannot bind stops the bridge with an error.
 func TestServeAdminListenFails(t *testing.T) {
-	rds := testutil.StartRedis(t)
-	kaddr, _ := testutil.StartKafka(t, 1, "a.delay", "a")
+	rds := testkit.StartRedis(t)
+	kaddr, _ := testkit.StartKafka(t, 1, "a.delay", "a")
 	cfg, err := config.Load(config.LoadOptions{Env: []string{}, Set: []string{
-		"redis.addrs=" + rds.Addr(), "kafka.brokers=" + kaddr, "shards=2", "prefix=" + testutil.Uniq(t, "lf"),
+		"redis.addrs=" + rds.Addr(), "kafka.brokers=" + kaddr, "shards=2", "prefix=" + testkit.Uniq(t, "lf"),
 		"admin.listen=203.0.113.1:1", // TEST-NET-3: never a local address, so bind fails
 		"routes.0.name=a", "routes.0.from.kafka.topic=a.delay", "routes.0.to.kafka.topic=a",
 	}})
@@ -219,13 +219,13 @@ func lateAtLeast(t *testing.T, m *dto.Metric, bound float64) uint64 {
 // fire_lateness_seconds does not: 60 messages due at the same moment on a route limited
 // to 20 msgs/s are published over about three seconds.
 func TestServeMetricsFromStartAndDeliveryLateness(t *testing.T) {
-	rds := testutil.StartRedis(t)
-	kaddr, _ := testutil.StartKafka(t, 1, "slow.delay", "slow")
-	port := strconv.Itoa(testutil.FreePort(t))
+	rds := testkit.StartRedis(t)
+	kaddr, _ := testkit.StartKafka(t, 1, "slow.delay", "slow")
+	port := strconv.Itoa(testkit.FreePort(t))
 	base := "http://127.0.0.1:" + port
 	cfg, err := config.Load(config.LoadOptions{Env: []string{}, Set: []string{
 		"redis.addrs=" + rds.Addr(), "kafka.brokers=" + kaddr, "shards=4",
-		"prefix=" + testutil.Uniq(t, "lat"), "admin.listen=127.0.0.1:" + port,
+		"prefix=" + testkit.Uniq(t, "lat"), "admin.listen=127.0.0.1:" + port,
 		"routes.0.name=slow", "routes.0.from.kafka.topic=slow.delay", "routes.0.to.kafka.topic=slow",
 		"routes.0.max_rate=20",
 	}})

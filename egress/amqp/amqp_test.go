@@ -20,28 +20,28 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/amqpconn"
 	"github.com/delaybridge/delay-bridge/internal/amqpconn/tcpproxy"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
-	"github.com/delaybridge/delay-bridge/internal/testutil"
+	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // broker is the test's own connection, to set up targets and read what arrived.
-type broker struct{ *testutil.Rabbit }
+type broker struct{ *testkit.Rabbit }
 
-func newBroker(t *testing.T) *broker { return &broker{testutil.DialRabbit(t)} }
+func newBroker(t *testing.T) *broker { return &broker{testkit.DialRabbit(t)} }
 
 // target declares a durable topic exchange and, when bind, a queue bound with "#";
 // both are deleted at cleanup.
 func (b *broker) target(bind bool) (exchange, queue string) {
 	b.T.Helper()
-	exchange = testutil.Uniq(b.T, "target-x")
+	exchange = testkit.Uniq(b.T, "target-x")
 	ch := b.Channel()
 	defer ch.Close()
 	if err := ch.ExchangeDeclare(exchange, "topic", true, false, false, false, nil); err != nil {
 		b.T.Fatal(err)
 	}
 	if bind {
-		queue = testutil.Uniq(b.T, "target-q")
+		queue = testkit.Uniq(b.T, "target-q")
 		if _, err := ch.QueueDeclare(queue, true, false, false, false, nil); err != nil {
 			b.T.Fatal(err)
 		}
@@ -143,7 +143,7 @@ func TestAMQPOriginPropertiesAndTypedHeaders(t *testing.T) {
 	b := newBroker(t)
 	ex, q := b.target(true)
 	r := b.read(q)
-	m := manager(t, testutil.AMQPURL())
+	m := manager(t, testkit.AMQPURL())
 	s := newSink(t, m, map[string]config.AMQPEndpoint{"billing": {Exchange: ex}}, amqp.Options{})
 
 	ts := time.Unix(time.Now().Unix(), 0)
@@ -239,7 +239,7 @@ func TestKafkaOriginMessage(t *testing.T) {
 	r := b.read(q)
 	fixedEx, fixedQ := b.target(true)
 	rf := b.read(fixedQ)
-	m := manager(t, testutil.AMQPURL())
+	m := manager(t, testkit.AMQPURL())
 	s := newSink(t, m, map[string]config.AMQPEndpoint{
 		"orders": {Exchange: ex},
 		"fixed":  {Exchange: fixedEx, RoutingKey: "always.this"},
@@ -271,7 +271,7 @@ func TestUserIDOfAnotherUserIsDropped(t *testing.T) {
 	b := newBroker(t)
 	ex, q := b.target(true)
 	r := b.read(q)
-	m := manager(t, testutil.AMQPURL())
+	m := manager(t, testkit.AMQPURL())
 	s := newSink(t, m, map[string]config.AMQPEndpoint{"r": {Exchange: ex}}, amqp.Options{Channels: 1})
 	mk := func(id, user string) *envelope.Envelope {
 		return &envelope.Envelope{ID: id, Route: "r", SourceBroker: envelope.BrokerAMQP, AMQP: &envelope.AMQPProperties{UserID: user}}
@@ -292,7 +292,7 @@ func TestUnroutableIsAFailedPublish(t *testing.T) {
 	ex, q := b.target(true)
 	r := b.read(q)
 	lonely, _ := b.target(false)
-	m := manager(t, testutil.AMQPURL())
+	m := manager(t, testkit.AMQPURL())
 	s := newSink(t, m, map[string]config.AMQPEndpoint{"ok": {Exchange: ex}, "lonely": {Exchange: lonely}}, amqp.Options{Channels: 1})
 	var msgs []*envelope.Envelope
 	for i := range 20 {
@@ -323,8 +323,8 @@ func TestUnroutableIsAFailedPublish(t *testing.T) {
 // without failing others for good.
 func TestMissingExchange(t *testing.T) {
 	b := newBroker(t)
-	m := manager(t, testutil.AMQPURL())
-	missing := testutil.Uniq(t, "missing-x")
+	m := manager(t, testkit.AMQPURL())
+	missing := testkit.Uniq(t, "missing-x")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, err := amqp.New(ctx, m, map[string]config.AMQPEndpoint{"r": {Exchange: missing}}, amqp.Options{})
@@ -332,7 +332,7 @@ func TestMissingExchange(t *testing.T) {
 		t.Fatalf("New with a missing exchange: %v, want ErrPermanent naming it", err)
 	}
 
-	declared := testutil.Uniq(t, "declared-x")
+	declared := testkit.Uniq(t, "declared-x")
 	t.Cleanup(func() {
 		ch := b.Channel()
 		_ = ch.ExchangeDelete(declared, false, false)
@@ -380,10 +380,10 @@ func TestDeadLetterPublisher(t *testing.T) {
 	b := newBroker(t)
 	ex, q := b.target(true)
 	r := b.read(q)
-	m := manager(t, testutil.AMQPURL())
+	m := manager(t, testkit.AMQPURL())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := amqp.NewDeadLetter(ctx, m, testutil.Uniq(t, "no-dlx"), amqp.Options{}); !errors.Is(err, egress.ErrPermanent) {
+	if _, err := amqp.NewDeadLetter(ctx, m, testkit.Uniq(t, "no-dlx"), amqp.Options{}); !errors.Is(err, egress.ErrPermanent) {
 		t.Fatalf("missing dead-letter exchange: %v, want ErrPermanent", err)
 	}
 	dl, err := amqp.NewDeadLetter(ctx, m, ex, amqp.Options{})
@@ -411,7 +411,7 @@ func TestConnectionCutMidFlight(t *testing.T) {
 	b := newBroker(t)
 	ex, q := b.target(true)
 	p := tcpproxy.Start(t, "127.0.0.1:5672")
-	m := manager(t, p.URL(testutil.AMQPURL()))
+	m := manager(t, p.URL(testkit.AMQPURL()))
 	s := newSink(t, m, map[string]config.AMQPEndpoint{"r": {Exchange: ex}}, amqp.Options{Channels: 3, MaxInflight: 64})
 
 	const publishers, per, batch = 4, 1500, 50
@@ -516,7 +516,7 @@ func TestPublishWhileBrokerDown(t *testing.T) {
 	ex, q := b.target(true)
 	r := b.read(q)
 	p := tcpproxy.Start(t, "127.0.0.1:5672")
-	m := manager(t, p.URL(testutil.AMQPURL()))
+	m := manager(t, p.URL(testkit.AMQPURL()))
 	s := newSink(t, m, map[string]config.AMQPEndpoint{"r": {Exchange: ex}}, amqp.Options{Channels: 2, ConnectWait: 300 * time.Millisecond})
 	p.SetDown(true)
 	p.Cut()
@@ -551,7 +551,7 @@ func TestPublishWhileBrokerDown(t *testing.T) {
 func TestThroughput(t *testing.T) {
 	b := newBroker(t)
 	ex, q := b.target(true)
-	m := manager(t, testutil.AMQPURL())
+	m := manager(t, testkit.AMQPURL())
 	s := newSink(t, m, map[string]config.AMQPEndpoint{"r": {Exchange: ex}}, amqp.Options{})
 	const n, batch = 20000, 500
 	msgs := make([]*envelope.Envelope, n)
@@ -594,10 +594,10 @@ func TestAMQPToolsConsume(t *testing.T) {
 	}
 	b := newBroker(t)
 	ex, q := b.target(true)
-	m := manager(t, testutil.AMQPURL())
+	m := manager(t, testkit.AMQPURL())
 	s := newSink(t, m, map[string]config.AMQPEndpoint{"r": {Exchange: ex}}, amqp.Options{})
 	mustPublish(t, s, &envelope.Envelope{ID: "tools", Route: "r", RoutingKey: "k", Payload: []byte("hello from the bridge")})
-	url := strings.TrimSuffix(testutil.AMQPURL(), "/") // amqp-tools read a trailing "/" as vhost ""
+	url := strings.TrimSuffix(testkit.AMQPURL(), "/") // amqp-tools read a trailing "/" as vhost ""
 	var out []byte
 	for range 50 {
 		out, err = exec.Command(bin, "-u", url, "-q", q).CombinedOutput()

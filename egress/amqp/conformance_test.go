@@ -9,9 +9,9 @@ import (
 	"github.com/delaybridge/delay-bridge/config"
 	"github.com/delaybridge/delay-bridge/egress"
 	"github.com/delaybridge/delay-bridge/egress/amqp"
-	"github.com/delaybridge/delay-bridge/internal/conformance"
+	"github.com/delaybridge/delay-bridge/internal/testkit/conformance"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
-	"github.com/delaybridge/delay-bridge/internal/testutil"
+	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
 // TestConformance runs the shared Sink suite against a RabbitMQ topic exchange with one
@@ -25,13 +25,13 @@ func TestConformance(t *testing.T) {
 			b := newBroker(t)
 			ex, q := b.target(true)
 			r := b.read(q)
-			m := manager(t, testutil.AMQPURL())
+			m := manager(t, testkit.AMQPURL())
 			s := newSink(t, m, map[string]config.AMQPEndpoint{"conformance": {Exchange: ex}}, amqp.Options{})
 			return conformance.SinkFixture{
 				Sink:          s,
 				Route:         "conformance",
 				Target:        ex,
-				MissingTarget: testutil.Uniq(t, "missing-x"),
+				MissingTarget: testkit.Uniq(t, "missing-x"),
 				Consume: func(t *testing.T, n int, timeout time.Duration) []conformance.Received {
 					var out []conformance.Received
 					for _, d := range r.next(n, timeout) {

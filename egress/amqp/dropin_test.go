@@ -13,7 +13,7 @@ import (
 	"github.com/delaybridge/delay-bridge/ingress"
 	ingressamqp "github.com/delaybridge/delay-bridge/ingress/amqp"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
-	"github.com/delaybridge/delay-bridge/internal/testutil"
+	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
 // TestDropInPathWithAMQPTools is the plugin user's path without the scheduler in between:
@@ -29,15 +29,15 @@ func TestDropInPathWithAMQPTools(t *testing.T) {
 	}
 	b := newBroker(t)
 	target, targetQ := b.target(true)
-	from := config.AMQPEndpoint{Queue: testutil.Uniq(t, "dropin-q"), Exchange: testutil.Uniq(t, "dropin-x")}
+	from := config.AMQPEndpoint{Queue: testkit.Uniq(t, "dropin-q"), Exchange: testkit.Uniq(t, "dropin-x")}
 	t.Cleanup(func() {
 		ch := b.Channel()
 		_, _ = ch.QueueDelete(from.Queue, false, false, false)
 		_ = ch.ExchangeDelete(from.Exchange, false, false)
 		_ = ch.Close()
 	})
-	in := manager(t, testutil.AMQPURL())
-	out := manager(t, testutil.AMQPURL())
+	in := manager(t, testkit.AMQPURL())
+	out := manager(t, testkit.AMQPURL())
 	sink := newSink(t, out, map[string]config.AMQPEndpoint{"billing": {Exchange: target}}, amqp.Options{})
 	src, err := ingressamqp.New(in, from, ingressamqp.Options{Rules: ingress.Rules{Route: "billing", MaxDelay: time.Hour}})
 	if err != nil {
@@ -75,7 +75,7 @@ func TestDropInPathWithAMQPTools(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 
-	url := strings.TrimSuffix(testutil.AMQPURL(), "/") // amqp-tools read a trailing "/" as vhost ""
+	url := strings.TrimSuffix(testkit.AMQPURL(), "/") // amqp-tools read a trailing "/" as vhost ""
 	pub := func(id, body string) {
 		t.Helper()
 		out, err := exec.Command(publishBin, "-u", url, "-e", from.Exchange, "-r", "invoice.eu", "-p", "-C", "text/plain",

@@ -16,7 +16,7 @@ import (
 	"github.com/delaybridge/delay-bridge/egress/amqp"
 	"github.com/delaybridge/delay-bridge/internal/amqpconn/tcpproxy"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
-	"github.com/delaybridge/delay-bridge/internal/testutil"
+	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
 func waitHealthy(t *testing.T, s *amqp.Sink, healthy bool) {
@@ -40,7 +40,7 @@ func TestHealthFollowsTheConnection(t *testing.T) {
 	ex, q := b.target(true)
 	r := b.read(q)
 	p := tcpproxy.Start(t, "127.0.0.1:5672")
-	m := manager(t, p.URL(testutil.AMQPURL()))
+	m := manager(t, p.URL(testkit.AMQPURL()))
 	s := newSink(t, m, map[string]config.AMQPEndpoint{"r": {Exchange: ex}},
 		amqp.Options{Channels: 1, ConnectWait: 300 * time.Millisecond, ProbeInterval: 50 * time.Millisecond})
 	waitHealthy(t, s, true)
@@ -83,7 +83,7 @@ func (d *dropRecorder) Unpublished([]*envelope.Envelope) {}
 func TestAtMostOnceFailuresAreCountedDrops(t *testing.T) {
 	b := newBroker(t)
 	ex, _ := b.target(false)
-	m := manager(t, testutil.AMQPURL())
+	m := manager(t, testkit.AMQPURL())
 	s := newSink(t, m, map[string]config.AMQPEndpoint{"r": {Exchange: ex}}, amqp.Options{})
 	reg := prometheus.NewRegistry()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -103,7 +103,7 @@ func TestAtMostOnceFailuresAreCountedDrops(t *testing.T) {
 	const n = 3
 	batch := make([]*envelope.Envelope, n)
 	for i := range batch {
-		batch[i] = &envelope.Envelope{ID: testutil.Uniq(t, "amo"), Route: "r", SourceBroker: envelope.BrokerKafka, Payload: []byte("x")}
+		batch[i] = &envelope.Envelope{ID: testkit.Uniq(t, "amo"), Route: "r", SourceBroker: envelope.BrokerKafka, Payload: []byte("x")}
 	}
 	d.Submit(batch)
 	select {
@@ -115,7 +115,7 @@ func TestAtMostOnceFailuresAreCountedDrops(t *testing.T) {
 		t.Fatal("nothing acknowledged")
 	}
 	drops := func() float64 {
-		return testutil.CounterValue(t, reg, "delaybridge_messages_dropped_total", map[string]string{"route": "r", "reason": "unroutable"})
+		return testkit.CounterValue(t, reg, "delaybridge_messages_dropped_total", map[string]string{"route": "r", "reason": "unroutable"})
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for drops() < n && time.Now().Before(deadline) {
@@ -126,10 +126,10 @@ func TestAtMostOnceFailuresAreCountedDrops(t *testing.T) {
 	if got := drops(); got != n {
 		t.Errorf("messages_dropped_total{unroutable} = %v, want %d", got, n)
 	}
-	if got := testutil.CounterValue(t, reg, "delaybridge_publish_failures_total", map[string]string{"route": "r", "broker": "amqp", "reason": "unroutable"}); got != n {
+	if got := testkit.CounterValue(t, reg, "delaybridge_publish_failures_total", map[string]string{"route": "r", "broker": "amqp", "reason": "unroutable"}); got != n {
 		t.Errorf("publish_failures_total{unroutable} = %v, want %d", got, n)
 	}
-	if got := testutil.CounterValue(t, reg, "delaybridge_messages_dropped_total", map[string]string{"route": "r", "reason": "timeout"}); got != 0 {
+	if got := testkit.CounterValue(t, reg, "delaybridge_messages_dropped_total", map[string]string{"route": "r", "reason": "timeout"}); got != 0 {
 		t.Errorf("messages_dropped_total{timeout} = %v, want 0 (declared at start)", got)
 	}
 	select {

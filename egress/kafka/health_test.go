@@ -14,7 +14,7 @@ import (
 	kafkaout "github.com/delaybridge/delay-bridge/egress/kafka"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/observe"
-	"github.com/delaybridge/delay-bridge/internal/testutil"
+	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
 func waitHealth(t *testing.T, s *kafkaout.Sink, healthy bool) {
@@ -33,8 +33,8 @@ func waitHealth(t *testing.T, s *kafkaout.Sink, healthy bool) {
 // as unreachable, retryable, never permanent; once a broker listens again on the same
 // address the sink turns healthy and publishes.
 func TestBrokerDownIsUnreachableAndUnhealthy(t *testing.T) {
-	target := testutil.Uniq(t, "t")
-	addr, c := testutil.StartKafka(t, 1, target)
+	target := testkit.Uniq(t, "t")
+	addr, c := testkit.StartKafka(t, 1, target)
 	s := newSink(t, addr, map[string]string{"r": target}, kafkaout.Options{ProbeInterval: 50 * time.Millisecond})
 	waitHealth(t, s, true)
 	if errs := s.Publish(context.Background(), []*envelope.Envelope{env("a", "r", nil)}); errs[0] != nil {

@@ -15,9 +15,9 @@ import (
 	"github.com/delaybridge/delay-bridge/config"
 	"github.com/delaybridge/delay-bridge/egress"
 	kafkaout "github.com/delaybridge/delay-bridge/egress/kafka"
-	"github.com/delaybridge/delay-bridge/internal/conformance"
+	"github.com/delaybridge/delay-bridge/internal/testkit/conformance"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
-	"github.com/delaybridge/delay-bridge/internal/testutil"
+	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -85,8 +85,8 @@ func TestConformance(t *testing.T) {
 		Broker: "kafka",
 		Keys:   true,
 		Fresh: func(t *testing.T) conformance.SinkFixture {
-			target := testutil.Uniq(t, "target")
-			addr, _ := testutil.StartKafka(t, 3, target)
+			target := testkit.Uniq(t, "target")
+			addr, _ := testkit.StartKafka(t, 3, target)
 			r := newReader(t, addr, target)
 			return conformance.SinkFixture{
 				Sink:          newSink(t, addr, map[string]string{"orders": target}, kafkaout.Options{}),
@@ -109,8 +109,8 @@ func env(id, route string, key []byte) *envelope.Envelope {
 // same keys through franz-go's default partitioner (murmur2, as the Java client), and
 // checks every key landed on the same partition number.
 func TestKeyPartitionMatchesJavaClient(t *testing.T) {
-	ours, theirs := testutil.Uniq(t, "ours"), testutil.Uniq(t, "theirs")
-	addr, _ := testutil.StartKafka(t, 12, ours, theirs)
+	ours, theirs := testkit.Uniq(t, "ours"), testkit.Uniq(t, "theirs")
+	addr, _ := testkit.StartKafka(t, 12, ours, theirs)
 	s := newSink(t, addr, map[string]string{"r": ours}, kafkaout.Options{})
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addr)) // default: sticky key partitioner, Kafka-compatible murmur2
 	if err != nil {
@@ -152,8 +152,8 @@ func TestKeyPartitionMatchesJavaClient(t *testing.T) {
 }
 
 func TestMissingTopicIsRetryableAndRecovers(t *testing.T) {
-	target := testutil.Uniq(t, "late")
-	addr, _ := testutil.StartKafka(t, 1)
+	target := testkit.Uniq(t, "late")
+	addr, _ := testkit.StartKafka(t, 1)
 	s := newSink(t, addr, map[string]string{"r": target}, kafkaout.Options{})
 	errs := s.Publish(context.Background(), []*envelope.Envelope{env("a", "r", nil)})
 	if errs[0] == nil {
@@ -193,8 +193,8 @@ func TestMissingTopicIsRetryableAndRecovers(t *testing.T) {
 }
 
 func TestOversizedRecordIsPermanentAndAlone(t *testing.T) {
-	target := testutil.Uniq(t, "t")
-	addr, _ := testutil.StartKafka(t, 1, target)
+	target := testkit.Uniq(t, "t")
+	addr, _ := testkit.StartKafka(t, 1, target)
 	s := newSink(t, addr, map[string]string{"r": target}, kafkaout.Options{BatchBytes: 4096})
 	big := env("big", "r", nil)
 	big.Payload = bytes.Repeat([]byte("x"), 10000)
@@ -218,8 +218,8 @@ func TestOversizedRecordIsPermanentAndAlone(t *testing.T) {
 }
 
 func TestDeadLetters(t *testing.T) {
-	dlq := testutil.Uniq(t, "dlq")
-	addr, _ := testutil.StartKafka(t, 1, dlq)
+	dlq := testkit.Uniq(t, "dlq")
+	addr, _ := testkit.StartKafka(t, 1, dlq)
 	s := newSink(t, addr, nil, kafkaout.Options{})
 	d := s.DeadLetters(dlq)
 	if d.Topic() != dlq {
@@ -246,8 +246,8 @@ func TestDeadLetters(t *testing.T) {
 }
 
 func TestBrokerGoneFailsWithinDeadline(t *testing.T) {
-	target := testutil.Uniq(t, "t")
-	addr, c := testutil.StartKafka(t, 1, target)
+	target := testkit.Uniq(t, "t")
+	addr, c := testkit.StartKafka(t, 1, target)
 	s := newSink(t, addr, map[string]string{"r": target}, kafkaout.Options{})
 	if errs := s.Publish(context.Background(), []*envelope.Envelope{env("a", "r", nil)}); errs[0] != nil {
 		t.Fatal(errs[0])
@@ -285,8 +285,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 func BenchmarkPublish(b *testing.B) {
 	for _, size := range []int{1, 100, 1000} {
 		b.Run(fmt.Sprintf("batch=%d", size), func(b *testing.B) {
-			target := testutil.Uniq(b, "bench")
-			addr, _ := testutil.StartKafka(b, 8, target)
+			target := testkit.Uniq(b, "bench")
+			addr, _ := testkit.StartKafka(b, 8, target)
 			s := newSink(b, addr, map[string]string{"r": target}, kafkaout.Options{})
 			msgs := make([]*envelope.Envelope, size)
 			for i := range msgs {

@@ -7,12 +7,12 @@ import (
 
 	kafkaout "github.com/delaybridge/delay-bridge/egress/kafka"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
-	"github.com/delaybridge/delay-bridge/internal/testutil"
+	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
 func TestAMQPRoutingKeyBecomesKafkaKey(t *testing.T) {
-	topic := testutil.Uniq(t, "rk")
-	addr, _ := testutil.StartKafka(t, 4, topic)
+	topic := testkit.Uniq(t, "rk")
+	addr, _ := testkit.StartKafka(t, 4, topic)
 	s := newSink(t, addr, map[string]string{"r": topic}, kafkaout.Options{})
 	fromAMQP := env("a1", "r", nil)
 	fromAMQP.SourceBroker, fromAMQP.RoutingKey = envelope.BrokerAMQP, "invoice.eu"

@@ -21,20 +21,20 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/amqpconn"
 	"github.com/delaybridge/delay-bridge/internal/amqpconn/tcpproxy"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
-	"github.com/delaybridge/delay-bridge/internal/testutil"
+	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // broker is a direct connection the test uses to publish (with confirms) and inspect.
 type broker struct {
-	*testutil.Rabbit
+	*testkit.Rabbit
 	ch *amqp091.Channel
 }
 
 func newBroker(t *testing.T) *broker {
 	t.Helper()
-	r := testutil.DialRabbit(t)
+	r := testkit.DialRabbit(t)
 	ch := r.Channel()
 	if err := ch.Confirm(false); err != nil {
 		t.Fatal(err)
@@ -99,7 +99,7 @@ func manager(t *testing.T, url string) *amqpconn.Manager {
 }
 
 func route(t *testing.T, b *broker) config.AMQPEndpoint {
-	ep := config.AMQPEndpoint{Queue: testutil.Uniq(t, "delay-q"), Exchange: testutil.Uniq(t, "delay-x")}
+	ep := config.AMQPEndpoint{Queue: testkit.Uniq(t, "delay-q"), Exchange: testkit.Uniq(t, "delay-x")}
 	b.cleanup(ep.Queue, ep.Exchange)
 	return ep
 }
@@ -210,7 +210,7 @@ func byID(items []ingress.Item) map[string]ingress.Item {
 func TestDelayHeaderTypes(t *testing.T) {
 	b := newBroker(t)
 	ep := route(t, b)
-	m := manager(t, testutil.AMQPURL())
+	m := manager(t, testkit.AMQPURL())
 	s := source(t, m, ep, 50)
 	c := newCollector()
 	run(t, s, c.handle)
@@ -299,7 +299,7 @@ func waitBound(t *testing.T, b *broker, ep config.AMQPEndpoint) {
 func TestNoTimestampUsesArrivalAndDeliverAt(t *testing.T) {
 	b := newBroker(t)
 	ep := route(t, b)
-	m := manager(t, testutil.AMQPURL())
+	m := manager(t, testkit.AMQPURL())
 	c := newCollector()
 	run(t, source(t, m, ep, 10), c.handle)
 	waitBound(t, b, ep)
@@ -335,7 +335,7 @@ func TestNoTimestampUsesArrivalAndDeliverAt(t *testing.T) {
 func TestPropertiesAndHeadersKept(t *testing.T) {
 	b := newBroker(t)
 	ep := route(t, b)
-	m := manager(t, testutil.AMQPURL())
+	m := manager(t, testkit.AMQPURL())
 	c := newCollector()
 	run(t, source(t, m, ep, 10), c.handle)
 	waitBound(t, b, ep)
@@ -407,7 +407,7 @@ func TestHandlerFailureRedeliversAndContentID(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			m := manager(t, testutil.AMQPURL())
+			m := manager(t, testkit.AMQPURL())
 			c := newCollector()
 			var ids sync.Map
 			var seen atomic.Int32
@@ -479,7 +479,7 @@ func TestConnectionCutMidFlight(t *testing.T) {
 	b := newBroker(t)
 	ep := route(t, b)
 	p := tcpproxy.Start(t, "127.0.0.1:5672")
-	m := manager(t, p.URL(testutil.AMQPURL()))
+	m := manager(t, p.URL(testkit.AMQPURL()))
 
 	const n = 3000
 	var mu sync.Mutex
@@ -552,7 +552,7 @@ func TestConnectionCutMidFlight(t *testing.T) {
 func TestShutdownWhileHandlerBlocks(t *testing.T) {
 	b := newBroker(t)
 	ep := route(t, b)
-	m := manager(t, testutil.AMQPURL())
+	m := manager(t, testkit.AMQPURL())
 	entered := make(chan struct{}, 1)
 	h := func(ctx context.Context, items []ingress.Item) error {
 		entered <- struct{}{}
@@ -583,7 +583,7 @@ func TestExchangeTypeConflictIsPermanent(t *testing.T) {
 	if err := b.ch.ExchangeDeclare(ep.Exchange, "fanout", true, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	m := manager(t, testutil.AMQPURL())
+	m := manager(t, testkit.AMQPURL())
 	s := source(t, m, ep, 10)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -598,7 +598,7 @@ func TestExchangeTypeConflictIsPermanent(t *testing.T) {
 // RabbitMQ drop every message published with another routing key; a direct exchange
 // with one exact key, and "#" on topic, fanout and headers exchanges, are fine.
 func TestDirectExchangeWithCatchAllKeyIsRefused(t *testing.T) {
-	m, err := amqpconn.New(amqpconn.Config{URL: testutil.AMQPURL(), Name: t.Name()})
+	m, err := amqpconn.New(amqpconn.Config{URL: testkit.AMQPURL(), Name: t.Name()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -621,7 +621,7 @@ func TestDirectExchangeWithCatchAllKeyIsRefused(t *testing.T) {
 func TestQueueDeletedWhileConsuming(t *testing.T) {
 	b := newBroker(t)
 	ep := route(t, b)
-	m := manager(t, testutil.AMQPURL())
+	m := manager(t, testkit.AMQPURL())
 	c := newCollector()
 	run(t, source(t, m, ep, 10), c.handle)
 	waitBound(t, b, ep)
@@ -644,12 +644,12 @@ func TestAMQPToolsPublish(t *testing.T) {
 	}
 	b := newBroker(t)
 	ep := route(t, b)
-	m := manager(t, testutil.AMQPURL())
+	m := manager(t, testkit.AMQPURL())
 	c := newCollector()
 	run(t, source(t, m, ep, 10), c.handle)
 	waitBound(t, b, ep)
 	// No trailing "/": amqp-tools would read it as vhost "" (docs/CONTRACT.md §8).
-	url := strings.TrimSuffix(testutil.AMQPURL(), "/")
+	url := strings.TrimSuffix(testkit.AMQPURL(), "/")
 	before := time.Now().UnixMilli()
 	out, err := exec.Command(bin, "-u", url, "-e", ep.Exchange, "-r", "tools.key", "-p",
 		"-C", "text/plain", "-H", "x-delay: 1500", "-H", "x-message-id: tools-1", "-b", "hello").CombinedOutput()
@@ -674,7 +674,7 @@ func TestAMQPToolsPublish(t *testing.T) {
 func TestThroughput(t *testing.T) {
 	b := newBroker(t)
 	ep := route(t, b)
-	m := manager(t, testutil.AMQPURL())
+	m := manager(t, testkit.AMQPURL())
 	var got atomic.Int64
 	var batches atomic.Int64
 	all := make(chan struct{})

@@ -6,9 +6,9 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaybridge/delay-bridge/ingress"
-	"github.com/delaybridge/delay-bridge/internal/conformance"
+	"github.com/delaybridge/delay-bridge/internal/testkit/conformance"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
-	"github.com/delaybridge/delay-bridge/internal/testutil"
+	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
 // TestConformance runs the shared Source suite against a RabbitMQ queue. The fixture
@@ -30,7 +30,7 @@ func TestConformance(t *testing.T) {
 			if err := b.ch.QueueBind(ep.Queue, "#", ep.Exchange, false, nil); err != nil {
 				t.Fatal(err)
 			}
-			m := manager(t, testutil.AMQPURL())
+			m := manager(t, testkit.AMQPURL())
 			return conformance.SourceFixture{
 				Source:    ep.Queue,
 				NewSource: func(t *testing.T) ingress.Source { return source(t, m, ep, 100) },

@@ -14,7 +14,7 @@ import (
 	"github.com/delaybridge/delay-bridge/ingress/amqp"
 	"github.com/delaybridge/delay-bridge/internal/amqpconn/tcpproxy"
 	"github.com/delaybridge/delay-bridge/internal/observe"
-	"github.com/delaybridge/delay-bridge/internal/testutil"
+	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
 // stateObserver records the ingress events a source reports.
@@ -54,7 +54,7 @@ func waitHealth(t *testing.T, s *amqp.Source, what string, cond func(ingress.Hea
 func TestHealthLagAndQueueDeleted(t *testing.T) {
 	b := newBroker(t)
 	ep := route(t, b)
-	m := manager(t, testutil.AMQPURL())
+	m := manager(t, testkit.AMQPURL())
 	obs := &stateObserver{}
 	src := source(t, m, ep, 10, func(o *amqp.Options) { o.Observer = obs; o.LagPeriod = 50 * time.Millisecond })
 	if h := src.Health(); h.State != ingress.StateStarting || h.Lag != -1 {
@@ -106,7 +106,7 @@ func TestHealthUnreachableWhileBrokerDown(t *testing.T) {
 	b := newBroker(t)
 	ep := route(t, b)
 	p := tcpproxy.Start(t, "127.0.0.1:5672")
-	m := manager(t, p.URL(testutil.AMQPURL()))
+	m := manager(t, p.URL(testkit.AMQPURL()))
 	src := source(t, m, ep, 10)
 	c := newCollector()
 	run(t, src, c.handle)

@@ -13,11 +13,11 @@ import (
 
 	"github.com/delaybridge/delay-bridge/ingress"
 	"github.com/delaybridge/delay-bridge/ingress/amqp"
-	"github.com/delaybridge/delay-bridge/internal/testutil"
+	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
 // logBuffer collects a source's log lines.
-type logBuffer struct{ testutil.Buffer }
+type logBuffer struct{ testkit.Buffer }
 
 func (l *logBuffer) logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -46,7 +46,7 @@ func noStall(t *testing.T, what string, src *amqp.Source, obs *stateObserver, lo
 func TestStalledConsumerIsRebuilt(t *testing.T) {
 	b := newBroker(t)
 	ep := route(t, b)
-	m := manager(t, testutil.AMQPURL())
+	m := manager(t, testkit.AMQPURL())
 	obs, logs := &stateObserver{}, &logBuffer{}
 	src := source(t, m, ep, 10, func(o *amqp.Options) {
 		o.Observer, o.Logger, o.StallTimeout = obs, logs.logger(), 2*time.Second
@@ -100,7 +100,7 @@ func TestStalledConsumerIsRebuilt(t *testing.T) {
 func TestSlowHandlerIsNoStall(t *testing.T) {
 	b := newBroker(t)
 	ep := route(t, b)
-	m := manager(t, testutil.AMQPURL())
+	m := manager(t, testkit.AMQPURL())
 	obs, logs := &stateObserver{}, &logBuffer{}
 	const stall = time.Second
 	src := source(t, m, ep, 10, func(o *amqp.Options) {
@@ -147,7 +147,7 @@ func TestStandbyOfSingleActiveConsumerIsNoStall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := manager(t, testutil.AMQPURL())
+	m := manager(t, testkit.AMQPURL())
 	obs, logs := &stateObserver{}, &logBuffer{}
 	const stall = time.Second
 	src := source(t, m, ep, 10, func(o *amqp.Options) {

@@ -21,7 +21,7 @@ import (
 	"github.com/delaybridge/delay-bridge/ingress"
 	kafkain "github.com/delaybridge/delay-bridge/ingress/kafka"
 	"github.com/delaybridge/delay-bridge/internal/observe"
-	"github.com/delaybridge/delay-bridge/internal/testutil"
+	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
 // stateObserver records the ingress events a source reports.
@@ -56,7 +56,7 @@ type healthEnv struct {
 	kc    *kfake.Cluster
 	src   *kafkain.Source
 	obs   *stateObserver
-	logs  *testutil.Buffer
+	logs  *testkit.Buffer
 	// seen counts handler deliveries per record id; fail makes the handler fail.
 	mu   sync.Mutex
 	seen map[string]int
@@ -73,10 +73,10 @@ func newHealthEnv(t *testing.T, partitions int) *healthEnv {
 // newHealthEnvStall is newHealthEnv with another stall timeout.
 func newHealthEnvStall(t *testing.T, partitions int, stall time.Duration) *healthEnv {
 	t.Helper()
-	e := &healthEnv{topic: testutil.Uniq(t, "delay"), obs: &stateObserver{}, logs: &testutil.Buffer{}, seen: map[string]int{}}
+	e := &healthEnv{topic: testkit.Uniq(t, "delay"), obs: &stateObserver{}, logs: &testkit.Buffer{}, seen: map[string]int{}}
 	var addr string
-	addr, e.kc = testutil.StartKafka(t, partitions, e.topic)
-	cfg := config.KafkaConfig{Brokers: []string{addr}, GroupID: testutil.Uniq(t, "group")}
+	addr, e.kc = testkit.StartKafka(t, partitions, e.topic)
+	cfg := config.KafkaConfig{Brokers: []string{addr}, GroupID: testkit.Uniq(t, "group")}
 	log := slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	src, err := kafkain.New(cfg, route(e.topic), config.Default().Limits, kafkain.Options{
 		Logger: log, Observer: e.obs, StallTimeout: stall,

@@ -31,7 +31,7 @@
 // partition's end (the topic was deleted and recreated under it) is rebuilt at once.
 //
 // Metrics: the source counts received records once per fetched batch (a batch handed
-// again after a handler failure is not counted twice); the Handler (internal/bridge)
+// again after a handler failure is not counted twice); the Handler (internal/app)
 // counts invalid, parked and dead-lettered records.
 package kafka
 

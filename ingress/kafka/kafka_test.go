@@ -18,9 +18,9 @@ import (
 	"github.com/delaybridge/delay-bridge/config"
 	"github.com/delaybridge/delay-bridge/ingress"
 	kafkain "github.com/delaybridge/delay-bridge/ingress/kafka"
-	"github.com/delaybridge/delay-bridge/internal/conformance"
+	"github.com/delaybridge/delay-bridge/internal/testkit/conformance"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
-	"github.com/delaybridge/delay-bridge/internal/testutil"
+	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
 func TestMain(m *testing.M) {
@@ -65,9 +65,9 @@ func TestConformance(t *testing.T) {
 		Broker: envelope.BrokerKafka,
 		Keys:   true,
 		Fresh: func(t *testing.T) conformance.SourceFixture {
-			topic := testutil.Uniq(t, "delay")
-			addr, _ := testutil.StartKafka(t, 1, topic)
-			cfg := config.KafkaConfig{Brokers: []string{addr}, GroupID: testutil.Uniq(t, "group")}
+			topic := testkit.Uniq(t, "delay")
+			addr, _ := testkit.StartKafka(t, 1, topic)
+			cfg := config.KafkaConfig{Brokers: []string{addr}, GroupID: testkit.Uniq(t, "group")}
 			cl := producer(t, addr)
 			return conformance.SourceFixture{
 				Source: topic,
@@ -124,8 +124,8 @@ func collect(t *testing.T, src ingress.Source, want int) (batches [][]ingress.It
 }
 
 func TestRecordToItem(t *testing.T) {
-	topic := testutil.Uniq(t, "delay")
-	addr, _ := testutil.StartKafka(t, 1, topic)
+	topic := testkit.Uniq(t, "delay")
+	addr, _ := testkit.StartKafka(t, 1, topic)
 	cl := producer(t, addr)
 	ts := time.Now().Add(-10 * time.Second).Truncate(time.Millisecond)
 	rec := &kgo.Record{Topic: topic, Value: []byte("v"), Timestamp: ts, Headers: []kgo.RecordHeader{
@@ -138,7 +138,7 @@ func TestRecordToItem(t *testing.T) {
 		t.Fatal(err)
 	}
 	recv := time.Now().Add(time.Hour) // an injected clock far from the record time
-	src, err := kafkain.New(config.KafkaConfig{Brokers: []string{addr}, GroupID: testutil.Uniq(t, "g")}, route(topic), config.Default().Limits,
+	src, err := kafkain.New(config.KafkaConfig{Brokers: []string{addr}, GroupID: testkit.Uniq(t, "g")}, route(topic), config.Default().Limits,
 		kafkain.Options{Now: func() time.Time { return recv }})
 	if err != nil {
 		t.Fatal(err)
@@ -167,8 +167,8 @@ func TestRecordToItem(t *testing.T) {
 }
 
 func TestBatchSizeAndOversizedPayload(t *testing.T) {
-	topic := testutil.Uniq(t, "delay")
-	addr, _ := testutil.StartKafka(t, 1, topic)
+	topic := testkit.Uniq(t, "delay")
+	addr, _ := testkit.StartKafka(t, 1, topic)
 	cl := producer(t, addr)
 	for i := 0; i < 25; i++ {
 		produce(t, cl, topic, nil, []byte("small"), nil)
@@ -176,7 +176,7 @@ func TestBatchSizeAndOversizedPayload(t *testing.T) {
 	produce(t, cl, topic, nil, make([]byte, 3000), map[string]string{envelope.HeaderMessageID: "big"})
 	limits := config.Default().Limits
 	limits.MaxPayloadBytes = 2000
-	src, err := kafkain.New(config.KafkaConfig{Brokers: []string{addr}, GroupID: testutil.Uniq(t, "g")}, route(topic), limits,
+	src, err := kafkain.New(config.KafkaConfig{Brokers: []string{addr}, GroupID: testkit.Uniq(t, "g")}, route(topic), limits,
 		kafkain.Options{BatchSize: 10, BatchWait: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -195,8 +195,8 @@ func TestBatchSizeAndOversizedPayload(t *testing.T) {
 }
 
 func TestMultiplePartitionsAndGroupMembers(t *testing.T) {
-	topic := testutil.Uniq(t, "delay")
-	addr, _ := testutil.StartKafka(t, 4, topic)
+	topic := testkit.Uniq(t, "delay")
+	addr, _ := testkit.StartKafka(t, 4, topic)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
 	if err != nil {
 		t.Fatal(err)
@@ -206,7 +206,7 @@ func TestMultiplePartitionsAndGroupMembers(t *testing.T) {
 	for i := 0; i < n; i++ {
 		produce(t, cl, topic, []byte(fmt.Sprint("key", i)), []byte(fmt.Sprint(i)), map[string]string{envelope.HeaderMessageID: fmt.Sprint("m", i)})
 	}
-	cfg := config.KafkaConfig{Brokers: []string{addr}, GroupID: testutil.Uniq(t, "g")}
+	cfg := config.KafkaConfig{Brokers: []string{addr}, GroupID: testkit.Uniq(t, "g")}
 	// Two bridge instances in one group share the partitions; together they see every
 	// record (a rebalance may replay some: at-least-once, same ids).
 	ctx, cancel := context.WithCancel(context.Background())
@@ -257,7 +257,7 @@ func TestMultiplePartitionsAndGroupMembers(t *testing.T) {
 }
 
 func TestBadCredentialsArePermanent(t *testing.T) {
-	port := testutil.FreePort(t)
+	port := testkit.FreePort(t)
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(port), kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-512", "bridge", "right"), kfake.SeedTopics(1, "delay"))
 	if err != nil {
 		t.Fatal(err)
@@ -323,8 +323,8 @@ func scramAuth(user, pass string) sasl.Mechanism {
 // TestResumesAfterBrokerRestart: a broker outage is not an error of Run; the source
 // keeps retrying and consumes again once a broker answers on the same address.
 func TestResumesAfterBrokerRestart(t *testing.T) {
-	topic := testutil.Uniq(t, "delay")
-	port := testutil.FreePort(t)
+	topic := testkit.Uniq(t, "delay")
+	port := testkit.FreePort(t)
 	start := func() *kfake.Cluster {
 		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(port), kfake.SeedTopics(1, topic))
 		if err != nil {
@@ -403,8 +403,8 @@ func TestResumesAfterBrokerRestart(t *testing.T) {
 // BenchmarkSource measures consumption through the Source (fetch, parse, hand over,
 // commit) with a handler that does nothing: b.N records are produced first, untimed.
 func BenchmarkSource(b *testing.B) {
-	topic := testutil.Uniq(b, "bench")
-	addr, _ := testutil.StartKafka(b, 4, topic)
+	topic := testkit.Uniq(b, "bench")
+	addr, _ := testkit.StartKafka(b, 4, topic)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ProducerLinger(time.Millisecond))
 	if err != nil {
 		b.Fatal(err)
@@ -424,7 +424,7 @@ func BenchmarkSource(b *testing.B) {
 			})
 	}
 	wg.Wait()
-	src, err := kafkain.New(config.KafkaConfig{Brokers: []string{addr}, GroupID: testutil.Uniq(b, "g")}, route(topic), config.Default().Limits, kafkain.Options{})
+	src, err := kafkain.New(config.KafkaConfig{Brokers: []string{addr}, GroupID: testkit.Uniq(b, "g")}, route(topic), config.Default().Limits, kafkain.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -462,8 +462,8 @@ func BenchmarkSource(b *testing.B) {
 // limits.max_payload_bytes — must still be read, to be dead-lettered rather than stall
 // the partition.
 func TestRecordLargerThanTheFetchLimitStillArrives(t *testing.T) {
-	topic := testutil.Uniq(t, "delay")
-	addr, _ := testutil.StartKafka(t, 1, topic)
+	topic := testkit.Uniq(t, "delay")
+	addr, _ := testkit.StartKafka(t, 1, topic)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ProducerBatchMaxBytes(8<<20), kgo.ProducerLinger(0))
 	if err != nil {
 		t.Fatal(err)
@@ -471,7 +471,7 @@ func TestRecordLargerThanTheFetchLimitStillArrives(t *testing.T) {
 	t.Cleanup(cl.Close)
 	produce(t, cl, topic, nil, make([]byte, 3<<20), map[string]string{envelope.HeaderMessageID: "huge"})
 	produce(t, cl, topic, nil, []byte("after"), map[string]string{envelope.HeaderMessageID: "after"})
-	src, err := kafkain.New(config.KafkaConfig{Brokers: []string{addr}, GroupID: testutil.Uniq(t, "g")}, route(topic), config.Default().Limits, kafkain.Options{})
+	src, err := kafkain.New(config.KafkaConfig{Brokers: []string{addr}, GroupID: testkit.Uniq(t, "g")}, route(topic), config.Default().Limits, kafkain.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

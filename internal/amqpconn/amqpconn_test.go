@@ -12,7 +12,7 @@ import (
 
 	"github.com/delaybridge/delay-bridge/internal/amqpconn"
 	"github.com/delaybridge/delay-bridge/internal/amqpconn/tcpproxy"
-	"github.com/delaybridge/delay-bridge/internal/testutil"
+	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -32,7 +32,7 @@ func newManager(t *testing.T, cfg amqpconn.Config) *amqpconn.Manager {
 }
 
 func TestChannelAndReconnectAfterCut(t *testing.T) {
-	base := testutil.RequireRabbitMQ(t)
+	base := testkit.RequireRabbitMQ(t)
 	p := tcpproxy.Start(t, "127.0.0.1:5672")
 	m := newManager(t, fast(p.URL(base)))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -45,7 +45,7 @@ func TestChannelAndReconnectAfterCut(t *testing.T) {
 	if !m.Connected() {
 		t.Fatal("Connected() = false after a channel was opened")
 	}
-	q := testutil.Uniq(t, "amqpconn")
+	q := testkit.Uniq(t, "amqpconn")
 	if _, err := ch.QueueDeclare(q, false, true, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestChannelAndReconnectAfterCut(t *testing.T) {
 }
 
 func TestDownThenUpAndCtx(t *testing.T) {
-	base := testutil.RequireRabbitMQ(t)
+	base := testkit.RequireRabbitMQ(t)
 	p := tcpproxy.Start(t, "127.0.0.1:5672")
 	p.SetDown(true)
 	m := newManager(t, fast(p.URL(base)))
@@ -110,7 +110,7 @@ func TestDownThenUpAndCtx(t *testing.T) {
 }
 
 func TestCloseAbortsWaitingCallers(t *testing.T) {
-	base := testutil.RequireRabbitMQ(t)
+	base := testkit.RequireRabbitMQ(t)
 	p := tcpproxy.Start(t, "127.0.0.1:5672")
 	p.SetDown(true)
 	m := newManager(t, fast(p.URL(base)))
@@ -138,7 +138,7 @@ func TestCloseAbortsWaitingCallers(t *testing.T) {
 }
 
 func TestBadCredentialsArePermanent(t *testing.T) {
-	base := testutil.RequireRabbitMQ(t)
+	base := testkit.RequireRabbitMQ(t)
 	u, err := url.Parse(base)
 	if err != nil {
 		t.Fatal(err)
@@ -158,7 +158,7 @@ func TestBadCredentialsArePermanent(t *testing.T) {
 // TestCutDuringLoginIsNotPermanent: a socket closed during the login looks like a
 // credentials refusal to amqp091-go; fewer than MaxAuthRefusals in a row are retried.
 func TestCutDuringLoginIsNotPermanent(t *testing.T) {
-	base := testutil.RequireRabbitMQ(t)
+	base := testkit.RequireRabbitMQ(t)
 	p := tcpproxy.Start(t, "127.0.0.1:5672")
 	m := newManager(t, fast(p.URL(base)))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -191,8 +191,8 @@ func TestBadURLAndTLSFiles(t *testing.T) {
 }
 
 func TestDoReturnsOnCtx(t *testing.T) {
-	testutil.RequireRabbitMQ(t)
-	m := newManager(t, fast(testutil.AMQPURL()))
+	testkit.RequireRabbitMQ(t)
+	m := newManager(t, fast(testkit.AMQPURL()))
 	release := make(chan struct{})
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()

@@ -27,7 +27,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/delaybridge/delay-bridge/internal/testutil"
+	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
 const (
@@ -416,9 +416,9 @@ func TestImageSmoke(t *testing.T) {
 	root := unpack(t, img)
 	c := img.config
 
-	rds := testutil.StartRedis(t)
-	kaddr, _ := testutil.StartKafka(t, 2, "smoke.delay", "smoke")
-	adminPort := testutil.FreePort(t)
+	rds := testkit.StartRedis(t)
+	kaddr, _ := testkit.StartKafka(t, 2, "smoke.delay", "smoke")
+	adminPort := testkit.FreePort(t)
 	admin := "127.0.0.1:" + strconv.Itoa(adminPort)
 	// What a volume mount at the Cmd's config path would provide.
 	bridgeYAML := fmt.Sprintf(`cluster: smoke
@@ -432,13 +432,13 @@ routes:
   - name: smoke
     from: { kafka: { topic: smoke.delay } }
     to:   { kafka: { topic: smoke } }
-`, testutil.Uniq(t, "img"), rds.Addr(), kaddr, admin)
+`, testkit.Uniq(t, "img"), rds.Addr(), kaddr, admin)
 	cfgPath := c.Config.Cmd[len(c.Config.Cmd)-1]
 	if err := os.WriteFile(filepath.Join(root, cfgPath), []byte(bridgeYAML), 0o644); err != nil {
 		t.Fatalf("writing %s into the image root: %v", cfgPath, err)
 	}
 
-	var logs testutil.Buffer
+	var logs testkit.Buffer
 	bridge := startInImage(t, root, c, append(slices.Clone(c.Config.Entrypoint), c.Config.Cmd...), &logs, &logs)
 	exited := make(chan error, 1)
 	go func() { exited <- bridge.Wait() }()
@@ -475,12 +475,12 @@ routes:
 	}
 
 	// The compose healthcheck: `bridge ctl ready`, run from the image as its user.
-	var hcOut testutil.Buffer
+	var hcOut testkit.Buffer
 	hc := startInImage(t, root, c, []string{c.Config.Entrypoint[0], "ctl", "--addr", "http://" + admin, "ready"}, &hcOut, &hcOut)
 	if err := hc.Wait(); err != nil {
 		t.Errorf("`bridge ctl ready` in the image: %v\n%s", err, hcOut.String())
 	}
-	var hcDown testutil.Buffer
+	var hcDown testkit.Buffer
 	hc = startInImage(t, root, c, []string{c.Config.Entrypoint[0], "ctl", "--addr", "http://127.0.0.1:1", "--timeout", "2s", "ready"}, &hcDown, &hcDown)
 	if err := hc.Wait(); err == nil {
 		t.Errorf("`bridge ctl ready` against a closed port succeeded:\n%s", hcDown.String())
@@ -505,7 +505,7 @@ routes:
 
 // smokeDeliveries produces messages with x-delay to smoke.delay and checks each arrives
 // on smoke once, not before its due time, and within a generous bound after it.
-func smokeDeliveries(t *testing.T, kaddr string, logs *testutil.Buffer) {
+func smokeDeliveries(t *testing.T, kaddr string, logs *testkit.Buffer) {
 	t.Helper()
 	const n = 40
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)

@@ -20,7 +20,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/delaybridge/delay-bridge/config"
-	"github.com/delaybridge/delay-bridge/internal/testutil"
+	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -102,7 +102,7 @@ func TestMechanismConfig(t *testing.T) {
 
 func startSASL(t *testing.T, method, user, pass string) string {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(testutil.FreePort(t)), kfake.EnableSASL(), kfake.Superuser(method, user, pass))
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(testkit.FreePort(t)), kfake.EnableSASL(), kfake.Superuser(method, user, pass))
 	if err != nil {
 		t.Fatalf("kfake: %v", err)
 	}
@@ -146,7 +146,7 @@ func TestSASLAgainstBroker(t *testing.T) {
 func TestTLSAgainstBroker(t *testing.T) {
 	dir := t.TempDir()
 	caPEM, serverCert, clientCertFile, clientKeyFile := makePKI(t, dir)
-	port := testutil.FreePort(t)
+	port := testkit.FreePort(t)
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(port), kfake.TLS(&tls.Config{Certificates: []tls.Certificate{serverCert}, MinVersion: tls.VersionTLS12}))
 	if err != nil {
 		t.Fatal(err)
@@ -189,7 +189,7 @@ func TestTLSAgainstBroker(t *testing.T) {
 }
 
 func TestPingUnreachableIsNotPermanent(t *testing.T) {
-	addr := net.JoinHostPort("127.0.0.1", itoa(testutil.FreePort(t)))
+	addr := net.JoinHostPort("127.0.0.1", itoa(testkit.FreePort(t)))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	err := Ping(ctx, config.KafkaConfig{Brokers: []string{addr}})

@@ -1,7 +1,7 @@
 // Package bridge assembles one delay-bridge instance from its configuration: the Redis
 // shard store, the scheduler, the egress dispatcher and sinks, and one ingress source per
 // route. cmd/bridge runs it; the admin API reaches it through its Backend methods.
-package bridge
+package app
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package bridge
+package app
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 
 	"github.com/delaybridge/delay-bridge/admin"
 	"github.com/delaybridge/delay-bridge/config"
-	"github.com/delaybridge/delay-bridge/internal/testutil"
+	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
 // inputEnv is a running bridge with one Kafka route in.delay -> in.out (kfake, 2
@@ -30,15 +30,15 @@ type inputEnv struct {
 
 func startInputBridge(t *testing.T, shards int) *inputEnv {
 	t.Helper()
-	rs := testutil.StartRedis(t)
-	kafkaAddr, _ := testutil.StartKafka(t, 2, "in.delay", "in.out")
+	rs := testkit.StartRedis(t)
+	kafkaAddr, _ := testkit.StartKafka(t, 2, "in.delay", "in.out")
 	cfg := config.Default()
-	cfg.Instance = testutil.Uniq(t, "input")
+	cfg.Instance = testkit.Uniq(t, "input")
 	cfg.Shards = shards
-	cfg.Prefix = testutil.Uniq(t, "input")
+	cfg.Prefix = testkit.Uniq(t, "input")
 	cfg.Redis.Addrs = []string{rs.Addr()}
 	cfg.Kafka.Brokers = []string{kafkaAddr}
-	cfg.Kafka.GroupID = testutil.Uniq(t, "g")
+	cfg.Kafka.GroupID = testkit.Uniq(t, "g")
 	cfg.Routes = []config.Route{{
 		Name: "in",
 		From: config.Endpoint{Kafka: &config.KafkaEndpoint{Topic: "in.delay"}},

@@ -4,7 +4,7 @@
 // is ever skipped silently. Every redis-server child (plain, Cluster node, Sentinel data
 // server or sentinel) is watched: one that exits without the test asking through a
 // helper fails the test.
-package testutil
+package testkit
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package bridge
+package app
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 
 	"github.com/delaybridge/delay-bridge/admin"
 	"github.com/delaybridge/delay-bridge/config"
-	"github.com/delaybridge/delay-bridge/internal/testutil"
+	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
 // waitFor polls cond every 50 ms until it holds or limit passes (then fails the test
@@ -36,15 +36,15 @@ func waitFor(t *testing.T, what string, limit time.Duration, cond func() (bool, 
 // that one named) while Redis is down, ready again after it is back; GET /v1/routes
 // describes the route from the sources' and sinks' last known state.
 func TestReadyNamesTheFailingCheck(t *testing.T) {
-	rs := testutil.StartRedis(t)
-	kafkaAddr, _ := testutil.StartKafka(t, 2, "h.delay", "h.out")
+	rs := testkit.StartRedis(t)
+	kafkaAddr, _ := testkit.StartKafka(t, 2, "h.delay", "h.out")
 	cfg := config.Default()
 	cfg.Instance = "health-1"
 	cfg.Shards = 4
-	cfg.Prefix = testutil.Uniq(t, "health")
+	cfg.Prefix = testkit.Uniq(t, "health")
 	cfg.Redis.Addrs = []string{rs.Addr()}
 	cfg.Kafka.Brokers = []string{kafkaAddr}
-	cfg.Kafka.GroupID = testutil.Uniq(t, "g")
+	cfg.Kafka.GroupID = testkit.Uniq(t, "g")
 	cfg.Scheduler.LeaseTTL = time.Second
 	cfg.Routes = []config.Route{{
 		Name: "h",

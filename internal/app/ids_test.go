@@ -1,4 +1,4 @@
-package bridge
+package app
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 	"github.com/delaybridge/delay-bridge/ingress"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/observe"
-	"github.com/delaybridge/delay-bridge/internal/testutil"
+	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
 // counts is an Observer that counts the outcome events by "route" or "route|reason".
@@ -52,7 +52,7 @@ func (c *counts) Published(r, _ string, n int, _ time.Duration) {
 type testBridge struct {
 	*Bridge
 	obs   *counts
-	logs  *testutil.Buffer
+	logs  *testkit.Buffer
 	kaddr string
 	stop  func()
 }
@@ -65,9 +65,9 @@ type testEnv struct {
 
 func newEnv(t *testing.T) *testEnv {
 	t.Helper()
-	rds := testutil.StartRedis(t)
-	kaddr, _ := testutil.StartKafka(t, 1, "a.delay", "a.out", "b.delay", "b.out", "dlq")
-	return &testEnv{redisAddr: rds.Addr(), kaddr: kaddr, prefix: testutil.Uniq(t, "ids"), group: testutil.Uniq(t, "g")}
+	rds := testkit.StartRedis(t)
+	kaddr, _ := testkit.StartKafka(t, 1, "a.delay", "a.out", "b.delay", "b.out", "dlq")
+	return &testEnv{redisAddr: rds.Addr(), kaddr: kaddr, prefix: testkit.Uniq(t, "ids"), group: testkit.Uniq(t, "g")}
 }
 
 // startBridge runs a bridge in a new testEnv until the test ends.
@@ -89,7 +89,7 @@ func (e *testEnv) run(t *testing.T, extra ...string) *testBridge {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tb := &testBridge{obs: &counts{m: map[string]int{}}, logs: &testutil.Buffer{}, kaddr: e.kaddr}
+	tb := &testBridge{obs: &counts{m: map[string]int{}}, logs: &testkit.Buffer{}, kaddr: e.kaddr}
 	tb.Bridge, err = New(cfg, Options{Observer: tb.obs, Logger: slog.New(slog.NewTextHandler(tb.logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
 	if err != nil {
 		t.Fatal(err)

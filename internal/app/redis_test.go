@@ -1,4 +1,4 @@
-package bridge
+package app
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 
 	"github.com/delaybridge/delay-bridge/config"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
-	"github.com/delaybridge/delay-bridge/internal/testutil"
+	"github.com/delaybridge/delay-bridge/internal/testkit"
 	"github.com/delaybridge/delay-bridge/scheduler"
 )
 
@@ -46,7 +46,7 @@ func retryable(t *testing.T, what string, limit time.Duration, op func() error) 
 // the new primary, which has everything: acked ids are done, the in-flight ones are
 // recovered, the pending ones are claimed, and new parks and claims work.
 func TestNewRedisSentinelStoreSurvivesFailover(t *testing.T) {
-	s := testutil.StartRedisSentinel(t)
+	s := testkit.StartRedisSentinel(t)
 	rdb, err := NewRedis(config.RedisConfig{Addrs: s.Addrs(), MasterName: s.MasterName, MinReplicas: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -233,7 +233,7 @@ func pendingOn(t *testing.T, ctx context.Context, c *redis.Client) int {
 // (requirepass on the sentinels, none on the data servers) are reached with
 // redis.sentinel_password; without it the client cannot find the primary and says why.
 func TestNewRedisSentinelPassword(t *testing.T) {
-	s := testutil.StartRedisSentinelAuth(t, "s3ntinel-secret")
+	s := testkit.StartRedisSentinelAuth(t, "s3ntinel-secret")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 

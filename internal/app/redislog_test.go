@@ -1,4 +1,4 @@
-package bridge
+package app
 
 import (
 	"context"
@@ -11,16 +11,16 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/delaybridge/delay-bridge/internal/testutil"
+	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
 // go-redis's own lines (here: dial failures to a closed port) arrive as JSON records of
 // the slog logger, at debug, tagged component=go-redis.
 func TestRedisLogsGoThroughSlog(t *testing.T) {
-	var buf testutil.Buffer
+	var buf testkit.Buffer
 	RouteRedisLogs(slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	t.Cleanup(func() { RouteRedisLogs(slog.New(slog.DiscardHandler)) })
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(testutil.FreePort(t)), MaxRetries: -1,
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(testkit.FreePort(t)), MaxRetries: -1,
 		DialTimeout: time.Second})
 	defer rdb.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
