@@ -15,12 +15,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/delaybridge/delay-bridge/admin"
 	"github.com/delaybridge/delay-bridge/config"
 	"github.com/delaybridge/delay-bridge/egress"
 	kafkaout "github.com/delaybridge/delay-bridge/egress/kafka"
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/internal/metrics"
 	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
@@ -36,7 +36,7 @@ func startWithSink(t *testing.T, r *testkit.Redis, sink egress.Sink, broker stri
 	}
 	reg := prometheus.NewRegistry()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	m, err := admin.NewMetrics(reg, "test", quiet)
+	m, err := metrics.NewMetrics(reg, "test", quiet)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/delaybridge/delay-bridge/ingress"
 	"github.com/delaybridge/delay-bridge/internal/app"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/internal/metrics"
 )
 
 func init() {
@@ -80,8 +81,8 @@ func newLogger(lc config.LogConfig, w io.Writer) *slog.Logger {
 // server keeps answering (/healthz, /metrics; /readyz says not ready) while the bridge
 // shuts down, and stops after it.
 func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
-	reg := admin.NewRegistry()
-	metrics, err := admin.NewMetrics(reg, buildVersion(), logger)
+	reg := metrics.NewRegistry()
+	metrics, err := metrics.NewMetrics(reg, buildVersion(), logger)
 	if err != nil {
 		return err
 	}
@@ -143,14 +144,14 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 
 // routeSeries lists the configured routes with their target broker, for
 // Metrics.Declare.
-func routeSeries(routes []config.Route) []admin.RouteSeries {
-	out := make([]admin.RouteSeries, 0, len(routes))
+func routeSeries(routes []config.Route) []metrics.RouteSeries {
+	out := make([]metrics.RouteSeries, 0, len(routes))
 	for _, r := range routes {
 		broker := envelope.BrokerKafka
 		if r.To.AMQP != nil {
 			broker = envelope.BrokerAMQP
 		}
-		out = append(out, admin.RouteSeries{Name: r.Name, Broker: broker})
+		out = append(out, metrics.RouteSeries{Name: r.Name, Broker: broker})
 	}
 	return out
 }

@@ -10,12 +10,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/delaybridge/delay-bridge/admin"
 	"github.com/delaybridge/delay-bridge/config"
 	"github.com/delaybridge/delay-bridge/egress"
 	"github.com/delaybridge/delay-bridge/egress/amqp"
 	"github.com/delaybridge/delay-bridge/internal/amqpconn/tcpproxy"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/internal/metrics"
 	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
@@ -87,15 +87,15 @@ func TestAtMostOnceFailuresAreCountedDrops(t *testing.T) {
 	s := newSink(t, m, map[string]config.AMQPEndpoint{"r": {Exchange: ex}}, amqp.Options{})
 	reg := prometheus.NewRegistry()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	metrics, err := admin.NewMetrics(reg, "test", quiet)
+	obs, err := metrics.NewMetrics(reg, "test", quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
-	metrics.Declare([]admin.RouteSeries{{Name: "r", Broker: envelope.BrokerAMQP}}, nil)
+	obs.Declare([]metrics.RouteSeries{{Name: "r", Broker: envelope.BrokerAMQP}}, nil)
 	rec := &dropRecorder{acked: make(chan int, 10), failed: make(chan int, 10)}
 	d := egress.NewDispatcher(egress.DispatcherOptions{
 		Routes:    map[string]egress.RouteSink{"r": {Sink: s, Broker: envelope.BrokerAMQP}},
-		Completer: rec, AtMostOnce: true, Observer: metrics, Logger: quiet,
+		Completer: rec, AtMostOnce: true, Observer: obs, Logger: quiet,
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

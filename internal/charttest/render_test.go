@@ -13,8 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/delaybridge/delay-bridge/admin"
 	"github.com/delaybridge/delay-bridge/config"
+	"github.com/delaybridge/delay-bridge/internal/metrics"
 )
 
 // ---- the chart -----------------------------------------------------------------------
@@ -171,11 +171,11 @@ func TestChartKafkaCreatedSecretAndMonitoring(t *testing.T) {
 	checkPrometheusRule(t, ms.find("PrometheusRule", fullname), 64, fullname)
 }
 
-// metricNames are the metric names the bridge registers (from admin.NewMetrics).
+// metricNames are the metric names the bridge registers (from metrics.NewMetrics).
 func metricNames(t *testing.T) map[string]bool {
 	t.Helper()
 	rec := &recordingRegisterer{Registerer: prometheus.NewRegistry()}
-	if _, err := admin.NewMetrics(rec, "test", nil); err != nil {
+	if _, err := metrics.NewMetrics(rec, "test", nil); err != nil {
 		t.Fatal(err)
 	}
 	names := map[string]bool{}

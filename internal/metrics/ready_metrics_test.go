@@ -1,4 +1,4 @@
-package admin
+package metrics
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delaybridge/delay-bridge/admin"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -25,9 +26,9 @@ func TestReadyGauges(t *testing.T) {
 	m.ready.now = func() time.Time { return now }
 	calls := 0
 	failing := true
-	m.SetChecks(func(context.Context) []Check {
+	m.SetChecks(func(context.Context) []admin.Check {
 		calls++
-		return []Check{{Name: "redis", OK: true}, {Name: "ingress orders", OK: !failing, Detail: "stalled"}}
+		return []admin.Check{{Name: "redis", OK: true}, {Name: "ingress orders", OK: !failing, Detail: "stalled"}}
 	})
 	want := `
 # HELP delaybridge_ready 1 when every readiness check passes (what /readyz answers 200 for), else 0.

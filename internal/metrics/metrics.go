@@ -1,4 +1,4 @@
-package admin
+package metrics
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/delaybridge/delay-bridge/admin"
 	"github.com/delaybridge/delay-bridge/internal/observe"
 )
 
@@ -33,7 +34,7 @@ const StatsCacheTTL = time.Second
 
 // CountsFunc reports the current message counts for the gauges (typically the Totals of
 // Backend.Stats).
-type CountsFunc func(ctx context.Context) (Counts, error)
+type CountsFunc func(ctx context.Context) (admin.Counts, error)
 
 // Metrics is the Prometheus implementation of observe.Observer (docs/CONTRACT.md §6). Metric
 // names start with "delaybridge_"; labels are route, broker, reason and script, all
@@ -237,7 +238,7 @@ func (m *Metrics) IngressLag(route string, lag int64) {
 // once per StatsCacheTTL however many scrapes arrive.
 type countsCollector struct {
 	pending, inflight, dead *prometheus.Desc
-	scrapeCache[Counts]
+	scrapeCache[admin.Counts]
 }
 
 func newCountsCollector(logger *slog.Logger) *countsCollector {
@@ -248,7 +249,7 @@ func newCountsCollector(logger *slog.Logger) *countsCollector {
 		pending:  desc("messages_pending", "Messages parked in Redis waiting for their due time (all shards)."),
 		inflight: desc("messages_inflight", "Messages claimed and not yet acknowledged (all shards)."),
 		dead:     desc("messages_dead", "Messages in the dead letters (all shards)."),
-		scrapeCache: newScrapeCache[Counts](func(err error) {
+		scrapeCache: newScrapeCache[admin.Counts](func(err error) {
 			logger.Warn("metrics: reading message counts failed", "err", err)
 		}),
 	}

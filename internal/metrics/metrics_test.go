@@ -1,8 +1,10 @@
-package admin
+package metrics
 
 import (
 	"context"
 	"errors"
+	"io"
+	"log/slog"
 	"runtime"
 	"strings"
 	"sync"
@@ -10,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delaybridge/delay-bridge/admin"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
@@ -130,15 +133,15 @@ func TestMetricsCountsAreCachedAndSurviveErrors(t *testing.T) {
 	m.counts.now = func() time.Time { return time.Unix(0, now.Load()) }
 	var calls atomic.Int32
 	var fail atomic.Bool
-	m.SetCounts(func(ctx context.Context) (Counts, error) {
+	m.SetCounts(func(ctx context.Context) (admin.Counts, error) {
 		if _, ok := ctx.Deadline(); !ok {
 			t.Error("counts func called without a deadline")
 		}
 		n := calls.Add(1)
 		if fail.Load() {
-			return Counts{}, errors.New("redis down")
+			return admin.Counts{}, errors.New("redis down")
 		}
-		return Counts{Pending: int64(10 * n), Inflight: 2, Dead: 1}, nil
+		return admin.Counts{Pending: int64(10 * n), Inflight: 2, Dead: 1}, nil
 	})
 
 	expect := func(pending string) {
@@ -188,3 +191,5 @@ delaybridge_messages_dead 1
 	now.Add(int64(StatsCacheTTL))
 	expect("40")
 }
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))

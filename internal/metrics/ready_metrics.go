@@ -1,13 +1,14 @@
-package admin
+package metrics
 
 import (
 	"context"
 
+	"github.com/delaybridge/delay-bridge/admin"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // ChecksFunc runs the readiness checks (what /readyz reports), for the ready gauges.
-type ChecksFunc func(ctx context.Context) []Check
+type ChecksFunc func(ctx context.Context) []admin.Check
 
 // SetChecks installs the source of the readiness gauges:
 //
@@ -18,12 +19,12 @@ type ChecksFunc func(ctx context.Context) []Check
 // without kube-state-metrics. Until it is called the gauges are absent. Checks run at
 // most once per StatsCacheTTL however many scrapes arrive.
 func (m *Metrics) SetChecks(f ChecksFunc) {
-	m.ready.set(func(ctx context.Context) ([]Check, error) { return f(ctx), nil })
+	m.ready.set(func(ctx context.Context) ([]admin.Check, error) { return f(ctx), nil })
 }
 
 type readyCollector struct {
 	ready, check *prometheus.Desc
-	scrapeCache[[]Check]
+	scrapeCache[[]admin.Check]
 }
 
 func newReadyCollector() *readyCollector {
@@ -33,7 +34,7 @@ func newReadyCollector() *readyCollector {
 		check: prometheus.NewDesc(prometheus.BuildFQName(Namespace, "", "ready_check"),
 			"1 per passing readiness check, 0 per failing one (redis, shards, ingress <route>, egress <broker>, amqp ...).",
 			[]string{"check"}, nil),
-		scrapeCache: newScrapeCache[[]Check](nil),
+		scrapeCache: newScrapeCache[[]admin.Check](nil),
 	}
 }
 
