@@ -15,9 +15,9 @@ import (
 	"github.com/delaybridge/delay-bridge/config"
 	"github.com/delaybridge/delay-bridge/egress"
 	kafkaout "github.com/delaybridge/delay-bridge/egress/kafka"
-	"github.com/delaybridge/delay-bridge/internal/testkit/conformance"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/testkit"
+	"github.com/delaybridge/delay-bridge/internal/testkit/conformance"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

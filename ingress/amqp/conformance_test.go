@@ -6,9 +6,9 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaybridge/delay-bridge/ingress"
-	"github.com/delaybridge/delay-bridge/internal/testkit/conformance"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/testkit"
+	"github.com/delaybridge/delay-bridge/internal/testkit/conformance"
 )
 
 // TestConformance runs the shared Source suite against a RabbitMQ queue. The fixture

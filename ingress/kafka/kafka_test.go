@@ -18,9 +18,9 @@ import (
 	"github.com/delaybridge/delay-bridge/config"
 	"github.com/delaybridge/delay-bridge/ingress"
 	kafkain "github.com/delaybridge/delay-bridge/ingress/kafka"
-	"github.com/delaybridge/delay-bridge/internal/testkit/conformance"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/testkit"
+	"github.com/delaybridge/delay-bridge/internal/testkit/conformance"
 )
 
 func TestMain(m *testing.M) {
