@@ -10,7 +10,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/delaybridge/delay-bridge/internal/envelope"
-	"github.com/delaybridge/delay-bridge/scheduler"
+	"github.com/delaybridge/delay-bridge/scheduler/store"
 )
 
 // BurstRun is one burst: N messages due at T0 plus a trickle due 1 s after it was sent.
@@ -91,7 +91,7 @@ func burstRun(e *env, i, n int, maxRate, trickleRate float64) (BurstRun, error) 
 	// The burst is parked straight into the route's shards with the product's own
 	// Store.Park (what ingress does after parsing), so this scenario measures the drain;
 	// scenario 1 measures ingress. T0 leaves room for it (estimate, checked below).
-	store, err := scheduler.NewStore(e.ctx, e.redis.rdb, scheduler.StoreOptions{Cluster: name, DoneWindow: time.Hour})
+	store, err := store.New(e.ctx, e.redis.rdb, store.Options{Cluster: name, DoneWindow: time.Hour})
 	if err != nil {
 		return run, err
 	}

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/delaybridge/delay-bridge/internal/envelope"
-	"github.com/delaybridge/delay-bridge/scheduler"
+	"github.com/delaybridge/delay-bridge/scheduler/store"
 )
 
 // ScalePoint is one measurement at a number of pending messages.
@@ -107,7 +107,7 @@ func runScale(e *env) error {
 	}
 	heapAt(0)
 
-	store, err := scheduler.NewStore(e.ctx, e.redis.rdb, scheduler.StoreOptions{Cluster: "scale", DoneWindow: time.Hour})
+	store, err := store.New(e.ctx, e.redis.rdb, store.Options{Cluster: "scale", DoneWindow: time.Hour})
 	if err != nil {
 		return err
 	}
@@ -183,7 +183,7 @@ func runScale(e *env) error {
 
 // parkRange parks messages [from, to) built by mk, 1000 per Park call, from 4
 // goroutines: the product's own park script and envelope encoding, without Kafka.
-func parkRange(ctx context.Context, store *scheduler.Store, from, to int, mk func(i int, now int64) *envelope.Envelope) error {
+func parkRange(ctx context.Context, store *store.Store, from, to int, mk func(i int, now int64) *envelope.Envelope) error {
 	const batch = 1000
 	var next atomic.Int64
 	next.Store(int64(from))

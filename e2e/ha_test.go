@@ -165,7 +165,7 @@ func balanced(owners []string, instances ...string) bool {
 	return true
 }
 
-// shardOf mirrors scheduler.Store.ShardOf: FNV-1a 32 of the id modulo the shard count.
+// shardOf mirrors store.Store.ShardOf: FNV-1a 32 of the id modulo the shard count.
 func shardOf(id string) int {
 	h := fnv.New32a()
 	h.Write([]byte(id))

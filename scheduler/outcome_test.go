@@ -22,6 +22,7 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/metrics"
 	"github.com/delaybridge/delay-bridge/internal/testkit"
+	"github.com/delaybridge/delay-bridge/scheduler/store"
 )
 
 // startWithSink runs a scheduler and dispatcher for route "r" over sink, observed by a
@@ -30,7 +31,7 @@ func startWithSink(t *testing.T, r *testkit.Redis, sink egress.Sink, broker stri
 	t.Helper()
 	ctx := context.Background()
 	rdb := r.Client()
-	store, err := NewStore(ctx, rdb, StoreOptions{Prefix: "t", Cluster: "c", Shards: 8, DoneWindow: time.Hour})
+	shardStore, err := store.New(ctx, rdb, store.Options{Prefix: "t", Cluster: "c", Shards: 8, DoneWindow: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +42,7 @@ func startWithSink(t *testing.T, r *testkit.Redis, sink egress.Sink, broker stri
 		t.Fatal(err)
 	}
 	opt := Options{
-		Store: store, Redis: rdb, Clock: clock.Real{}, Instance: "a",
+		Store: shardStore, Redis: rdb, Clock: clock.Real{}, Instance: "a",
 		Tick: time.Millisecond, Lookahead: 500 * time.Millisecond, ClaimBatch: 100,
 		InflightLease: 30 * time.Second, LeaseTTL: time.Second, SafetyScan: 200 * time.Millisecond,
 		MaxInMemory: 1000, MaxAttempts: 3, BackoffInitial: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
@@ -57,7 +58,7 @@ func startWithSink(t *testing.T, r *testkit.Redis, sink egress.Sink, broker stri
 		PublishTimeout: opt.InflightLease / 2,
 	})
 	rctx, cancel := context.WithCancel(ctx)
-	h := &harness{store: store, sched: s, done: make(chan struct{})}
+	h := &harness{shardStore: shardStore, sched: s, done: make(chan struct{})}
 	go func() {
 		defer close(h.done)
 		_ = s.Run(rctx, disp)
@@ -89,14 +90,14 @@ func TestUnreachableBrokerRetriesWithoutDeadLetters(t *testing.T) {
 	h, reg := startWithSink(t, r, sink, "kafka", nil)
 	const n = 5
 	now := time.Now().UnixMilli()
-	parkN(t, h.store, n, func(int) int64 { return now })
+	parkN(t, h.shardStore, n, func(int) int64 { return now })
 
 	failures := func() float64 {
 		return testkit.CounterValue(t, reg, "delaybridge_publish_failures_total", map[string]string{"route": "r", "broker": "kafka", "reason": "unreachable"})
 	}
 	// MaxAttempts is 3: wait for twice that many failed attempts per message.
 	waitFor(t, "6 failed attempts per message", 60*time.Second, func() bool { return failures() >= 6*n })
-	if _, _, dead := totals(t, h.store); dead != 0 {
+	if _, _, dead := totals(t, h.shardStore); dead != 0 {
 		t.Fatalf("%d messages dead-lettered while the broker was unreachable", dead)
 	}
 	if err := sink.Healthy(); err == nil {
@@ -133,7 +134,7 @@ func TestUnreachableBrokerRetriesWithoutDeadLetters(t *testing.T) {
 	if len(ids) != n {
 		t.Fatalf("%d of %d messages arrived after the broker came back", len(ids), n)
 	}
-	if _, _, dead := totals(t, h.store); dead != 0 {
+	if _, _, dead := totals(t, h.shardStore); dead != 0 {
 		t.Fatalf("%d messages dead-lettered", dead)
 	}
 	if got := testkit.CounterValue(t, reg, "delaybridge_messages_dead_lettered_total", map[string]string{"route": "r"}); got > 0 {
@@ -157,11 +158,11 @@ func TestUnknownOutcomeIsNotResentBeforeTheLease(t *testing.T) {
 	const lease = 2 * time.Second
 	h, reg := startWithSink(t, r, sink, "test", func(o *Options) { o.InflightLease = lease })
 	now := time.Now().UnixMilli()
-	parkN(t, h.store, 1, func(int) int64 { return now })
+	parkN(t, h.shardStore, 1, func(int) int64 { return now })
 	waitFor(t, "the first attempt", 10*time.Second, func() bool { return calls.Load() >= 1 })
 	first := time.Now()
-	st, _, _, err := h.store.Get(context.Background(), "m-0")
-	if err != nil || st != StateInflight {
+	st, _, _, err := h.shardStore.Get(context.Background(), "m-0")
+	if err != nil || st != store.StateInflight {
 		t.Fatalf("after an unknown outcome: state %q, err %v; want inflight", st, err)
 	}
 	waitFor(t, "the message re-published", 30*time.Second, func() bool { return len(sink.snapshot()) == 1 })
@@ -207,13 +208,13 @@ func TestShutdownWithStalledBrokerPutsQueuedBack(t *testing.T) {
 	r := testkit.StartRedis(t)
 	ctx := context.Background()
 	rdb := r.Client()
-	store, err := NewStore(ctx, rdb, StoreOptions{Prefix: "t", Cluster: "c", Shards: 8, DoneWindow: time.Hour})
+	shardStore, err := store.New(ctx, rdb, store.Options{Prefix: "t", Cluster: "c", Shards: 8, DoneWindow: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	s := New(Options{
-		Store: store, Redis: rdb, Clock: clock.Real{}, Instance: "a",
+		Store: shardStore, Redis: rdb, Clock: clock.Real{}, Instance: "a",
 		Tick: time.Millisecond, Lookahead: 200 * time.Millisecond, ClaimBatch: 100,
 		InflightLease: 30 * time.Second, LeaseTTL: time.Second, SafetyScan: 200 * time.Millisecond,
 		MaxInMemory: 1000, MaxAttempts: 3, BackoffInitial: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
@@ -232,7 +233,7 @@ func TestShutdownWithStalledBrokerPutsQueuedBack(t *testing.T) {
 
 	const n = 100
 	now := time.Now().UnixMilli()
-	parkN(t, store, n, func(int) int64 { return now })
+	parkN(t, shardStore, n, func(int) int64 { return now })
 	waitFor(t, "one batch stalled, the rest queued", 20*time.Second, func() bool { return sink.calls.Load() == 1 && disp.Len() == n-10 })
 	cancel()
 	select {
@@ -243,7 +244,7 @@ func TestShutdownWithStalledBrokerPutsQueuedBack(t *testing.T) {
 	if c := sink.calls.Load(); c != 1 {
 		t.Errorf("%d publishes handed to the stalled broker during shutdown, want 1 (the one under way)", c)
 	}
-	pending, inflight, dead := totals(t, store)
+	pending, inflight, dead := totals(t, shardStore)
 	if pending != n-10 || inflight != 10 || dead != 0 {
 		t.Errorf("after shutdown: pending %d, inflight %d, dead %d; want %d pending (put back), 10 in flight (outcome unknown), 0 dead",
 			pending, inflight, dead, n-10)

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/observe"
 	"github.com/delaybridge/delay-bridge/internal/testkit"
+	"github.com/delaybridge/delay-bridge/scheduler/store"
 )
 
 // firedRecorder records, per message, the lateness the wheel reported when it fired
@@ -45,7 +47,7 @@ func TestPumpOnInjectedClock(t *testing.T) {
 	r := testkit.StartRedis(t)
 	ctx := context.Background()
 	rdb := r.Client()
-	store, err := NewStore(ctx, rdb, StoreOptions{Prefix: "clk", Cluster: "c", Shards: 4, DoneWindow: time.Hour})
+	shardStore, err := store.New(ctx, rdb, store.Options{Prefix: "clk", Cluster: "c", Shards: 4, DoneWindow: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +55,7 @@ func TestPumpOnInjectedClock(t *testing.T) {
 	t0 := fake.Now().UnixMilli()
 	rec := &firedRecorder{lateness: map[string]time.Duration{}}
 	s := New(Options{
-		Store: store, Clock: fake, Instance: "fake",
+		Store: shardStore, Clock: fake, Instance: "fake",
 		// A safety scan far longer than the test's fake time span: every timely claim
 		// below comes from the pump's own planning (sleep until next due - lookahead)
 		// or from Notify, never from a periodic scan.
@@ -75,7 +77,7 @@ func TestPumpOnInjectedClock(t *testing.T) {
 	waitFor(t, "ownership of all shards", 5*time.Second, func() bool { return len(s.OwnedShards()) == 4 })
 
 	park := func(id string, due int64) map[int]int64 {
-		_, minDue, err := store.Park(ctx, []*envelope.Envelope{{ID: id, Route: id, DueAt: due}})
+		_, minDue, err := shardStore.Park(ctx, []*envelope.Envelope{{ID: id, Route: id, DueAt: due}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -127,7 +129,7 @@ func TestPumpClaimsAheadInFewCalls(t *testing.T) {
 	r := testkit.StartRedis(t)
 	ctx := context.Background()
 	rdb := r.Client()
-	store, err := NewStore(ctx, rdb, StoreOptions{Prefix: "few", Cluster: "c", Shards: 4, DoneWindow: time.Hour})
+	shardStore, err := store.New(ctx, rdb, store.Options{Prefix: "few", Cluster: "c", Shards: 4, DoneWindow: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +137,7 @@ func TestPumpClaimsAheadInFewCalls(t *testing.T) {
 	t0 := fake.Now().UnixMilli()
 	const lookahead = time.Second
 	s := New(Options{
-		Store: store, Clock: fake, Instance: "fake",
+		Store: shardStore, Clock: fake, Instance: "fake",
 		Tick: time.Millisecond, Lookahead: lookahead, ClaimBatch: 100,
 		InflightLease: 30 * time.Second, LeaseTTL: 3 * time.Second, SafetyScan: time.Hour,
 		MaxInMemory: 1000, MaxAttempts: 3, BackoffInitial: time.Second, BackoffMax: time.Second,
@@ -151,12 +153,12 @@ func TestPumpClaimsAheadInFewCalls(t *testing.T) {
 
 	// Ten messages on one shard, due 100 ms apart from t0+3 s.
 	const shard, n = 2, 10
-	ids := idsOnShard(store, shard, n, "few")
+	ids := idsOnShard(shardStore, shard, n, "few")
 	envs := make([]*envelope.Envelope, n)
 	for i, id := range ids {
 		envs[i] = &envelope.Envelope{ID: id, Route: "r", DueAt: t0 + 3000 + int64(i)*100}
 	}
-	_, minDue, err := store.Park(ctx, envs)
+	_, minDue, err := shardStore.Park(ctx, envs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,8 +167,8 @@ func TestPumpClaimsAheadInFewCalls(t *testing.T) {
 
 	// Claimed so far: in flight, or already fired and acknowledged (ack moves an id from
 	// inflight to done in one script, so the sum never counts one twice).
-	k := store.keys[shard]
-	inflight := func() int64 { return rdb.ZCard(ctx, k.inflight).Val() + rdb.ZCard(ctx, k.done).Val() }
+	k := fmt.Sprintf("few:{c:%d}:", shard)
+	inflight := func() int64 { return rdb.ZCard(ctx, k+"inflight").Val() + rdb.ZCard(ctx, k+"done").Val() }
 	var increments []int64
 	last := int64(0)
 	for fake.Now().UnixMilli() < t0+3450 {

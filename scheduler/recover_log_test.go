@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/delaybridge/delay-bridge/internal/testkit"
+	"github.com/delaybridge/delay-bridge/scheduler/store"
 )
 
 // Taking over the in-flight messages of a dead owner (the one way an at-least-once
@@ -17,18 +18,18 @@ import (
 func TestTakeOverOfInflightIsLogged(t *testing.T) {
 	r := testkit.StartRedis(t)
 	ctx := context.Background()
-	store, err := NewStore(ctx, r.Client(), StoreOptions{Prefix: "t", Cluster: "c", Shards: 8, DoneWindow: time.Hour})
+	shardStore, err := store.New(ctx, r.Client(), store.Options{Prefix: "t", Cluster: "c", Shards: 8, DoneWindow: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
 	now := time.Now().UnixMilli()
-	parkN(t, store, 20, func(int) int64 { return now })
+	parkN(t, shardStore, 20, func(int) int64 { return now })
 	for sh := 0; sh < 8; sh++ {
-		tok, err := store.AcquireLease(ctx, sh, "dead", 300*time.Millisecond)
+		tok, err := shardStore.AcquireLease(ctx, sh, "dead", 300*time.Millisecond)
 		if err != nil || tok == 0 {
 			t.Fatalf("acquire: %d %v", tok, err)
 		}
-		if _, _, err := store.Claim(ctx, sh, "dead", tok, now, now+30_000, 100); err != nil {
+		if _, _, err := shardStore.Claim(ctx, sh, "dead", tok, now, now+30_000, 100); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -21,11 +21,12 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/observe"
+	"github.com/delaybridge/delay-bridge/scheduler/store"
 )
 
 // Options configure a Scheduler.
 type Options struct {
-	Store    *Store
+	Store    *store.Store
 	Redis    redis.UniversalClient // for the wake-up pub/sub subscription
 	Clock    clock.Clock
 	Instance string
@@ -83,7 +84,7 @@ type Dispatcher interface {
 // never calls back into the scheduler with its lock held.
 type Scheduler struct {
 	opt     Options
-	store   *Store
+	store   *store.Store
 	clk     clock.Clock
 	wheel   *Wheel
 	credits *credits
@@ -139,7 +140,7 @@ type shardState struct {
 	// valid (see Dropped); they are written after the next successful renewal, or
 	// forgotten when the lease turns out lost (the next owner recovers them).
 	omu     sync.Mutex
-	orphans []RetryItem
+	orphans []store.RetryItem
 }
 
 // New builds a scheduler. Run starts it.
@@ -299,13 +300,13 @@ func (s *Scheduler) heldCount(shard int) int {
 	return h.n
 }
 
-func (st *shardState) addOrphans(items ...RetryItem) {
+func (st *shardState) addOrphans(items ...store.RetryItem) {
 	st.omu.Lock()
 	st.orphans = append(st.orphans, items...)
 	st.omu.Unlock()
 }
 
-func (st *shardState) takeOrphans() []RetryItem {
+func (st *shardState) takeOrphans() []store.RetryItem {
 	st.omu.Lock()
 	defer st.omu.Unlock()
 	out := st.orphans
@@ -411,12 +412,12 @@ func (s *Scheduler) keepLeases(ctx context.Context) {
 // attempt unchanged, for the shards still held under the token they were claimed
 // with; the others are left in flight for the shard's next owner to recover.
 func (s *Scheduler) putBack(ctx context.Context, envs []*envelope.Envelope) {
-	byShard := map[int][]RetryItem{}
+	byShard := map[int][]store.RetryItem{}
 	for _, env := range envs {
 		sh := s.store.ShardOf(env.ID)
 		cur, tok := s.untrack(sh, env)
 		if st := s.state(sh); cur && st != nil && st.token == tok {
-			byShard[sh] = append(byShard[sh], RetryItem{Env: env, Due: env.FireTime()})
+			byShard[sh] = append(byShard[sh], store.RetryItem{Env: env, Due: env.FireTime()})
 		}
 	}
 	s.credits.release(len(envs))
@@ -579,9 +580,9 @@ func (s *Scheduler) renewAll(ctx context.Context) {
 		s.lastRenew.Store(0)
 		return
 	}
-	leases := make([]Lease, len(sts))
+	leases := make([]store.Lease, len(sts))
 	for i, st := range sts {
-		leases[i] = Lease{Shard: st.shard, Token: st.token}
+		leases[i] = store.Lease{Shard: st.shard, Token: st.token}
 	}
 	start, startMono := clock.NowMs(s.clk), s.mono()
 	held, err := s.store.RenewLeases(ctx, s.holder, leases, s.opt.LeaseTTL)
@@ -639,9 +640,9 @@ func (s *Scheduler) handOver(ctx context.Context, st *shardState) {
 	if len(envs) == 0 {
 		return
 	}
-	items := make([]RetryItem, len(envs))
+	items := make([]store.RetryItem, len(envs))
 	for i, env := range envs {
-		items[i] = RetryItem{Env: env, Due: env.FireTime()}
+		items[i] = store.RetryItem{Env: env, Due: env.FireTime()}
 	}
 	if err := s.store.Retry(ctx, st.shard, items, clock.NowMs(s.clk)); err != nil {
 		s.log.Warn("hand over: put back unfired messages; they stay in flight and are recovered by the next owner", "shard", st.shard, "n", len(items), "err", err)
@@ -778,7 +779,7 @@ func (s *Scheduler) pump(ctx context.Context, st *shardState) {
 		items, nextDue, err := s.store.Claim(ctx, st.shard, s.holder, st.token, now+lookahead, now+s.opt.InflightLease.Milliseconds(), n)
 		s.credits.release(n - len(items))
 		if err != nil {
-			if errors.Is(err, ErrFenced) {
+			if errors.Is(err, store.ErrFenced) {
 				s.log.Warn("shard lease lost (fenced); pump stops", "shard", st.shard)
 				st.leaseUntil.Store(0)
 				return
@@ -869,7 +870,7 @@ func (s *Scheduler) subscribe(ctx context.Context) {
 					s.CancelLocal(id)
 					continue
 				}
-				if minDue, err := ParseWake(m.Payload); err == nil {
+				if minDue, err := store.ParseWake(m.Payload); err == nil {
 					s.Notify(minDue)
 				}
 			}
@@ -943,7 +944,7 @@ func (s *Scheduler) Published(ctx context.Context, envs []*envelope.Envelope) {
 // lease is not surely valid the write waits for the next successful renewal.
 func (s *Scheduler) Failed(ctx context.Context, envs []*envelope.Envelope, errs []error) {
 	now := clock.NowMs(s.clk)
-	byShard := map[int][]RetryItem{}
+	byShard := map[int][]store.RetryItem{}
 	retried := map[string]int{}
 	unknown := 0
 	for i, env := range envs {
@@ -991,10 +992,10 @@ func (s *Scheduler) Failed(ctx context.Context, envs []*envelope.Envelope, errs 
 
 // failedItem is the outcome of one failed publish: a retry after backoff, or a dead
 // letter (permanent error, or retry.max_attempts reached by a broker that answered).
-func (s *Scheduler) failedItem(env *envelope.Envelope, err error, now int64) RetryItem {
+func (s *Scheduler) failedItem(env *envelope.Envelope, err error, now int64) store.RetryItem {
 	cp := *env
 	cp.Attempt++
-	item := RetryItem{Env: &cp}
+	item := store.RetryItem{Env: &cp}
 	unreachable := egress.FailReason(err) == observe.FailUnreachable
 	if errors.Is(err, egress.ErrPermanent) || (int(cp.Attempt) >= s.opt.MaxAttempts && !unreachable) {
 		cp.Reason = fmt.Sprintf("publish failed after %d attempt(s): %v", cp.Attempt, err)
@@ -1008,7 +1009,7 @@ func (s *Scheduler) failedItem(env *envelope.Envelope, err error, now int64) Ret
 
 // writeOutcomes writes retries and dead letters of one shard (retrying through a Redis
 // outage) and reports the dead letters.
-func (s *Scheduler) writeOutcomes(ctx context.Context, shard int, items []RetryItem, now int64) {
+func (s *Scheduler) writeOutcomes(ctx context.Context, shard int, items []store.RetryItem, now int64) {
 	s.retryRedis(ctx, "retry", func(ctx context.Context) error {
 		return s.store.Retry(ctx, shard, items, now)
 	})
@@ -1016,7 +1017,7 @@ func (s *Scheduler) writeOutcomes(ctx context.Context, shard int, items []RetryI
 }
 
 // reportDead counts the dead letters among written outcomes and hands them to OnDead.
-func (s *Scheduler) reportDead(items []RetryItem) {
+func (s *Scheduler) reportDead(items []store.RetryItem) {
 	var dead []*envelope.Envelope
 	for _, it := range items {
 		if it.Dead {
@@ -1049,7 +1050,7 @@ func (s *Scheduler) Dropped(envs []*envelope.Envelope) {
 		sh := s.store.ShardOf(env.ID)
 		cur, tok := s.untrack(sh, env)
 		if st := s.state(sh); cur && st != nil && st.token == tok {
-			st.addOrphans(RetryItem{Env: env, Due: env.FireTime()})
+			st.addOrphans(store.RetryItem{Env: env, Due: env.FireTime()})
 		}
 	}
 	s.credits.release(len(envs))
@@ -1073,7 +1074,7 @@ func (s *Scheduler) retryRedis(ctx context.Context, what string, f func(context.
 		if err == nil {
 			return
 		}
-		if !IsRetryable(err) || time.Now().After(deadline) {
+		if !store.IsRetryable(err) || time.Now().After(deadline) {
 			s.log.Error("recording publish outcome failed; message stays in flight and is fired again on recovery", "op", what, "err", err)
 			return
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/testkit"
+	"github.com/delaybridge/delay-bridge/scheduler/store"
 )
 
 // recordingSink is an egress.Sink that keeps what it was asked to publish; failFor
@@ -58,11 +59,11 @@ func (s *recordingSink) snapshot() []published {
 }
 
 type harness struct {
-	store *Store
-	sched *Scheduler
-	sink  *recordingSink
-	stop  func()
-	done  chan struct{}
+	shardStore *store.Store
+	sched      *Scheduler
+	sink       *recordingSink
+	stop       func()
+	done       chan struct{}
 }
 
 func startScheduler(t *testing.T, r *testkit.Redis, instance string, sink *recordingSink, tweak func(*Options)) *harness {
@@ -77,12 +78,12 @@ func startSchedulerOwned(t *testing.T, r *testkit.Redis, instance string, sink *
 	t.Helper()
 	ctx := context.Background()
 	rdb := r.Client()
-	store, err := NewStore(ctx, rdb, StoreOptions{Prefix: "t", Cluster: "c", Shards: 8, DoneWindow: time.Hour})
+	shardStore, err := store.New(ctx, rdb, store.Options{Prefix: "t", Cluster: "c", Shards: 8, DoneWindow: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
 	opt := Options{
-		Store: store, Redis: rdb, Clock: clock.Real{}, Instance: instance,
+		Store: shardStore, Redis: rdb, Clock: clock.Real{}, Instance: instance,
 		Tick: time.Millisecond, Lookahead: 500 * time.Millisecond, ClaimBatch: 100,
 		InflightLease: 30 * time.Second, LeaseTTL: time.Second, SafetyScan: 200 * time.Millisecond,
 		MaxInMemory: 1000, MaxAttempts: 3, BackoffInitial: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
@@ -100,7 +101,7 @@ func startSchedulerOwned(t *testing.T, r *testkit.Redis, instance string, sink *
 		Completer: s, Owned: check,
 	})
 	rctx, cancel := context.WithCancel(ctx)
-	h := &harness{store: store, sched: s, sink: sink, done: make(chan struct{})}
+	h := &harness{shardStore: shardStore, sched: s, sink: sink, done: make(chan struct{})}
 	go func() {
 		defer close(h.done)
 		_ = s.Run(rctx, disp)
@@ -113,13 +114,13 @@ func startSchedulerOwned(t *testing.T, r *testkit.Redis, instance string, sink *
 	return h
 }
 
-func parkN(t *testing.T, store *Store, n int, due func(i int) int64) {
+func parkN(t *testing.T, shardStore *store.Store, n int, due func(i int) int64) {
 	t.Helper()
 	envs := make([]*envelope.Envelope, n)
 	for i := range envs {
 		envs[i] = &envelope.Envelope{ID: fmt.Sprintf("m-%d", i), Route: "r", DueAt: due(i), Payload: []byte("p")}
 	}
-	parked, _, err := store.Park(context.Background(), envs)
+	parked, _, err := shardStore.Park(context.Background(), envs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,9 +142,9 @@ func waitFor(t *testing.T, what string, limit time.Duration, cond func() bool) {
 	}
 }
 
-func totals(t *testing.T, store *Store) (pending, inflight, dead int64) {
+func totals(t *testing.T, shardStore *store.Store) (pending, inflight, dead int64) {
 	t.Helper()
-	st, err := store.ShardStats(context.Background())
+	st, err := shardStore.ShardStats(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +162,7 @@ func TestSchedulerFiresEveryMessageOnceNeverEarly(t *testing.T) {
 	h := startScheduler(t, r, "a", sink, nil)
 	start := time.Now().UnixMilli()
 	const n = 600
-	parkN(t, h.store, n, func(i int) int64 { return start + int64(i%30)*50 }) // 0..1.45 s
+	parkN(t, h.shardStore, n, func(i int) int64 { return start + int64(i%30)*50 }) // 0..1.45 s
 	h.sched.Notify(map[int]int64{0: start, 1: start, 2: start, 3: start, 4: start, 5: start, 6: start, 7: start})
 	waitFor(t, "all messages published", 20*time.Second, func() bool { return len(sink.snapshot()) >= n })
 	seen := map[string]bool{}
@@ -175,11 +176,11 @@ func TestSchedulerFiresEveryMessageOnceNeverEarly(t *testing.T) {
 		}
 	}
 	waitFor(t, "acks to empty the shards", 10*time.Second, func() bool {
-		p, i, d := totals(t, h.store)
+		p, i, d := totals(t, h.shardStore)
 		return p == 0 && i == 0 && d == 0
 	})
-	st, _, _, err := h.store.Get(context.Background(), "m-7")
-	if err != nil || st != StateDelivered {
+	st, _, _, err := h.shardStore.Get(context.Background(), "m-7")
+	if err != nil || st != store.StateDelivered {
 		t.Fatalf("fired message state = %q, %v; want delivered", st, err)
 	}
 	if got := len(h.sched.OwnedShards()); got != 8 {
@@ -208,18 +209,18 @@ func TestSchedulerRetriesThenDeadLetters(t *testing.T) {
 	}}
 	h := startScheduler(t, r, "a", sink, nil)
 	now := time.Now().UnixMilli()
-	parkN(t, h.store, 3, func(int) int64 { return now })
+	parkN(t, h.shardStore, 3, func(int) int64 { return now })
 	waitFor(t, "m-0 published on its retry", 10*time.Second, func() bool { return len(sink.snapshot()) == 1 })
 	if p := sink.snapshot()[0]; p.id != "m-0" || p.tries != 2 {
 		t.Fatalf("published %+v, want m-0 on attempt 2", p)
 	}
-	waitFor(t, "two dead letters", 10*time.Second, func() bool { _, _, d := totals(t, h.store); return d == 2 })
-	st, _, env, err := h.store.Get(context.Background(), "m-1")
-	if err != nil || st != StateDead || env.Attempt != 3 || env.Reason == "" {
+	waitFor(t, "two dead letters", 10*time.Second, func() bool { _, _, d := totals(t, h.shardStore); return d == 2 })
+	st, _, env, err := h.shardStore.Get(context.Background(), "m-1")
+	if err != nil || st != store.StateDead || env.Attempt != 3 || env.Reason == "" {
 		t.Fatalf("m-1: state %q attempt %d reason %q err %v; want dead after 3 attempts with a reason", st, env.Attempt, env.Reason, err)
 	}
-	st, _, env, err = h.store.Get(context.Background(), "m-2")
-	if err != nil || st != StateDead || env.Attempt != 1 {
+	st, _, env, err = h.shardStore.Get(context.Background(), "m-2")
+	if err != nil || st != store.StateDead || env.Attempt != 1 {
 		t.Fatalf("m-2: state %q attempt %d err %v; want dead after 1 attempt (permanent)", st, env.Attempt, err)
 	}
 }
@@ -230,21 +231,21 @@ func TestShutdownPutsUnfiredMessagesBackToPending(t *testing.T) {
 	// A long lookahead claims messages due in 3 s into the wheel right away.
 	h := startScheduler(t, r, "a", sink, func(o *Options) { o.Lookahead = 5 * time.Second })
 	due := time.Now().UnixMilli() + 3000
-	parkN(t, h.store, 50, func(int) int64 { return due })
-	waitFor(t, "messages claimed into the wheel", 5*time.Second, func() bool { _, i, _ := totals(t, h.store); return i == 50 })
+	parkN(t, h.shardStore, 50, func(int) int64 { return due })
+	waitFor(t, "messages claimed into the wheel", 5*time.Second, func() bool { _, i, _ := totals(t, h.shardStore); return i == 50 })
 	h.stop()
-	p, i, _ := totals(t, h.store)
+	p, i, _ := totals(t, h.shardStore)
 	if p != 50 || i != 0 {
 		t.Fatalf("after shutdown pending=%d inflight=%d, want 50 pending, 0 in flight", p, i)
 	}
-	_, score, _, err := h.store.Get(context.Background(), "m-3")
+	_, score, _, err := h.shardStore.Get(context.Background(), "m-3")
 	if err != nil || score != due {
 		t.Fatalf("put-back changed the due time: %d (err %v), want %d", score, err, due)
 	}
 	if len(sink.snapshot()) != 0 {
 		t.Fatalf("nothing was due yet, but %d were published", len(sink.snapshot()))
 	}
-	// Lease released and membership left: another instance takes over at once.
+	// store.Lease released and membership left: another instance takes over at once.
 	sink2 := &recordingSink{}
 	h2 := startScheduler(t, r, "b", sink2, nil)
 	waitFor(t, "the new instance fires them", 10*time.Second, func() bool { return len(sink2.snapshot()) == 50 })
@@ -259,24 +260,24 @@ func TestShutdownPutsUnfiredMessagesBackToPending(t *testing.T) {
 func TestNewOwnerRecoversInflightOfDeadOwner(t *testing.T) {
 	r := testkit.StartRedis(t)
 	ctx := context.Background()
-	store, err := NewStore(ctx, r.Client(), StoreOptions{Prefix: "t", Cluster: "c", Shards: 8, DoneWindow: time.Hour})
+	shardStore, err := store.New(ctx, r.Client(), store.Options{Prefix: "t", Cluster: "c", Shards: 8, DoneWindow: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
 	now := time.Now().UnixMilli()
 	due := now + 1500 // claimed early (lookahead) by the dead owner: recovery must not fire it early
-	parkN(t, store, 20, func(int) int64 { return due })
+	parkN(t, shardStore, 20, func(int) int64 { return due })
 	// A "dead" instance claims everything and never acks (its leases then expire).
 	for sh := 0; sh < 8; sh++ {
-		tok, err := store.AcquireLease(ctx, sh, "dead", 300*time.Millisecond)
+		tok, err := shardStore.AcquireLease(ctx, sh, "dead", 300*time.Millisecond)
 		if err != nil || tok == 0 {
 			t.Fatalf("acquire: %d %v", tok, err)
 		}
-		if _, _, err := store.Claim(ctx, sh, "dead", tok, due, now+30_000, 100); err != nil {
+		if _, _, err := shardStore.Claim(ctx, sh, "dead", tok, due, now+30_000, 100); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, i, _ := totals(t, store); i != 20 {
+	if _, i, _ := totals(t, shardStore); i != 20 {
 		t.Fatalf("in flight %d, want 20", i)
 	}
 	sink := &recordingSink{}
@@ -389,7 +390,7 @@ func TestJoinAndGracefulLeaveSplitEvenlyWithoutDuplicates(t *testing.T) {
 	hs["a"] = startScheduler(t, r, "a", sinks["a"], nil)
 	waitFor(t, "a owns all 8 shards", 5*time.Second, func() bool { return len(hs["a"].sched.OwnedShards()) == 8 })
 
-	store := hs["a"].store
+	shardStore := hs["a"].shardStore
 	var mu sync.Mutex
 	parked := 0
 	stop := make(chan struct{})
@@ -407,7 +408,7 @@ func TestJoinAndGracefulLeaveSplitEvenlyWithoutDuplicates(t *testing.T) {
 			for j := range envs {
 				envs[j] = &envelope.Envelope{ID: fmt.Sprintf("s-%d-%d", i, j), Route: "r", DueAt: now + 100 + int64((i*10+j)*37%1400), Payload: []byte("p")}
 			}
-			if _, _, err := store.Park(context.Background(), envs); err != nil {
+			if _, _, err := shardStore.Park(context.Background(), envs); err != nil {
 				t.Errorf("park: %v", err)
 				return
 			}
@@ -461,7 +462,7 @@ func TestJoinAndGracefulLeaveSplitEvenlyWithoutDuplicates(t *testing.T) {
 			t.Errorf("%s published %d times across graceful joins and a graceful leave", id, c)
 		}
 	}
-	waitFor(t, "shards empty", 10*time.Second, func() bool { p, i, _ := totals(t, store); return p == 0 && i == 0 })
+	waitFor(t, "shards empty", 10*time.Second, func() bool { p, i, _ := totals(t, shardStore); return p == 0 && i == 0 })
 }
 
 // TestSameInstanceNameNeverSharesALease: two processes configured with the same instance
@@ -482,7 +483,7 @@ func TestSameInstanceNameNeverSharesALease(t *testing.T) {
 		t.Fatal("an instance owning no shard after its ownership rounds is not ready; it should be (a warm spare)")
 	}
 	ctx := context.Background()
-	st, err := h1.store.ShardStats(ctx)
+	st, err := h1.shardStore.ShardStats(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -492,7 +493,7 @@ func TestSameInstanceNameNeverSharesALease(t *testing.T) {
 		}
 	}
 	now := time.Now().UnixMilli()
-	parkN(t, h1.store, 200, func(i int) int64 { return now + int64(i%10)*50 })
+	parkN(t, h1.shardStore, 200, func(i int) int64 { return now + int64(i%10)*50 })
 	waitFor(t, "all published", 10*time.Second, func() bool { return len(mergedSinks(t, s1, s2)) == 200 })
 	// The first twin leaves gracefully: the second takes every shard over.
 	h1.stop()
@@ -502,7 +503,7 @@ func TestSameInstanceNameNeverSharesALease(t *testing.T) {
 	for i := range more {
 		more[i] = &envelope.Envelope{ID: fmt.Sprintf("later-%d", i), Route: "r", DueAt: now + int64(i%10)*50, Payload: []byte("p")}
 	}
-	if _, _, err := h2.store.Park(ctx, more); err != nil {
+	if _, _, err := h2.shardStore.Park(ctx, more); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "all 400 published", 10*time.Second, func() bool { return len(mergedSinks(t, s1, s2)) == 400 })
@@ -525,8 +526,8 @@ func TestLostLeaseDropsHeldAndReacquiredShardFiresOnce(t *testing.T) {
 	h := startScheduler(t, r, "a", sink, func(o *Options) { o.Lookahead = 5 * time.Second })
 	waitFor(t, "a owns all 8 shards", 5*time.Second, func() bool { return len(h.sched.OwnedShards()) == 8 })
 	due := time.Now().UnixMilli() + 2500
-	parkN(t, h.store, 40, func(int) int64 { return due })
-	waitFor(t, "claimed into the wheel", 5*time.Second, func() bool { _, i, _ := totals(t, h.store); return i == 40 })
+	parkN(t, h.shardStore, 40, func(int) int64 { return due })
+	waitFor(t, "claimed into the wheel", 5*time.Second, func() bool { _, i, _ := totals(t, h.shardStore); return i == 40 })
 	// Another holder takes every lease, as if a's had expired.
 	rdb := r.Client()
 	ctx := context.Background()
@@ -536,7 +537,7 @@ func TestLostLeaseDropsHeldAndReacquiredShardFiresOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := rdb.Set(ctx, k+"owner", OwnerValue("intruder#00000000", tok), 700*time.Millisecond).Err(); err != nil {
+		if err := rdb.Set(ctx, k+"owner", store.OwnerValue("intruder#00000000", tok), 700*time.Millisecond).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -544,7 +545,7 @@ func TestLostLeaseDropsHeldAndReacquiredShardFiresOnce(t *testing.T) {
 	if n := h.sched.wheel.Len(); n != 0 {
 		t.Fatalf("%d messages of lost shards still in the wheel", n)
 	}
-	if _, i, _ := totals(t, h.store); i != 40 {
+	if _, i, _ := totals(t, h.shardStore); i != 40 {
 		t.Fatalf("in flight %d after losing the shards, want 40 left for the next owner", i)
 	}
 	// The intruder's leases expire; a takes the shards back with new tokens.
@@ -556,7 +557,7 @@ func TestLostLeaseDropsHeldAndReacquiredShardFiresOnce(t *testing.T) {
 			t.Errorf("%s published %d times", id, c)
 		}
 	}
-	waitFor(t, "shards empty", 5*time.Second, func() bool { p, i, _ := totals(t, h.store); return p == 0 && i == 0 })
+	waitFor(t, "shards empty", 5*time.Second, func() bool { p, i, _ := totals(t, h.shardStore); return p == 0 && i == 0 })
 	waitFor(t, "credits all returned", 5*time.Second, func() bool { return h.sched.credits.available() == 1000 })
 	for sh := 0; sh < 8; sh++ {
 		if n := h.sched.heldCount(sh); n != 0 {
@@ -584,7 +585,7 @@ func TestRefusedByOwnsIsFiredAfterRenewal(t *testing.T) {
 	})
 	waitFor(t, "a owns all 8 shards", 5*time.Second, func() bool { return len(h.sched.OwnedShards()) == 8 })
 	due := time.Now().UnixMilli() + 300
-	parkN(t, h.store, 10, func(int) int64 { return due })
+	parkN(t, h.shardStore, 10, func(int) int64 { return due })
 	<-refused
 	waitFor(t, "all 10 published, m-3 after its refusal", 5*time.Second, func() bool { return len(sink.snapshot()) == 10 })
 	for id, c := range mergedSinks(t, sink) {
@@ -592,9 +593,9 @@ func TestRefusedByOwnsIsFiredAfterRenewal(t *testing.T) {
 			t.Errorf("%s published %d times", id, c)
 		}
 	}
-	waitFor(t, "shards empty", 5*time.Second, func() bool { p, i, _ := totals(t, h.store); return p == 0 && i == 0 })
-	st, _, _, err := h.store.Get(context.Background(), "m-3")
-	if err != nil || st != StateDelivered {
+	waitFor(t, "shards empty", 5*time.Second, func() bool { p, i, _ := totals(t, h.shardStore); return p == 0 && i == 0 })
+	st, _, _, err := h.shardStore.Get(context.Background(), "m-3")
+	if err != nil || st != store.StateDelivered {
 		t.Fatalf("m-3: %q %v, want delivered", st, err)
 	}
 }
@@ -620,13 +621,13 @@ func TestReacquireWaitsForOwnPublishesInFlight(t *testing.T) {
 	r := testkit.StartRedis(t)
 	ctx := context.Background()
 	rdb := r.Client()
-	store, err := NewStore(ctx, rdb, StoreOptions{Prefix: "t", Cluster: "c", Shards: 8, DoneWindow: time.Hour})
+	shardStore, err := store.New(ctx, rdb, store.Options{Prefix: "t", Cluster: "c", Shards: 8, DoneWindow: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
 	sink := &gatedSink{open: make(chan struct{})}
 	s := New(Options{
-		Store: store, Redis: rdb, Clock: clock.Real{}, Instance: "a",
+		Store: shardStore, Redis: rdb, Clock: clock.Real{}, Instance: "a",
 		Tick: time.Millisecond, Lookahead: 200 * time.Millisecond, ClaimBatch: 100,
 		InflightLease: 30 * time.Second, LeaseTTL: time.Second, SafetyScan: 200 * time.Millisecond,
 		MaxInMemory: 1000, MaxAttempts: 3, BackoffInitial: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
@@ -650,7 +651,7 @@ func TestReacquireWaitsForOwnPublishesInFlight(t *testing.T) {
 		<-done
 	})
 	waitFor(t, "a owns all 8 shards", 5*time.Second, func() bool { return len(s.OwnedShards()) == 8 })
-	parkN(t, store, 20, func(int) int64 { return time.Now().UnixMilli() })
+	parkN(t, shardStore, 20, func(int) int64 { return time.Now().UnixMilli() })
 	waitFor(t, "all 20 being published", 5*time.Second, func() bool { return sink.waiting.Load() == 20 })
 
 	// The leases lapse: another holder has them for a moment, then nobody.
@@ -660,7 +661,7 @@ func TestReacquireWaitsForOwnPublishesInFlight(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := rdb.Set(ctx, k+"owner", OwnerValue("intruder#00000000", tok), 300*time.Millisecond).Err(); err != nil {
+		if err := rdb.Set(ctx, k+"owner", store.OwnerValue("intruder#00000000", tok), 300*time.Millisecond).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -671,7 +672,7 @@ func TestReacquireWaitsForOwnPublishesInFlight(t *testing.T) {
 	}
 	close(sink.open)
 	waitFor(t, "a owns all 8 shards again", 5*time.Second, func() bool { return len(s.OwnedShards()) == 8 })
-	waitFor(t, "shards empty", 5*time.Second, func() bool { p, i, _ := totals(t, store); return p == 0 && i == 0 })
+	waitFor(t, "shards empty", 5*time.Second, func() bool { p, i, _ := totals(t, shardStore); return p == 0 && i == 0 })
 	time.Sleep(300 * time.Millisecond)
 	for id, c := range mergedSinks(t, &sink.recordingSink) {
 		if c != 1 {

@@ -14,29 +14,30 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/scheduler"
+	"github.com/delaybridge/delay-bridge/scheduler/store"
 )
 
 var _ admin.Backend = (*Bridge)(nil)
 
-// parts returns the running store and scheduler, or ErrUnavailable before Run has
+// parts returns the running shardStore and scheduler, or ErrUnavailable before Run has
 // connected to Redis.
-func (b *Bridge) parts() (*scheduler.Store, *scheduler.Scheduler, error) {
+func (b *Bridge) parts() (*store.Store, *scheduler.Scheduler, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.store == nil || !b.running {
+	if b.shardStore == nil || !b.running {
 		return nil, nil, fmt.Errorf("%w: %w", admin.ErrUnavailable, errNotRunning)
 	}
-	return b.store, b.sched, nil
+	return b.shardStore, b.sched, nil
 }
 
-// storeErr maps store errors onto the admin API's sentinels.
+// storeErr maps shardStore errors onto the admin API's sentinels.
 func storeErr(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, scheduler.ErrNotFound):
+	case errors.Is(err, store.ErrNotFound):
 		return fmt.Errorf("%w: %w", admin.ErrNotFound, err)
-	case scheduler.IsRetryable(err):
+	case store.IsRetryable(err):
 		return fmt.Errorf("%w: redis: %w", admin.ErrUnavailable, err)
 	}
 	return err
@@ -61,7 +62,7 @@ func (b *Bridge) dueOf(w admin.When) (int64, error) {
 
 // Schedule implements admin.Backend.
 func (b *Bridge) Schedule(ctx context.Context, req admin.ScheduleRequest) (admin.Scheduled, error) {
-	store, sched, err := b.parts()
+	shardStore, sched, err := b.parts()
 	if err != nil {
 		return admin.Scheduled{}, err
 	}
@@ -100,16 +101,16 @@ func (b *Bridge) Schedule(ctx context.Context, req admin.ScheduleRequest) (admin
 	b.obs.Received(rules.Route, 1)
 	// The answer comes from the park script's own verdict for this id, not from reading
 	// the state back (by then a pump may have claimed a message due soon).
-	prior, err := b.parkEnvs(ctx, store, sched, []*envelope.Envelope{env}, nil)
+	prior, err := b.parkEnvs(ctx, shardStore, sched, []*envelope.Envelope{env}, nil)
 	if err != nil {
 		return admin.Scheduled{}, storeErr(fmt.Errorf("park: %w", err))
 	}
-	if prior[0] == scheduler.StateUnknown {
+	if prior[0] == store.StateUnknown {
 		return admin.Scheduled{ID: id, DueAt: due}, nil
 	}
 	out := admin.Scheduled{ID: id, Duplicate: true}
-	if prior[0] == scheduler.StatePending {
-		if st, score, _, err := store.Get(ctx, id); err == nil && st == scheduler.StatePending {
+	if prior[0] == store.StatePending {
+		if st, score, _, err := shardStore.Get(ctx, id); err == nil && st == store.StatePending {
 			out.DueAt = score
 		}
 	}
@@ -118,15 +119,15 @@ func (b *Bridge) Schedule(ctx context.Context, req admin.ScheduleRequest) (admin
 
 // Get implements admin.Backend.
 func (b *Bridge) Get(ctx context.Context, id string) (admin.Message, error) {
-	store, _, err := b.parts()
+	shardStore, _, err := b.parts()
 	if err != nil {
 		return admin.Message{}, err
 	}
-	st, score, env, err := store.Get(ctx, id)
+	st, score, env, err := shardStore.Get(ctx, id)
 	if err != nil && !errors.Is(err, envelope.ErrCorrupt) {
 		return admin.Message{}, storeErr(err)
 	}
-	if st == scheduler.StateUnknown {
+	if st == store.StateUnknown {
 		return admin.Message{}, fmt.Errorf("%w: no message %q", admin.ErrNotFound, id)
 	}
 	m := admin.Message{ID: id, State: string(st)}
@@ -134,15 +135,15 @@ func (b *Bridge) Get(ctx context.Context, id string) (admin.Message, error) {
 		m = messageOf(env, st)
 	}
 	switch st {
-	case scheduler.StatePending:
+	case store.StatePending:
 		m.DueAt = score
-	case scheduler.StateDead:
+	case store.StateDead:
 		m.DeadAt = score
 	}
 	return m, nil
 }
 
-func messageOf(env *envelope.Envelope, st scheduler.State) admin.Message {
+func messageOf(env *envelope.Envelope, st store.State) admin.Message {
 	m := admin.Message{
 		ID: env.ID, State: string(st), DueAt: env.DueAt, Route: env.Route, Source: env.Source,
 		SourceBroker: env.SourceBroker, Target: env.Target, ReceivedAt: env.ReceivedAt,
@@ -163,14 +164,14 @@ func (b *Bridge) Cancel(ctx context.Context, id string) (string, error) {
 		return "", err
 	}
 	// Whatever its route; an unknown id is answered 404 and leaves no tombstone.
-	prior, err := b.cancel(ctx, id, scheduler.CancelOptions{})
+	prior, err := b.cancel(ctx, id, store.CancelOptions{})
 	if err != nil {
 		return "", storeErr(err)
 	}
 	switch prior {
-	case scheduler.StateUnknown:
+	case store.StateUnknown:
 		return "", fmt.Errorf("%w: no message %q", admin.ErrNotFound, id)
-	case scheduler.StateDelivered, scheduler.StateCancelled:
+	case store.StateDelivered, store.StateCancelled:
 		return string(prior), fmt.Errorf("%w: %q was already %s", admin.ErrConflict, id, prior)
 	}
 	return string(prior), nil
@@ -178,7 +179,7 @@ func (b *Bridge) Cancel(ctx context.Context, id string) (string, error) {
 
 // Reschedule implements admin.Backend.
 func (b *Bridge) Reschedule(ctx context.Context, id string, when admin.When) (admin.Scheduled, error) {
-	store, sched, err := b.parts()
+	shardStore, sched, err := b.parts()
 	if err != nil {
 		return admin.Scheduled{}, err
 	}
@@ -186,21 +187,21 @@ func (b *Bridge) Reschedule(ctx context.Context, id string, when admin.When) (ad
 	if err != nil {
 		return admin.Scheduled{}, err
 	}
-	_, _, before, _ := store.Get(ctx, id) // its route, for the count
-	prior, err := store.Reschedule(ctx, id, due)
+	_, _, before, _ := shardStore.Get(ctx, id) // its route, for the count
+	prior, err := shardStore.Reschedule(ctx, id, due)
 	if err != nil {
 		return admin.Scheduled{}, storeErr(err)
 	}
 	switch prior {
-	case scheduler.StatePending, scheduler.StateDead:
+	case store.StatePending, store.StateDead:
 		route := ""
 		if before != nil {
 			route = before.Route
 		}
 		b.obs.Rescheduled(route, 1)
-		b.wake(ctx, sched, store, map[int]int64{store.ShardOf(id): due})
+		b.wake(ctx, sched, shardStore, map[int]int64{shardStore.ShardOf(id): due})
 		return admin.Scheduled{ID: id, DueAt: due}, nil
-	case scheduler.StateUnknown:
+	case store.StateUnknown:
 		return admin.Scheduled{}, fmt.Errorf("%w: no message %q", admin.ErrNotFound, id)
 	}
 	return admin.Scheduled{}, fmt.Errorf("%w: %q is %s", admin.ErrConflict, id, prior)
@@ -208,11 +209,11 @@ func (b *Bridge) Reschedule(ctx context.Context, id string, when admin.When) (ad
 
 // Stats implements admin.Backend.
 func (b *Bridge) Stats(ctx context.Context) (admin.Stats, error) {
-	store, _, err := b.parts()
+	shardStore, _, err := b.parts()
 	if err != nil {
 		return admin.Stats{}, err
 	}
-	shards, err := store.ShardStats(ctx)
+	shards, err := shardStore.ShardStats(ctx)
 	if err != nil {
 		return admin.Stats{}, storeErr(err)
 	}
@@ -227,7 +228,7 @@ func (b *Bridge) Stats(ctx context.Context) (admin.Stats, error) {
 		out.Totals.Inflight += s.Inflight
 		out.Totals.Dead += s.Dead
 	}
-	members, err := store.Members(ctx, clock.NowMs(b.clk), b.cfg.Scheduler.LeaseTTL)
+	members, err := shardStore.Members(ctx, clock.NowMs(b.clk), b.cfg.Scheduler.LeaseTTL)
 	if err != nil {
 		return admin.Stats{}, storeErr(err)
 	}
@@ -237,41 +238,41 @@ func (b *Bridge) Stats(ctx context.Context) (admin.Stats, error) {
 
 // ListDead implements admin.Backend.
 func (b *Bridge) ListDead(ctx context.Context, limit int) ([]admin.Message, error) {
-	store, _, err := b.parts()
+	shardStore, _, err := b.parts()
 	if err != nil {
 		return nil, err
 	}
-	envs, err := store.ListDead(ctx, limit)
+	envs, err := shardStore.ListDead(ctx, limit)
 	if err != nil {
 		return nil, storeErr(err)
 	}
 	out := make([]admin.Message, 0, len(envs))
 	for _, env := range envs {
-		out = append(out, messageOf(env, scheduler.StateDead))
+		out = append(out, messageOf(env, store.StateDead))
 	}
 	return out, nil
 }
 
 // RequeueDead implements admin.Backend.
 func (b *Bridge) RequeueDead(ctx context.Context, id string) (admin.Scheduled, error) {
-	store, sched, err := b.parts()
+	shardStore, sched, err := b.parts()
 	if err != nil {
 		return admin.Scheduled{}, err
 	}
 	due := clock.NowMs(b.clk)
-	if err := store.RequeueDead(ctx, id, due); err != nil {
+	if err := shardStore.RequeueDead(ctx, id, due); err != nil {
 		return admin.Scheduled{}, storeErr(err)
 	}
-	b.wake(ctx, sched, store, map[int]int64{store.ShardOf(id): due})
+	b.wake(ctx, sched, shardStore, map[int]int64{shardStore.ShardOf(id): due})
 	return admin.Scheduled{ID: id, DueAt: due}, nil
 }
 
 // PurgeDead implements admin.Backend.
 func (b *Bridge) PurgeDead(ctx context.Context) (int64, error) {
-	store, _, err := b.parts()
+	shardStore, _, err := b.parts()
 	if err != nil {
 		return 0, err
 	}
-	n, err := store.PurgeDead(ctx)
+	n, err := shardStore.PurgeDead(ctx)
 	return n, storeErr(err)
 }

@@ -1,5 +1,5 @@
 // Package bridge assembles one delay-bridge instance from its configuration: the Redis
-// shard store, the scheduler, the egress dispatcher and sinks, and one ingress source per
+// shard shardStore, the scheduler, the egress dispatcher and sinks, and one ingress source per
 // route. cmd/bridge runs it; the admin API reaches it through its Backend methods.
 package app
 
@@ -22,6 +22,7 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/observe"
 	"github.com/delaybridge/delay-bridge/scheduler"
+	"github.com/delaybridge/delay-bridge/scheduler/store"
 )
 
 // Options are the parts of a bridge that are not configuration.
@@ -40,15 +41,15 @@ type Bridge struct {
 	rdb   redis.UniversalClient
 	rules map[string]ingress.Rules
 
-	mu      sync.Mutex
-	store   *scheduler.Store
-	sched   *scheduler.Scheduler
-	sinks   map[string]egress.Sink // by broker
-	sources []ingress.Source       // one per route, in cfg.Routes order
-	routes  map[string]egress.RouteSink
-	dlq     map[string]deadLetterPublisher // by broker
-	conns   *connections
-	running bool
+	mu         sync.Mutex
+	shardStore *store.Store
+	sched      *scheduler.Scheduler
+	sinks      map[string]egress.Sink // by broker
+	sources    []ingress.Source       // one per route, in cfg.Routes order
+	routes     map[string]egress.RouteSink
+	dlq        map[string]deadLetterPublisher // by broker
+	conns      *connections
+	running    bool
 }
 
 // deadLetterPublisher is implemented by the Kafka and AMQP dead-letter publishers.
@@ -99,11 +100,11 @@ func (b *Bridge) Config() config.Config { return b.cfg }
 // sinks; close Redis.
 func (b *Bridge) Run(ctx context.Context) error {
 	defer b.rdb.Close()
-	store, err := b.connectStore(ctx)
+	shardStore, err := b.connectStore(ctx)
 	if err != nil {
 		return err
 	}
-	if store == nil {
+	if shardStore == nil {
 		return nil // cancelled while waiting for Redis
 	}
 	conns := &connections{}
@@ -125,7 +126,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	}
 	sc := b.cfg.Scheduler
 	sched := scheduler.New(scheduler.Options{
-		Store: store, Redis: b.rdb, Clock: b.clk, Instance: b.cfg.Instance,
+		Store: shardStore, Redis: b.rdb, Clock: b.clk, Instance: b.cfg.Instance,
 		Tick: sc.Tick, Lookahead: sc.Lookahead, ClaimBatch: sc.ClaimBatch, InflightLease: sc.InflightLease,
 		LeaseTTL: sc.LeaseTTL, SafetyScan: sc.SafetyScan, MaxInMemory: sc.MaxInMemory,
 		MaxAttempts: b.cfg.Retry.MaxAttempts, BackoffInitial: b.cfg.Retry.Backoff.Initial, BackoffMax: b.cfg.Retry.Backoff.Max,
@@ -137,7 +138,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 		PublishTimeout: PublishTimeout(sc.InflightLease, sc.Lookahead),
 	})
 	b.mu.Lock()
-	b.store, b.sched, b.sinks, b.sources, b.conns, b.running = store, sched, sinks, sources, conns, true
+	b.shardStore, b.sched, b.sinks, b.sources, b.conns, b.running = shardStore, sched, sinks, sources, conns, true
 	b.routes = routeSinks
 	b.mu.Unlock()
 
@@ -178,19 +179,19 @@ func (b *Bridge) Run(ctx context.Context) error {
 	return runErr
 }
 
-// connectStore waits for Redis (logging while it is down) and opens the shard store.
+// connectStore waits for Redis (logging while it is down) and opens the shard shardStore.
 // A wrong shard count is permanent and returned at once.
-func (b *Bridge) connectStore(ctx context.Context) (*scheduler.Store, error) {
+func (b *Bridge) connectStore(ctx context.Context) (*store.Store, error) {
 	wait := 100 * time.Millisecond
 	for {
-		store, err := scheduler.NewStore(ctx, b.rdb, scheduler.StoreOptions{
+		shardStore, err := store.New(ctx, b.rdb, store.Options{
 			Prefix: b.cfg.Prefix, Cluster: b.cfg.Cluster, Shards: b.cfg.Shards,
 			DoneWindow: b.cfg.Scheduler.DoneWindow, MinReplicas: b.cfg.Redis.MinReplicas, Observer: b.obs,
 		})
 		if err == nil {
-			return store, nil
+			return shardStore, nil
 		}
-		if !scheduler.IsRetryable(err) {
+		if !store.IsRetryable(err) {
 			return nil, fmt.Errorf("redis: %w", err)
 		}
 		b.log.Warn("waiting for redis", "addrs", strings.Join(b.cfg.Redis.Addrs, ","), "err", err)
@@ -210,7 +211,7 @@ func (b *Bridge) connectStore(ctx context.Context) (*scheduler.Store, error) {
 // stored before counts its items as duplicates, never as parked or dead-lettered again.
 func (b *Bridge) handle(ctx context.Context, items []ingress.Item) error {
 	b.mu.Lock()
-	store, sched := b.store, b.sched
+	shardStore, sched := b.shardStore, b.sched
 	b.mu.Unlock()
 	now := clock.NowMs(b.clk)
 	var park, bury []*envelope.Envelope
@@ -231,17 +232,17 @@ func (b *Bridge) handle(ctx context.Context, items []ingress.Item) error {
 			park, parkInvalid = append(park, it.Env), append(parkInvalid, "")
 		}
 	}
-	if _, err := b.parkEnvs(ctx, store, sched, park, parkInvalid); err != nil {
+	if _, err := b.parkEnvs(ctx, shardStore, sched, park, parkInvalid); err != nil {
 		return fmt.Errorf("park: %w", err)
 	}
-	if err := b.buryEnvs(ctx, store, bury, buryInvalid, now); err != nil {
+	if err := b.buryEnvs(ctx, shardStore, bury, buryInvalid, now); err != nil {
 		return fmt.Errorf("dead-letter invalid input: %w", err)
 	}
 	for _, c := range cancels {
 		// A cancel record cancels only a message of its own route, and leaves a
 		// tombstone when it overtakes its message.
-		_, err := b.cancel(ctx, c.ID, scheduler.CancelOptions{Route: c.Route, Tombstone: true})
-		if errors.Is(err, scheduler.ErrOtherRoute) {
+		_, err := b.cancel(ctx, c.ID, store.CancelOptions{Route: c.Route, Tombstone: true})
+		if errors.Is(err, store.ErrOtherRoute) {
 			b.log.Info("x-delay-cancel ignored: the id names a message of another route", "route", c.Route, "id", c.ID, "err", err)
 			continue
 		}
@@ -254,7 +255,7 @@ func (b *Bridge) handle(ctx context.Context, items []ingress.Item) error {
 
 // wake tells local pumps (and, for messages due soon, other instances' pumps through
 // Redis pub/sub) that something earlier than their next claim was parked.
-func (b *Bridge) wake(ctx context.Context, sched *scheduler.Scheduler, store *scheduler.Store, minDue map[int]int64) {
+func (b *Bridge) wake(ctx context.Context, sched *scheduler.Scheduler, shardStore *store.Store, minDue map[int]int64) {
 	if len(minDue) == 0 {
 		return
 	}
@@ -266,7 +267,7 @@ func (b *Bridge) wake(ctx context.Context, sched *scheduler.Scheduler, store *sc
 		}
 	}
 	if len(soon) > 0 {
-		if err := store.PublishWake(ctx, soon); err != nil {
+		if err := shardStore.PublishWake(ctx, soon); err != nil {
 			b.log.Debug("publish wake-up (the safety scan covers it)", "err", err)
 		}
 	}

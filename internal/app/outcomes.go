@@ -9,6 +9,7 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/scheduler"
+	"github.com/delaybridge/delay-bridge/scheduler/store"
 )
 
 // parkEnvs parks envs and counts each outcome once: Parked (with its requested delay,
@@ -17,11 +18,11 @@ import (
 // Results of a partly failed call are counted too (those messages are stored; the
 // replay reports them as duplicates). It returns the per-message prior states of
 // Store.ParkEach.
-func (b *Bridge) parkEnvs(ctx context.Context, store *scheduler.Store, sched *scheduler.Scheduler, envs []*envelope.Envelope, invalid []string) ([]scheduler.State, error) {
+func (b *Bridge) parkEnvs(ctx context.Context, shardStore *store.Store, sched *scheduler.Scheduler, envs []*envelope.Envelope, invalid []string) ([]store.State, error) {
 	if len(envs) == 0 {
 		return nil, nil
 	}
-	prior, minDue, err := store.ParkEach(ctx, envs)
+	prior, minDue, err := shardStore.ParkEach(ctx, envs)
 	if prior == nil {
 		return nil, err
 	}
@@ -29,14 +30,14 @@ func (b *Bridge) parkEnvs(ctx context.Context, store *scheduler.Store, sched *sc
 	var dups []int
 	for i, st := range prior {
 		switch st {
-		case scheduler.StateUnknown:
+		case store.StateUnknown:
 			e := envs[i]
 			parked[e.Route]++
 			b.obs.RequestedDelay(e.Route, time.Duration(e.DueAt-e.ReceivedAt)*time.Millisecond)
 			if invalid != nil && invalid[i] != "" {
 				b.obs.Invalid(e.Route, invalid[i])
 			}
-		case scheduler.StateNotStored:
+		case store.StateNotStored:
 		default:
 			dups = append(dups, i)
 		}
@@ -44,8 +45,8 @@ func (b *Bridge) parkEnvs(ctx context.Context, store *scheduler.Store, sched *sc
 	for route, n := range parked {
 		b.obs.Parked(route, n)
 	}
-	b.duplicates(ctx, store, envs, prior, dups)
-	b.wake(ctx, sched, store, minDue)
+	b.duplicates(ctx, shardStore, envs, prior, dups)
+	b.wake(ctx, sched, shardStore, minDue)
 	return prior, err
 }
 
@@ -53,18 +54,18 @@ func (b *Bridge) parkEnvs(ctx context.Context, store *scheduler.Store, sched *sc
 // now (Invalid with reasons[i], DeadLettered) and copies only those to the dead-letter
 // target; ids already known count as duplicates, so a replayed batch neither counts
 // nor publishes its dead letters twice.
-func (b *Bridge) buryEnvs(ctx context.Context, store *scheduler.Store, envs []*envelope.Envelope, reasons []string, now int64) error {
+func (b *Bridge) buryEnvs(ctx context.Context, shardStore *store.Store, envs []*envelope.Envelope, reasons []string, now int64) error {
 	if len(envs) == 0 {
 		return nil
 	}
-	prior, err := store.Bury(ctx, envs, now)
+	prior, err := shardStore.Bury(ctx, envs, now)
 	if prior == nil {
 		return err
 	}
 	var buried []*envelope.Envelope
 	var dups []int
 	for i, st := range prior {
-		if st != scheduler.StateUnknown {
+		if st != store.StateUnknown {
 			dups = append(dups, i)
 			continue
 		}
@@ -78,7 +79,7 @@ func (b *Bridge) buryEnvs(ctx context.Context, store *scheduler.Store, envs []*e
 	for route, n := range byRoute {
 		b.obs.DeadLettered(route, n)
 	}
-	b.duplicates(ctx, store, envs, prior, dups)
+	b.duplicates(ctx, shardStore, envs, prior, dups)
 	b.publishDead(buried)
 	return err
 }
@@ -91,7 +92,7 @@ func (b *Bridge) buryEnvs(ctx context.Context, store *scheduler.Store, envs []*e
 // counted) and compares their encoded bytes with the per-delivery fields cleared:
 // receive and due time, attempt and dead-letter reason (a replayed AMQP message gets a
 // new receive time, and with it a new due time).
-func (b *Bridge) duplicates(ctx context.Context, store *scheduler.Store, envs []*envelope.Envelope, prior []scheduler.State, dups []int) {
+func (b *Bridge) duplicates(ctx context.Context, shardStore *store.Store, envs []*envelope.Envelope, prior []store.State, dups []int) {
 	if len(dups) == 0 {
 		return
 	}
@@ -101,7 +102,7 @@ func (b *Bridge) duplicates(ctx context.Context, store *scheduler.Store, envs []
 	for _, i := range dups {
 		counts[key{envs[i].Route, string(prior[i])}]++
 		switch prior[i] {
-		case scheduler.StatePending, scheduler.StateInflight, scheduler.StateDead:
+		case store.StatePending, store.StateInflight, store.StateDead:
 			stored = append(stored, i)
 		}
 	}
@@ -115,7 +116,7 @@ func (b *Bridge) duplicates(ctx context.Context, store *scheduler.Store, envs []
 	for j, i := range stored {
 		ids[j] = envs[i].ID
 	}
-	have, err := store.Envelopes(ctx, ids)
+	have, err := shardStore.Envelopes(ctx, ids)
 	if err != nil {
 		b.log.Debug("read stored envelopes to compare duplicates", "err", err)
 		return
@@ -154,19 +155,19 @@ func sameContent(a, b *envelope.Envelope) bool {
 // cancel removes id from Redis wherever it is (within opt's route scope) and from this
 // instance's wheel; other instances hear of it through the wake channel. A message
 // cancelled now (it was pending, in flight or dead) is counted as Cancelled.
-func (b *Bridge) cancel(ctx context.Context, id string, opt scheduler.CancelOptions) (scheduler.State, error) {
+func (b *Bridge) cancel(ctx context.Context, id string, opt store.CancelOptions) (store.State, error) {
 	b.mu.Lock()
-	store, sched := b.store, b.sched
+	shardStore, sched := b.shardStore, b.sched
 	b.mu.Unlock()
-	prior, route, err := store.Cancel(ctx, id, clock.NowMs(b.clk), opt)
+	prior, route, err := shardStore.Cancel(ctx, id, clock.NowMs(b.clk), opt)
 	if err != nil {
 		return prior, fmt.Errorf("cancel %q: %w", id, err)
 	}
 	switch prior {
-	case scheduler.StatePending, scheduler.StateInflight, scheduler.StateDead:
+	case store.StatePending, store.StateInflight, store.StateDead:
 		b.obs.Cancelled(route, 1)
 	}
-	if prior == scheduler.StateInflight {
+	if prior == store.StateInflight {
 		if !sched.CancelLocal(id) {
 			if err := sched.BroadcastCancel(ctx, id); err != nil {
 				b.log.Warn("broadcast cancel of an in-flight message", "id", id, "err", err)

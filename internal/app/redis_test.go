@@ -14,7 +14,7 @@ import (
 	"github.com/delaybridge/delay-bridge/config"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/testkit"
-	"github.com/delaybridge/delay-bridge/scheduler"
+	"github.com/delaybridge/delay-bridge/scheduler/store"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -29,7 +29,7 @@ func retryable(t *testing.T, what string, limit time.Duration, op func() error) 
 		if err == nil {
 			return failed
 		}
-		if !scheduler.IsRetryable(err) {
+		if !store.IsRetryable(err) {
 			t.Fatalf("%s: %v (not retryable)", what, err)
 		}
 		if time.Now().After(deadline) {
@@ -40,7 +40,7 @@ func retryable(t *testing.T, what string, limit time.Duration, op func() error) 
 }
 
 // TestNewRedisSentinelStoreSurvivesFailover: NewRedis with redis.addrs = three real
-// sentinels and redis.master_name builds a Sentinel client; the shard store parks (with
+// sentinels and redis.master_name builds a Sentinel client; the shard shardStore parks (with
 // min_replicas 1, so every park is on the replica when it returns), leases, claims and
 // acks through it. After a forced failover (SENTINEL FAILOVER) the same client follows
 // the new primary, which has everything: acked ids are done, the in-flight ones are
@@ -58,7 +58,7 @@ func TestNewRedisSentinelStoreSurvivesFailover(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const shards = 4
-	store, err := scheduler.NewStore(ctx, rdb, scheduler.StoreOptions{
+	shardStore, err := store.New(ctx, rdb, store.Options{
 		Prefix: "sentinel", Cluster: "t", Shards: shards, MinReplicas: 1, DoneWindow: time.Hour,
 	})
 	if err != nil {
@@ -96,7 +96,7 @@ func TestNewRedisSentinelStoreSurvivesFailover(t *testing.T) {
 		return out
 	}
 	before := envs("before", 200)
-	parked, _, err := store.Park(ctx, before)
+	parked, _, err := shardStore.Park(ctx, before)
 	if err != nil {
 		t.Fatalf("Park with min_replicas 1 through the sentinels: %v", err)
 	}
@@ -116,23 +116,23 @@ func TestNewRedisSentinelStoreSurvivesFailover(t *testing.T) {
 	tokens := make([]int64, shards)
 	byShard := map[int][]string{}
 	for _, e := range before {
-		byShard[store.ShardOf(e.ID)] = append(byShard[store.ShardOf(e.ID)], e.ID)
+		byShard[shardStore.ShardOf(e.ID)] = append(byShard[shardStore.ShardOf(e.ID)], e.ID)
 	}
 	for sh := 0; sh < shards; sh++ {
 		if len(byShard[sh]) == 0 {
 			t.Fatalf("no message on shard %d; pick other ids", sh)
 		}
-		if tokens[sh], err = store.AcquireLease(ctx, sh, inst, time.Minute); err != nil || tokens[sh] == 0 {
+		if tokens[sh], err = shardStore.AcquireLease(ctx, sh, inst, time.Minute); err != nil || tokens[sh] == 0 {
 			t.Fatalf("acquire lease of shard %d: %d %v", sh, tokens[sh], err)
 		}
 	}
 	for sh := 0; sh < 3; sh++ {
-		items, _, err := store.Claim(ctx, sh, inst, tokens[sh], now+1000, now+int64(time.Hour/time.Millisecond), 1000)
+		items, _, err := shardStore.Claim(ctx, sh, inst, tokens[sh], now+1000, now+int64(time.Hour/time.Millisecond), 1000)
 		if err != nil || len(items) != len(byShard[sh]) {
 			t.Fatalf("claim shard %d: %d items, %v; want %d", sh, len(items), err, len(byShard[sh]))
 		}
 		if sh < 2 {
-			if err := store.Ack(ctx, sh, byShard[sh], now); err != nil {
+			if err := shardStore.Ack(ctx, sh, byShard[sh], now); err != nil {
 				t.Fatalf("ack shard %d: %v", sh, err)
 			}
 		}
@@ -159,7 +159,7 @@ func TestNewRedisSentinelStoreSurvivesFailover(t *testing.T) {
 	}
 	var failed int
 	failed += retryable(t, "claim shard 3 after the failover", 30*time.Second, func() error {
-		items, _, err := store.Claim(ctx, 3, inst, tokens[3], now+1000, now+int64(time.Hour/time.Millisecond), 1000)
+		items, _, err := shardStore.Claim(ctx, 3, inst, tokens[3], now+1000, now+int64(time.Hour/time.Millisecond), 1000)
 		if err == nil && len(items) != len(byShard[3]) {
 			t.Fatalf("claim shard 3 after the failover: %d items, want %d (lost in the failover?)", len(items), len(byShard[3]))
 		}
@@ -167,8 +167,8 @@ func TestNewRedisSentinelStoreSurvivesFailover(t *testing.T) {
 	})
 	for sh := 0; sh < 2; sh++ {
 		for _, id := range byShard[sh] {
-			st, _, _, err := store.Get(ctx, id)
-			if err != nil || st != scheduler.StateDelivered {
+			st, _, _, err := shardStore.Get(ctx, id)
+			if err != nil || st != store.StateDelivered {
 				t.Fatalf("%s (acked before the failover) is %q on the new primary (%v), want delivered", id, st, err)
 			}
 		}
@@ -176,13 +176,13 @@ func TestNewRedisSentinelStoreSurvivesFailover(t *testing.T) {
 	var moved int
 	failed += retryable(t, "recover shard 2", 30*time.Second, func() error {
 		var err error
-		moved, _, err = store.RecoverAll(ctx, 2, now, 1000)
+		moved, _, err = shardStore.RecoverAll(ctx, 2, now, 1000)
 		return err
 	})
 	if moved != len(byShard[2]) {
 		t.Fatalf("recovered %d in-flight messages of shard 2 on the new primary, want %d", moved, len(byShard[2]))
 	}
-	items, _, err := store.Claim(ctx, 2, inst, tokens[2], now+1000, now+int64(time.Hour/time.Millisecond), 1000)
+	items, _, err := shardStore.Claim(ctx, 2, inst, tokens[2], now+1000, now+int64(time.Hour/time.Millisecond), 1000)
 	if err != nil || len(items) != len(byShard[2]) {
 		t.Fatalf("claim recovered shard 2: %d items, %v; want %d", len(items), err, len(byShard[2]))
 	}
@@ -192,7 +192,7 @@ func TestNewRedisSentinelStoreSurvivesFailover(t *testing.T) {
 	after := envs("after", 100)
 	start = time.Now()
 	parkFails := retryable(t, "park after the failover", 60*time.Second, func() error {
-		_, _, err := store.Park(ctx, after)
+		_, _, err := shardStore.Park(ctx, after)
 		return err
 	})
 	t.Logf("first park after the switch succeeded %s later (%d retryable failures: no replica until the sentinels reconfigure the old primary)",
@@ -203,7 +203,7 @@ func TestNewRedisSentinelStoreSurvivesFailover(t *testing.T) {
 	}
 	got := 0
 	for sh := 0; sh < shards; sh++ {
-		items, _, err := store.Claim(ctx, sh, inst, tokens[sh], now+1000, now+int64(time.Hour/time.Millisecond), 1000)
+		items, _, err := shardStore.Claim(ctx, sh, inst, tokens[sh], now+1000, now+int64(time.Hour/time.Millisecond), 1000)
 		if err != nil {
 			t.Fatalf("claim shard %d after the failover: %v", sh, err)
 		}

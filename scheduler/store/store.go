@@ -1,4 +1,4 @@
-package scheduler
+package store
 
 import (
 	"context"
@@ -73,8 +73,8 @@ const (
 	defaultWaitTime = 2 * time.Second
 )
 
-// StoreOptions configure a Store.
-type StoreOptions struct {
+// Options configure a Store.
+type Options struct {
 	Prefix  string // key prefix, default "delaybridge"
 	Cluster string // bridge cluster name, default "default"
 	Shards  int    // fixed shard count, default 64; recorded in Redis at first start
@@ -129,7 +129,7 @@ type script struct {
 // "missing_envelope" / "corrupt_envelope").
 type Store struct {
 	rdb        redis.UniversalClient
-	opt        StoreOptions
+	opt        Options
 	obs        observe.Observer
 	keys       []shardKeys
 	metaKey    string
@@ -140,9 +140,9 @@ type Store struct {
 	leaseAcquire, leaseRenew, leaseRelease                                     *script
 }
 
-// NewStore checks the recorded shard count (recording it on first start) and loads the
+// New checks the recorded shard count (recording it on first start) and loads the
 // scripts. A different shard count than the one recorded is refused with ErrShardCount.
-func NewStore(ctx context.Context, rdb redis.UniversalClient, opt StoreOptions) (*Store, error) {
+func New(ctx context.Context, rdb redis.UniversalClient, opt Options) (*Store, error) {
 	if opt.Prefix == "" {
 		opt.Prefix = defaultPrefix
 	}

@@ -1,4 +1,4 @@
-package scheduler
+package store
 
 import (
 	"context"
@@ -23,7 +23,7 @@ func benchStore(b *testing.B, shards int) (*Store, *redis.Client) {
 	b.Helper()
 	r := testkit.StartRedis(b)
 	c := r.Client()
-	s, err := NewStore(context.Background(), c, StoreOptions{Shards: shards, DoneWindow: time.Hour})
+	s, err := New(context.Background(), c, Options{Shards: shards, DoneWindow: time.Hour})
 	if err != nil {
 		b.Fatal(err)
 	}

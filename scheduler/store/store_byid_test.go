@@ -1,4 +1,4 @@
-package scheduler
+package store
 
 import (
 	"crypto/sha1"
@@ -23,7 +23,7 @@ func envOn(id, route string, due int64) *envelope.Envelope {
 // state as reason (the Duplicate metric's label), a repeat inside one batch reads
 // pending, and new ids read StateUnknown.
 func TestStoreParkEachSaysWhyRefused(t *testing.T) {
-	s, _, _ := newTestStore(t, StoreOptions{})
+	s, _, _ := newTestStore(t, Options{})
 	ctx := storeCtx(t)
 	a := idsOnShard(s, 2, 6, "why")
 	mustPark(t, s, env(a[0], t0+60_000), env(a[1], t0), env(a[2], t0), env(a[3], t0))
@@ -57,7 +57,7 @@ func TestStoreParkEachSaysWhyRefused(t *testing.T) {
 // TestStoreBuryReportsOnlyNew: burying a batch again reports every id as already dead,
 // and an invalid record whose id is pending is not buried (reported pending).
 func TestStoreBuryReportsOnlyNew(t *testing.T) {
-	s, _, _ := newTestStore(t, StoreOptions{})
+	s, _, _ := newTestStore(t, Options{})
 	ctx := storeCtx(t)
 	bad := []*envelope.Envelope{env("bury-1", t0), env("bury-2", t0), env("bury-3", t0)}
 	for _, e := range bad {
@@ -86,7 +86,7 @@ func TestStoreBuryReportsOnlyNew(t *testing.T) {
 // tombstone of route B does not stop route A's message with that id but does stop route
 // B's; route A's own cancel cancels it.
 func TestStoreCancelScopedToRoute(t *testing.T) {
-	s, _, _ := newTestStore(t, StoreOptions{})
+	s, _, _ := newTestStore(t, Options{})
 	ctx := storeCtx(t)
 	mustPark(t, s, envOn("x", "A", t0+60_000))
 	st, _, err := s.Cancel(ctx, "x", t0, CancelOptions{Route: "B", Tombstone: true})
@@ -144,7 +144,7 @@ func TestStoreCancelScopedToRoute(t *testing.T) {
 // TestStoreCancelUnknownLeavesNoTrace: without Tombstone an unknown id is reported
 // unknown and nothing is recorded: a later message with that id parks.
 func TestStoreCancelUnknownLeavesNoTrace(t *testing.T) {
-	s, _, c := newTestStore(t, StoreOptions{})
+	s, _, c := newTestStore(t, Options{})
 	ctx := storeCtx(t)
 	if st, _, err := s.Cancel(ctx, "ghost", t0, CancelOptions{}); err != nil || st != StateUnknown {
 		t.Fatalf("Cancel(unknown) = %q %v", st, err)
@@ -166,7 +166,7 @@ func TestStoreCancelUnknownLeavesNoTrace(t *testing.T) {
 // caller checked; after a change (here: a retry re-encoded it) it answers stale and
 // changes nothing, and Store.Cancel reads again and succeeds.
 func TestStoreCancelScriptRefusesStaleEnvelope(t *testing.T) {
-	s, _, c := newTestStore(t, StoreOptions{})
+	s, _, c := newTestStore(t, Options{})
 	ctx := storeCtx(t)
 	mustPark(t, s, env("st", t0+1000))
 	k := s.keys[s.ShardOf("st")]
@@ -195,7 +195,7 @@ func TestStoreCancelScriptRefusesStaleEnvelope(t *testing.T) {
 // recorded cancels there too) reads delivered; an ack turns another route's tombstone
 // into delivered; trimming forgets done entries and their cancelled fields together.
 func TestStoreDoneLayout(t *testing.T) {
-	s, _, c := newTestStore(t, StoreOptions{Shards: 1, DoneWindow: time.Minute})
+	s, _, c := newTestStore(t, Options{Shards: 1, DoneWindow: time.Minute})
 	ctx := storeCtx(t)
 	k := s.keys[0]
 	c.ZAdd(ctx, k.done, redis.Z{Score: float64(t0), Member: "old"})
@@ -240,7 +240,7 @@ func TestStoreDoneLayout(t *testing.T) {
 // TestStoreTombstoneRouteNamesAreExact: route names that contain each other, digits,
 // colons or newlines are told apart in a tombstone's route list.
 func TestStoreTombstoneRouteNamesAreExact(t *testing.T) {
-	s, _, _ := newTestStore(t, StoreOptions{})
+	s, _, _ := newTestStore(t, Options{})
 	ctx := storeCtx(t)
 	for _, r := range []string{"a\nb", "5:x", "ab"} {
 		if st, _, err := s.Cancel(ctx, "n", t0, CancelOptions{Route: r, Tombstone: true}); err != nil || st != StateUnknown {

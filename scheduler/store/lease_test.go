@@ -1,4 +1,4 @@
-package scheduler
+package store
 
 import (
 	"errors"
@@ -8,7 +8,7 @@ import (
 )
 
 func TestStoreLease(t *testing.T) {
-	s, _, _ := newTestStore(t, StoreOptions{})
+	s, _, _ := newTestStore(t, Options{})
 	ctx := storeCtx(t)
 	ttl := 400 * time.Millisecond
 
@@ -82,7 +82,7 @@ func TestStoreLease(t *testing.T) {
 }
 
 func TestStoreMembers(t *testing.T) {
-	s, _, _ := newTestStore(t, StoreOptions{})
+	s, _, _ := newTestStore(t, Options{})
 	ctx := storeCtx(t)
 	for i, name := range []string{"b", "a", "c", "ancient"} {
 		at := t0 - int64(i)*1000

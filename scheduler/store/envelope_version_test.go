@@ -1,4 +1,4 @@
-package scheduler
+package store
 
 import (
 	"bytes"
@@ -26,7 +26,7 @@ func oldEnv(id string, due int64) *envelope.Envelope {
 // upgrade its pending messages and dead letters must still be served, claimed, fired
 // with the same outgoing message, retried and requeued.
 func TestStoreServesEnvelopesParkedByVersion1(t *testing.T) {
-	s, _, c := newTestStore(t, StoreOptions{})
+	s, _, c := newTestStore(t, Options{})
 	ctx := storeCtx(t)
 	a := idsOnShard(s, 2, 3, "old")
 	k := s.keys[2]
@@ -115,7 +115,7 @@ func TestStoreServesEnvelopesParkedByVersion1(t *testing.T) {
 // a little later, for an instance that reads it. A version byte far above any plausible
 // version is still corruption.
 func TestStorePutsBackEnvelopesOfANewerVersion(t *testing.T) {
-	s, _, c := newTestStore(t, StoreOptions{})
+	s, _, c := newTestStore(t, Options{})
 	ctx := storeCtx(t)
 	a := idsOnShard(s, 1, 2, "newer")
 	k := s.keys[1]

@@ -1,4 +1,4 @@
-package scheduler
+package store
 
 import (
 	"context"
@@ -28,7 +28,7 @@ func storeCtx(t *testing.T) context.Context {
 }
 
 // newTestStore starts a redis-server of its own and a Store on it.
-func newTestStore(t *testing.T, opt StoreOptions) (*Store, *testkit.Redis, *redis.Client) {
+func newTestStore(t *testing.T, opt Options) (*Store, *testkit.Redis, *redis.Client) {
 	t.Helper()
 	r := testkit.StartRedis(t)
 	c := r.Client()
@@ -38,9 +38,9 @@ func newTestStore(t *testing.T, opt StoreOptions) (*Store, *testkit.Redis, *redi
 	if opt.DoneWindow == 0 {
 		opt.DoneWindow = time.Hour
 	}
-	s, err := NewStore(storeCtx(t), c, opt)
+	s, err := New(storeCtx(t), c, opt)
 	if err != nil {
-		t.Fatalf("NewStore: %v", err)
+		t.Fatalf("New: %v", err)
 	}
 	return s, r, c
 }
@@ -113,7 +113,7 @@ func wantState(t *testing.T, s *Store, id string, want State, wantScore int64) *
 }
 
 func TestStoreParkIdempotent(t *testing.T) {
-	s, _, _ := newTestStore(t, StoreOptions{})
+	s, _, _ := newTestStore(t, Options{})
 	ctx := storeCtx(t)
 	a := idsOnShard(s, 1, 5, "p")
 
@@ -164,7 +164,7 @@ func TestStoreParkIdempotent(t *testing.T) {
 }
 
 func TestStoreParkManyShardsAndChunks(t *testing.T) {
-	s, _, c := newTestStore(t, StoreOptions{Shards: 3})
+	s, _, c := newTestStore(t, Options{Shards: 3})
 	ctx := storeCtx(t)
 	// More than maxItemsPerCall per shard, so every shard needs several script calls,
 	// plus one payload large enough to force a chunk split by bytes.
@@ -205,7 +205,7 @@ func TestStoreParkManyShardsAndChunks(t *testing.T) {
 }
 
 func TestStoreClaimOrderLimitNextDue(t *testing.T) {
-	s, _, _ := newTestStore(t, StoreOptions{})
+	s, _, _ := newTestStore(t, Options{})
 	a := idsOnShard(s, 2, 6, "c")
 	// Parked out of order; claim must return them earliest first.
 	mustPark(t, s, env(a[0], t0+300), env(a[1], t0+100), env(a[2], t0+200), env(a[3], t0+400), env(a[4], t0+5000), env(a[5], t0+100))
@@ -240,7 +240,7 @@ func TestStoreClaimOrderLimitNextDue(t *testing.T) {
 }
 
 func TestStoreClaimDueAtIsScore(t *testing.T) {
-	s, _, _ := newTestStore(t, StoreOptions{})
+	s, _, _ := newTestStore(t, Options{})
 	ctx := storeCtx(t)
 	id := idsOnShard(s, 0, 1, "r")[0]
 	mustPark(t, s, env(id, t0+10_000))
@@ -255,7 +255,7 @@ func TestStoreClaimDueAtIsScore(t *testing.T) {
 }
 
 func TestStoreClaimFenced(t *testing.T) {
-	s, _, c := newTestStore(t, StoreOptions{})
+	s, _, c := newTestStore(t, Options{})
 	ctx := storeCtx(t)
 	id := idsOnShard(s, 3, 1, "f")[0]
 	mustPark(t, s, env(id, t0))
@@ -288,7 +288,7 @@ func TestStoreClaimFenced(t *testing.T) {
 }
 
 func TestStoreAckAndDoneTrim(t *testing.T) {
-	s, _, c := newTestStore(t, StoreOptions{DoneWindow: 10 * time.Second})
+	s, _, c := newTestStore(t, Options{DoneWindow: 10 * time.Second})
 	ctx := storeCtx(t)
 	a := idsOnShard(s, 0, 40, "a")
 	for _, id := range a {
@@ -340,7 +340,7 @@ func TestStoreAckAndDoneTrim(t *testing.T) {
 func TestStoreAckManyAndNoDoneWindow(t *testing.T) {
 	r := testkit.StartRedis(t)
 	c := r.Client()
-	s, err := NewStore(storeCtx(t), c, StoreOptions{Shards: 4, DoneWindow: 0})
+	s, err := New(storeCtx(t), c, Options{Shards: 4, DoneWindow: 0})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -378,7 +378,7 @@ func TestStoreAckManyAndNoDoneWindow(t *testing.T) {
 }
 
 func TestStoreRetry(t *testing.T) {
-	s, _, _ := newTestStore(t, StoreOptions{})
+	s, _, _ := newTestStore(t, Options{})
 	ctx := storeCtx(t)
 	a := idsOnShard(s, 1, 3, "rt")
 	mustPark(t, s, env(a[0], t0), env(a[1], t0), env(a[2], t0+9999))
@@ -417,7 +417,7 @@ func TestStoreRetry(t *testing.T) {
 }
 
 func TestStoreRecover(t *testing.T) {
-	s, _, _ := newTestStore(t, StoreOptions{})
+	s, _, _ := newTestStore(t, Options{})
 	ctx := storeCtx(t)
 	a := idsOnShard(s, 2, 5, "rc")
 	var envs []*envelope.Envelope
@@ -470,7 +470,7 @@ func TestStoreRecover(t *testing.T) {
 }
 
 func TestStoreCancel(t *testing.T) {
-	s, _, _ := newTestStore(t, StoreOptions{})
+	s, _, _ := newTestStore(t, Options{})
 	ctx := storeCtx(t)
 	a := idsOnShard(s, 0, 4, "x")
 	mustPark(t, s, env(a[0], t0+50_000), env(a[1], t0), env(a[2], t0), env(a[3], t0))
@@ -516,7 +516,7 @@ func TestStoreCancel(t *testing.T) {
 }
 
 func TestStoreRescheduleAndRequeue(t *testing.T) {
-	s, _, _ := newTestStore(t, StoreOptions{})
+	s, _, _ := newTestStore(t, Options{})
 	ctx := storeCtx(t)
 	a := idsOnShard(s, 3, 3, "rs")
 	mustPark(t, s, env(a[0], t0+100), env(a[1], t0), env(a[2], t0))
@@ -563,7 +563,7 @@ func TestStoreRescheduleAndRequeue(t *testing.T) {
 }
 
 func TestStoreGet(t *testing.T) {
-	s, _, _ := newTestStore(t, StoreOptions{})
+	s, _, _ := newTestStore(t, Options{})
 	ctx := storeCtx(t)
 	e := env("get-me", t0+42)
 	e.AMQP = &envelope.AMQPProperties{ContentType: "application/json", MessageID: "get-me", DeliveryMode: 2}
@@ -580,7 +580,7 @@ func TestStoreGet(t *testing.T) {
 }
 
 func TestStoreClaimSurvivesCorruption(t *testing.T) {
-	s, _, c := newTestStore(t, StoreOptions{})
+	s, _, c := newTestStore(t, Options{})
 	ctx := storeCtx(t)
 	a := idsOnShard(s, 1, 3, "bad")
 	mustPark(t, s, env(a[0], t0), env(a[1], t0+1), env(a[2], t0+2))
@@ -604,7 +604,7 @@ func TestStoreClaimSurvivesCorruption(t *testing.T) {
 }
 
 func TestStoreBuryListPurgeDead(t *testing.T) {
-	s, _, _ := newTestStore(t, StoreOptions{})
+	s, _, _ := newTestStore(t, Options{})
 	ctx := storeCtx(t)
 	var envs []*envelope.Envelope
 	for i := range 30 {
@@ -649,27 +649,27 @@ func TestStoreShardCountRefused(t *testing.T) {
 	r := testkit.StartRedis(t)
 	c := r.Client()
 	ctx := storeCtx(t)
-	if _, err := NewStore(ctx, c, StoreOptions{Shards: 8, Cluster: "prod"}); err != nil {
+	if _, err := New(ctx, c, Options{Shards: 8, Cluster: "prod"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := NewStore(ctx, c, StoreOptions{Shards: 8, Cluster: "prod"}); err != nil {
+	if _, err := New(ctx, c, Options{Shards: 8, Cluster: "prod"}); err != nil {
 		t.Fatalf("same count again: %v", err)
 	}
-	_, err := NewStore(ctx, c, StoreOptions{Shards: 16, Cluster: "prod"})
+	_, err := New(ctx, c, Options{Shards: 16, Cluster: "prod"})
 	if !errors.Is(err, ErrShardCount) || IsRetryable(err) || !strings.Contains(err.Error(), "shards") {
 		t.Fatalf("different count: %v, want a permanent ErrShardCount naming shards", err)
 	}
 	// Another bridge cluster in the same Redis records its own count.
-	if _, err := NewStore(ctx, c, StoreOptions{Shards: 16, Cluster: "staging"}); err != nil {
+	if _, err := New(ctx, c, Options{Shards: 16, Cluster: "staging"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := NewStore(ctx, c, StoreOptions{Cluster: "bad{tag"}); !errors.Is(err, ErrInvalid) {
+	if _, err := New(ctx, c, Options{Cluster: "bad{tag"}); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("cluster name with a brace: %v", err)
 	}
 }
 
 func TestStoreRedisRestartNoScript(t *testing.T) {
-	s, r, c := newTestStore(t, StoreOptions{})
+	s, r, c := newTestStore(t, Options{})
 	ctx := storeCtx(t)
 	// SIGKILL loses what AOF has not fsynced yet; the test is about scripts, not that.
 	if err := c.ConfigSet(ctx, "appendfsync", "always").Err(); err != nil {
@@ -719,7 +719,7 @@ func TestStoreErrorsRetryable(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: r.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { c.Close() })
 	ctx := storeCtx(t)
-	s, err := NewStore(ctx, c, StoreOptions{Shards: 4})
+	s, err := New(ctx, c, Options{Shards: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -757,7 +757,7 @@ func TestStoreWakeFormat(t *testing.T) {
 	if _, err := ParseWake("1:x"); err == nil {
 		t.Fatal("bad payload accepted")
 	}
-	s, _, c := newTestStore(t, StoreOptions{})
+	s, _, c := newTestStore(t, Options{})
 	ctx := storeCtx(t)
 	sub := c.Subscribe(ctx, s.WakeChannel())
 	defer sub.Close()
@@ -780,7 +780,7 @@ func TestStoreKeysShareHashTag(t *testing.T) {
 	r := testkit.StartRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
 	c := r.Client()
 	ctx := storeCtx(t)
-	s, err := NewStore(ctx, newSingleNodeCluster(t, r), StoreOptions{Shards: 5, Cluster: "a:b"})
+	s, err := New(ctx, newSingleNodeCluster(t, r), Options{Shards: 5, Cluster: "a:b"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -842,12 +842,12 @@ func TestStoreOnCluster(t *testing.T) {
 	r := testkit.StartRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
 	cc := newSingleNodeCluster(t, r)
 	ctx := storeCtx(t)
-	lc, err := NewStore(ctx, cc, StoreOptions{Shards: 4, Cluster: "lifecycle", DoneWindow: time.Hour})
+	lc, err := New(ctx, cc, Options{Shards: 4, Cluster: "lifecycle", DoneWindow: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
 	lifecycle(t, lc)
-	s, err := NewStore(ctx, cc, StoreOptions{Shards: 8, DoneWindow: time.Hour})
+	s, err := New(ctx, cc, Options{Shards: 8, DoneWindow: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -928,7 +928,7 @@ func TestStoreOnCluster(t *testing.T) {
 	}
 
 	// MinReplicas on Cluster: WAIT runs per primary; this node has no replica.
-	s2, err := NewStore(ctx, cc, StoreOptions{Shards: 8, MinReplicas: 1, WaitTimeout: 50 * time.Millisecond})
+	s2, err := New(ctx, cc, Options{Shards: 8, MinReplicas: 1, WaitTimeout: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -952,7 +952,7 @@ func TestStoreMinReplicas(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	c := primary.Client()
-	s, err := NewStore(ctx, c, StoreOptions{Shards: 4, MinReplicas: 1, DoneWindow: time.Hour})
+	s, err := New(ctx, c, Options{Shards: 4, MinReplicas: 1, DoneWindow: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -978,7 +978,7 @@ func TestStoreMinReplicas(t *testing.T) {
 		t.Fatalf("Bury: %v", err)
 	}
 
-	s2, err := NewStore(ctx, c, StoreOptions{Shards: 4, MinReplicas: 2, WaitTimeout: 50 * time.Millisecond})
+	s2, err := New(ctx, c, Options{Shards: 4, MinReplicas: 2, WaitTimeout: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1016,7 +1016,7 @@ func (r *recorder) Invalid(route, reason string) {
 
 func TestStoreObserver(t *testing.T) {
 	rec := &recorder{scripts: map[string]int{}, invalid: map[string]int{}}
-	s, _, c := newTestStore(t, StoreOptions{Observer: rec})
+	s, _, c := newTestStore(t, Options{Observer: rec})
 	ctx := storeCtx(t)
 	a := idsOnShard(s, 0, 3, "o")
 	mustPark(t, s, env(a[0], t0), env(a[1], t0), env(a[2], t0))
@@ -1110,7 +1110,7 @@ func lifecycle(t *testing.T, s *Store) {
 // TestStoreOnEmbeddedMiniredis: `bridge dev` falls back to the embedded miniredis when
 // there is no redis-server, and must run the very same scripts.
 func TestStoreLifecycle(t *testing.T) {
-	s, _, _ := newTestStore(t, StoreOptions{})
+	s, _, _ := newTestStore(t, Options{})
 	lifecycle(t, s)
 }
 
@@ -1118,7 +1118,7 @@ func TestStoreOnEmbeddedMiniredis(t *testing.T) {
 	m := miniredis.RunT(t)
 	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { c.Close() })
-	s, err := NewStore(storeCtx(t), c, StoreOptions{Shards: 4, DoneWindow: time.Hour})
+	s, err := New(storeCtx(t), c, Options{Shards: 4, DoneWindow: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1128,7 +1128,7 @@ func TestStoreOnEmbeddedMiniredis(t *testing.T) {
 // RetryMany writes the outcomes of several shards in one round trip, each exactly as
 // Retry would: retried ones pending again with their new attempt, dead ones in `dead`.
 func TestStoreRetryMany(t *testing.T) {
-	s, _, _ := newTestStore(t, StoreOptions{})
+	s, _, _ := newTestStore(t, Options{})
 	ctx := storeCtx(t)
 	byShard := map[int][]RetryItem{}
 	for sh := 0; sh < 3; sh++ {
