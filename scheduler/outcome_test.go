@@ -42,7 +42,7 @@ func startWithSink(t *testing.T, r *testkit.Redis, sink egress.Sink, broker stri
 		t.Fatal(err)
 	}
 	opt := Options{
-		Store: shardStore, Redis: rdb, Clock: clock.Real{}, Instance: "a",
+		Store: shardStore, Clock: clock.Real{}, Instance: "a",
 		Tick: time.Millisecond, Lookahead: 500 * time.Millisecond, ClaimBatch: 100,
 		InflightLease: 30 * time.Second, LeaseTTL: time.Second, SafetyScan: 200 * time.Millisecond,
 		MaxInMemory: 1000, MaxAttempts: 3, BackoffInitial: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
@@ -214,7 +214,7 @@ func TestShutdownWithStalledBrokerPutsQueuedBack(t *testing.T) {
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	s := New(Options{
-		Store: shardStore, Redis: rdb, Clock: clock.Real{}, Instance: "a",
+		Store: shardStore, Clock: clock.Real{}, Instance: "a",
 		Tick: time.Millisecond, Lookahead: 200 * time.Millisecond, ClaimBatch: 100,
 		InflightLease: 30 * time.Second, LeaseTTL: time.Second, SafetyScan: 200 * time.Millisecond,
 		MaxInMemory: 1000, MaxAttempts: 3, BackoffInitial: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond,

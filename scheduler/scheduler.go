@@ -15,8 +15,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/delaybridge/delay-bridge/egress"
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
@@ -26,8 +24,7 @@ import (
 
 // Options configure a Scheduler.
 type Options struct {
-	Store    *store.Store
-	Redis    redis.UniversalClient // for the wake-up pub/sub subscription
+	Store    Store
 	Clock    clock.Clock
 	Instance string
 
@@ -84,7 +81,7 @@ type Dispatcher interface {
 // never calls back into the scheduler with its lock held.
 type Scheduler struct {
 	opt     Options
-	store   *store.Store
+	store   Store
 	clk     clock.Clock
 	wheel   *Wheel
 	credits *credits
@@ -336,10 +333,11 @@ func (s *Scheduler) Run(ctx context.Context, disp Dispatcher) error {
 	go func() { defer wheelWG.Done(); s.wheel.Run(wheelCtx) }()
 	dispWG.Add(1)
 	go func() { defer dispWG.Done(); disp.Run(dispCtx) }()
-	if s.opt.Redis != nil {
-		wg.Add(1)
-		go func() { defer wg.Done(); s.subscribe(subCtx) }()
-	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_ = s.store.Listen(subCtx, s.Notify, func(id string) { s.CancelLocal(id) })
+	}()
 
 	s.ownershipLoop(ctx)
 
@@ -851,52 +849,10 @@ func (s *Scheduler) NeedsBroadcast(due int64) bool {
 	return due < clock.NowMs(s.clk)+(s.opt.Lookahead+s.opt.SafetyScan).Milliseconds()
 }
 
-// subscribe listens for other instances' wake-ups. A lost notification costs at most
-// one safety-scan interval of lateness, never a message.
-func (s *Scheduler) subscribe(ctx context.Context) {
-	for ctx.Err() == nil {
-		ps := s.opt.Redis.Subscribe(ctx, s.store.WakeChannel())
-		ch := ps.Channel()
-	loop:
-		for {
-			select {
-			case <-ctx.Done():
-				break loop
-			case m, ok := <-ch:
-				if !ok {
-					break loop
-				}
-				if id, ok := strings.CutPrefix(m.Payload, cancelPrefix); ok {
-					s.CancelLocal(id)
-					continue
-				}
-				if minDue, err := store.ParseWake(m.Payload); err == nil {
-					s.Notify(minDue)
-				}
-			}
-		}
-		_ = ps.Close()
-		if ctx.Err() == nil {
-			t := s.clk.NewTimer(time.Second)
-			select {
-			case <-ctx.Done():
-			case <-t.C():
-			}
-			t.Stop()
-		}
-	}
-}
-
-// cancelPrefix marks a cancel broadcast on the wake channel (wake-ups are "shard:due").
-const cancelPrefix = "cancel|"
-
 // BroadcastCancel tells every instance to drop id from its wheel: a message cancelled
 // while in flight is held in memory by whichever instance claimed it.
 func (s *Scheduler) BroadcastCancel(ctx context.Context, id string) error {
-	if s.opt.Redis == nil {
-		return nil
-	}
-	return s.opt.Redis.Publish(ctx, s.store.WakeChannel(), cancelPrefix+id).Err()
+	return s.store.PublishCancel(ctx, id)
 }
 
 // CancelLocal removes id from the wheel if this instance holds it, returning whether it

@@ -83,7 +83,7 @@ func startSchedulerOwned(t *testing.T, r *testkit.Redis, instance string, sink *
 		t.Fatal(err)
 	}
 	opt := Options{
-		Store: shardStore, Redis: rdb, Clock: clock.Real{}, Instance: instance,
+		Store: shardStore, Clock: clock.Real{}, Instance: instance,
 		Tick: time.Millisecond, Lookahead: 500 * time.Millisecond, ClaimBatch: 100,
 		InflightLease: 30 * time.Second, LeaseTTL: time.Second, SafetyScan: 200 * time.Millisecond,
 		MaxInMemory: 1000, MaxAttempts: 3, BackoffInitial: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
@@ -627,7 +627,7 @@ func TestReacquireWaitsForOwnPublishesInFlight(t *testing.T) {
 	}
 	sink := &gatedSink{open: make(chan struct{})}
 	s := New(Options{
-		Store: shardStore, Redis: rdb, Clock: clock.Real{}, Instance: "a",
+		Store: shardStore, Clock: clock.Real{}, Instance: "a",
 		Tick: time.Millisecond, Lookahead: 200 * time.Millisecond, ClaimBatch: 100,
 		InflightLease: 30 * time.Second, LeaseTTL: time.Second, SafetyScan: 200 * time.Millisecond,
 		MaxInMemory: 1000, MaxAttempts: 3, BackoffInitial: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond,

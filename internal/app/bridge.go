@@ -126,7 +126,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	}
 	sc := b.cfg.Scheduler
 	sched := scheduler.New(scheduler.Options{
-		Store: shardStore, Redis: b.rdb, Clock: b.clk, Instance: b.cfg.Instance,
+		Store: shardStore, Clock: b.clk, Instance: b.cfg.Instance,
 		Tick: sc.Tick, Lookahead: sc.Lookahead, ClaimBatch: sc.ClaimBatch, InflightLease: sc.InflightLease,
 		LeaseTTL: sc.LeaseTTL, SafetyScan: sc.SafetyScan, MaxInMemory: sc.MaxInMemory,
 		MaxAttempts: b.cfg.Retry.MaxAttempts, BackoffInitial: b.cfg.Retry.Backoff.Initial, BackoffMax: b.cfg.Retry.Backoff.Max,
@@ -186,7 +186,7 @@ func (b *Bridge) connectStore(ctx context.Context) (*store.Store, error) {
 	for {
 		shardStore, err := store.New(ctx, b.rdb, store.Options{
 			Prefix: b.cfg.Prefix, Cluster: b.cfg.Cluster, Shards: b.cfg.Shards,
-			DoneWindow: b.cfg.Scheduler.DoneWindow, MinReplicas: b.cfg.Redis.MinReplicas, Observer: b.obs,
+			DoneWindow: b.cfg.Scheduler.DoneWindow, MinReplicas: b.cfg.Redis.MinReplicas, Observer: b.obs, Clock: b.clk,
 		})
 		if err == nil {
 			return shardStore, nil

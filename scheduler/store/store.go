@@ -7,7 +7,6 @@ import (
 	"hash/fnv"
 	"io"
 	"net"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/observe"
 	"github.com/delaybridge/delay-bridge/lua"
@@ -87,6 +87,9 @@ type Options struct {
 	// WaitTimeout bounds that wait; default 2s.
 	WaitTimeout time.Duration
 	Observer    observe.Observer // nil = observe.Nop
+	// Clock times Listen's reconnect waits; default the real clock. (Script times are
+	// passed by the caller, never read here.)
+	Clock clock.Clock
 }
 
 // shardKeys are the Redis keys of one shard. They share the hash tag {cluster:shard}, so
@@ -162,6 +165,9 @@ func New(ctx context.Context, rdb redis.UniversalClient, opt Options) (*Store, e
 	if strings.ContainsAny(opt.Prefix, "{}") || strings.ContainsAny(opt.Cluster, "{}") {
 		return nil, fmt.Errorf("%w: prefix %q and cluster %q must not contain '{' or '}'", ErrInvalid, opt.Prefix, opt.Cluster)
 	}
+	if opt.Clock == nil {
+		opt.Clock = clock.Real{}
+	}
 	obs := opt.Observer
 	if obs == nil {
 		obs = observe.Nop{}
@@ -233,64 +239,6 @@ func (s *Store) ShardOf(id string) int {
 	h := fnv.New32a()
 	_, _ = io.WriteString(h, id)
 	return int(h.Sum32() % uint32(s.opt.Shards))
-}
-
-// WakeChannel is the pub/sub channel on which a parker announces messages due earlier
-// than a pump may be sleeping for (payload: FormatWake).
-func (s *Store) WakeChannel() string { return s.wakeCh }
-
-// PublishWake announces newly parked minimum due times per shard on WakeChannel. It is
-// an optimisation only: pumps also scan periodically, so a lost message is harmless.
-func (s *Store) PublishWake(ctx context.Context, minDue map[int]int64) error {
-	if len(minDue) == 0 {
-		return nil
-	}
-	if err := s.rdb.Publish(ctx, s.wakeCh, FormatWake(minDue)).Err(); err != nil {
-		return fmt.Errorf("scheduler: publish wake-up: %w", err)
-	}
-	return nil
-}
-
-// FormatWake encodes per-shard due times as "shard:due,shard:due" (shards ascending).
-func FormatWake(minDue map[int]int64) string {
-	shards := make([]int, 0, len(minDue))
-	for sh := range minDue {
-		shards = append(shards, sh)
-	}
-	sort.Ints(shards)
-	var b strings.Builder
-	for i, sh := range shards {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(strconv.Itoa(sh))
-		b.WriteByte(':')
-		b.WriteString(strconv.FormatInt(minDue[sh], 10))
-	}
-	return b.String()
-}
-
-// ParseWake decodes a FormatWake payload.
-func ParseWake(payload string) (map[int]int64, error) {
-	out := make(map[int]int64)
-	if payload == "" {
-		return out, nil
-	}
-	for _, part := range strings.Split(payload, ",") {
-		sh, due, ok := strings.Cut(part, ":")
-		if !ok {
-			return nil, fmt.Errorf("%w: wake-up payload %q", ErrInvalid, payload)
-		}
-		n, err1 := strconv.Atoi(sh)
-		d, err2 := strconv.ParseInt(due, 10, 64)
-		if err1 != nil || err2 != nil {
-			return nil, fmt.Errorf("%w: wake-up payload %q", ErrInvalid, payload)
-		}
-		if old, seen := out[n]; !seen || d < old {
-			out[n] = d
-		}
-	}
-	return out, nil
 }
 
 func (s *Store) shardKeys(shard int) (shardKeys, error) {
