@@ -57,6 +57,35 @@ type Store interface {
 	Recover(ctx context.Context, shard int, now int64, limit int) (moved int, more bool, err error)
 	RecoverAll(ctx context.Context, shard int, now int64, limit int) (moved int, more bool, err error)
 
+	// ParkEach stores envs, each in the shard of its id, due at its DueAt, idempotently:
+	// prior[i] is the state envs[i]'s id was in before the call, StateUnknown when it
+	// was new and is now parked, any other state being why it was refused (the duplicate
+	// reason; a cancel tombstone of another route does not refuse it). minDue holds,
+	// per shard, the earliest due time among newly parked messages. On error some
+	// shards may have been written (retry the whole batch); prior and minDue are still
+	// filled in for the parts that succeeded (all of them with store.ErrNotReplicated),
+	// the others reading StateNotStored; prior is nil when nothing could be tried.
+	ParkEach(ctx context.Context, envs []*envelope.Envelope) (prior []store.State, minDue map[int]int64, err error)
+	// Bury stores invalid messages straight into dead (their Reason says why) at now,
+	// idempotently like ParkEach: prior[i] is StateUnknown when buried now, else the
+	// state its id was already in (left as it is). On error prior is nil unless the
+	// error is store.ErrNotReplicated.
+	Bury(ctx context.Context, envs []*envelope.Envelope, now int64) (prior []store.State, err error)
+	// Cancel removes id wherever it is (pending, in flight or dead) and remembers it as
+	// cancelled at now. It returns the prior state (StatePending, StateInflight or
+	// StateDead: cancelled now; StateDelivered or StateCancelled: nothing changes;
+	// StateUnknown: tombstoned if opt.Tombstone) and the route of the message found
+	// (opt.Route when none). A message of another route than a non-empty opt.Route is
+	// left alone: store.ErrOtherRoute. opt.Tombstone without opt.Route: store.ErrInvalid.
+	Cancel(ctx context.Context, id string, now int64, opt store.CancelOptions) (prior store.State, route string, err error)
+	// Get returns id's state, its score there (due time, lease deadline, time dead,
+	// delivered or cancelled) and its envelope (nil for delivered, cancelled, unknown;
+	// an undecodable one is reported with an error wrapping envelope.ErrCorrupt).
+	Get(ctx context.Context, id string) (store.State, int64, *envelope.Envelope, error)
+	// Envelopes reads the stored envelopes of ids (pending, in flight or dead; nil for
+	// any other, or one that does not decode), in ids' order.
+	Envelopes(ctx context.Context, ids []string) ([]*envelope.Envelope, error)
+
 	// PublishWake and PublishCancel notify every instance's Listen; Listen delivers
 	// them until ctx ends (see store.Store.Listen). Notifications may be lost.
 	PublishWake(ctx context.Context, minDue map[int]int64) error
