@@ -12,6 +12,7 @@ import (
 
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/internal/fault"
 	"github.com/delaybridge/delay-bridge/internal/observe"
 )
 
@@ -287,7 +288,7 @@ func (d *Dispatcher) publishRoute(ctx context.Context, route string, envs []*env
 	if !ok {
 		errs := make([]error, len(envs))
 		for i := range errs {
-			errs[i] = fmt.Errorf("route %q is not configured on this instance: %w", route, ErrPermanent)
+			errs[i] = fault.Permanent(fmt.Errorf("route %q is not configured on this instance", route))
 		}
 		d.failed(ctx, route, "", envs, errs)
 		return

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/internal/fault"
 )
 
 // fakeSink is an in-test Sink (our own interface, not a broker): it records batches and
@@ -164,7 +165,7 @@ func TestDispatcherUnknownRouteIsPermanent(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	stop()
-	if !errors.Is(got, ErrPermanent) {
+	if !fault.IsPermanent(got) {
 		t.Fatalf("unknown route error %v, want ErrPermanent", got)
 	}
 }

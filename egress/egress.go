@@ -5,13 +5,9 @@ package egress
 
 import (
 	"context"
-	"errors"
-	"io"
-	"net"
-	"os"
-	"syscall"
 
 	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/internal/fault"
 	"github.com/delaybridge/delay-bridge/internal/observe"
 )
 
@@ -24,10 +20,11 @@ import (
 //     AMQP publisher confirm with mandatory routing).
 //   - It returns a slice with one error per message, in order; nil means the broker has
 //     it. A returned (unroutable) or nacked message is an error. Errors for which
-//     retrying cannot help are wrapped with ErrPermanent; errors wrap ErrUnreachable,
-//     ErrRejected or ErrUnroutable when they are of that kind (see FailReason).
+//     retrying cannot help are marked fault.Permanent; errors are marked
+//     fault.ErrUnreachable, fault.ErrRejected or fault.ErrUnroutable when they are of
+//     that kind (see fault.ReasonOf and FailReason).
 //   - A message whose write was handed to the broker's connection but not answered is
-//     failed with an error wrapping ErrUnknownOutcome: the broker may still apply it.
+//     failed with an error marked fault.ErrUnknownOutcome: the broker may still apply it.
 //     Publish never sends a message twice itself, and it keeps waiting for the answer
 //     of a write until ctx ends (it has no timeout of its own shorter than ctx).
 //   - Publish must return promptly when ctx is cancelled (errors for what was not
@@ -39,52 +36,48 @@ type Sink interface {
 	Close() error
 }
 
-// ErrPermanent marks a publish failure that retrying cannot fix; the message goes
-// straight to the dead letters.
-var ErrPermanent = errors.New("permanent")
+// Errors are classified with internal/fault, where the scheduler reads them too:
+// fault.Permanent (retrying cannot help: the message goes straight to the dead
+// letters), and the publish outcomes fault.ErrUnreachable, fault.ErrRejected,
+// fault.ErrUnroutable and fault.ErrUnknownOutcome (see fault.ReasonOf).
 
-// Failure classes sinks wrap their errors with, for counting (FailReason) and for the
-// retry decision.
+// ErrPermanent is fault.ErrPermanent.
+//
+// Deprecated: mark with fault.Permanent and test with fault.IsPermanent; kept until
+// no caller names it.
+var ErrPermanent = fault.ErrPermanent
+
+// Deprecated aliases of the publish outcomes in internal/fault, kept until no caller
+// names them.
 var (
-	// ErrUnreachable: no connection to the broker; nothing was sent, a retry is safe and
-	// never a reason to give up on a message.
-	ErrUnreachable = errors.New("broker unreachable")
-	// ErrRejected: the broker answered and refused the message (nack, error code).
-	ErrRejected = errors.New("rejected by the broker")
-	// ErrUnroutable: the broker has nowhere to put it (AMQP return, unknown topic).
-	ErrUnroutable = errors.New("unroutable")
-	// ErrUnknownOutcome: the message was written to the broker's connection and no
-	// answer came before the publish was given up (timeout, connection lost after the
-	// write): the broker may still apply the write. Re-sending it at once would publish
-	// it twice; the completer leaves it in flight instead (recovered after the in-flight
-	// lease).
-	ErrUnknownOutcome = errors.New("outcome unknown")
+	ErrUnreachable    = fault.ErrUnreachable    // Deprecated: use fault.ErrUnreachable.
+	ErrRejected       = fault.ErrRejected       // Deprecated: use fault.ErrRejected.
+	ErrUnroutable     = fault.ErrUnroutable     // Deprecated: use fault.ErrUnroutable.
+	ErrUnknownOutcome = fault.ErrUnknownOutcome // Deprecated: use fault.ErrUnknownOutcome.
 )
 
 // UnknownOutcome reports whether err says the message may have reached the broker.
-func UnknownOutcome(err error) bool { return errors.Is(err, ErrUnknownOutcome) }
+//
+// Deprecated: use fault.IsUnknownOutcome.
+func UnknownOutcome(err error) bool { return fault.IsUnknownOutcome(err) }
 
-// FailReason maps a publish error to its observe.Fail* reason: the classes above first,
-// then timeouts, then connection errors; anything else is observe.FailOther.
+// failReasons maps fault's publish failure reasons to the observe.Fail* metric labels.
+var failReasons = map[fault.Reason]string{
+	fault.ReasonTimeout:     observe.FailTimeout,
+	fault.ReasonUnreachable: observe.FailUnreachable,
+	fault.ReasonRejected:    observe.FailRejected,
+	fault.ReasonUnroutable:  observe.FailUnroutable,
+	fault.ReasonOther:       observe.FailOther,
+}
+
+// FailReason maps a publish error to its observe.Fail* reason (fault.ReasonOf): ""
+// for nil, observe.FailOther for anything unclassified.
 func FailReason(err error) string {
-	var nerr net.Error
-	var operr *net.OpError
-	switch {
-	case err == nil:
+	if err == nil {
 		return ""
-	case errors.Is(err, ErrUnroutable):
-		return observe.FailUnroutable
-	case errors.Is(err, ErrRejected):
-		return observe.FailRejected
-	case errors.Is(err, ErrUnreachable), errors.As(err, &operr) && operr.Op == "dial":
-		return observe.FailUnreachable
-	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
-		errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH), errors.Is(err, io.EOF),
-		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed):
-		return observe.FailUnreachable
-	case errors.Is(err, ErrUnknownOutcome), errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded),
-		errors.As(err, &nerr) && nerr.Timeout():
-		return observe.FailTimeout
+	}
+	if r, ok := failReasons[fault.ReasonOf(err)]; ok {
+		return r
 	}
 	return observe.FailOther
 }

@@ -26,7 +26,7 @@
 // A basic.return (no queue bound for the routing key: ErrUnroutable), a basic.nack
 // (ErrNacked) or the channel or connection closing before the confirm (ErrChannelLost)
 // is a failed publish that a retry may fix. A missing target exchange is permanent
-// (wrapped with egress.ErrPermanent), as is an unknown route or a header table that
+// (marked fault.Permanent), as is an unknown route or a header table that
 // cannot be encoded. Returns are matched to messages by their x-message-id header.
 //
 // Concurrency. A fixed pool of publisher goroutines each owns one confirm channel
@@ -53,6 +53,7 @@ import (
 	"github.com/delaybridge/delay-bridge/egress"
 	"github.com/delaybridge/delay-bridge/internal/amqpconn"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/internal/fault"
 )
 
 // maxShortStr is the longest exchange name or routing key AMQP 0-9-1 can carry.
@@ -62,22 +63,22 @@ const maxShortStr = 255
 const HeaderDeadReason = "x-delay-dead-reason"
 
 // Publish failures a retry may fix. Each returned error wraps one of them (or ctx's
-// error, ErrClosed, or egress.ErrPermanent).
+// error, ErrClosed, or is marked fault.Permanent).
 var (
 	// ErrUnroutable: the broker returned the message (mandatory flag): no queue is bound
-	// to the target exchange for its routing key. It wraps egress.ErrUnroutable.
-	ErrUnroutable = fmt.Errorf("%w: returned by the broker", egress.ErrUnroutable)
+	// to the target exchange for its routing key. It wraps fault.ErrUnroutable.
+	ErrUnroutable = fmt.Errorf("%w: returned by the broker", fault.ErrUnroutable)
 	// ErrNacked: the broker nacked the publish (internal error in the queue). It wraps
-	// egress.ErrRejected.
-	ErrNacked = fmt.Errorf("nacked by the broker: %w", egress.ErrRejected)
+	// fault.ErrRejected.
+	ErrNacked = fmt.Errorf("nacked by the broker: %w", fault.ErrRejected)
 	// ErrChannelLost: the channel or connection closed before the broker confirmed.
 	// Whatever the broker had not applied it dropped with the channel, so a re-send
-	// cannot meet a late first write: it wraps egress.ErrUnreachable (egress.ErrRejected
+	// cannot meet a late first write: it wraps fault.ErrUnreachable (fault.ErrRejected
 	// too when the broker closed the channel with an error of its own).
-	ErrChannelLost = fmt.Errorf("channel closed before the confirm: %w", egress.ErrUnreachable)
+	ErrChannelLost = fmt.Errorf("channel closed before the confirm: %w", fault.ErrUnreachable)
 	// ErrUnavailable: no connection to the broker could be made within ConnectWait.
-	// Nothing was sent: it wraps egress.ErrUnreachable.
-	ErrUnavailable = fmt.Errorf("broker unavailable: %w", egress.ErrUnreachable)
+	// Nothing was sent: it wraps fault.ErrUnreachable.
+	ErrUnavailable = fmt.Errorf("broker unavailable: %w", fault.ErrUnreachable)
 	// ErrClosed: Publish after Close.
 	ErrClosed = errors.New("egress/amqp: sink closed")
 )
@@ -128,13 +129,13 @@ var (
 // throwaway channel, since a failed passive declare closes the channel), or declares it
 // (durable, topic) when to.amqp.declare is true, and starts the publisher pool. routes
 // maps route name to its to.amqp endpoint. A missing exchange is an error wrapping
-// egress.ErrPermanent. conn is shared and owned by the caller: close it after Close.
+// fault.Permanent. conn is shared and owned by the caller: close it after Close.
 func New(ctx context.Context, conn *amqpconn.Manager, routes map[string]config.AMQPEndpoint, opts Options) (*Sink, error) {
 	s := newSink(conn, opts)
 	s.routes = make(map[string]config.AMQPEndpoint, len(routes))
 	for name, ep := range routes {
 		if ep.Exchange == "" {
-			return nil, fmt.Errorf("egress/amqp: route %q: to.amqp.exchange is required: %w", name, egress.ErrPermanent)
+			return nil, fault.Permanent(fmt.Errorf("egress/amqp: route %q: to.amqp.exchange is required", name))
 		}
 		s.routes[name] = ep
 	}
@@ -153,7 +154,7 @@ func New(ctx context.Context, conn *amqpconn.Manager, routes map[string]config.A
 // x-delay-attempt = the attempts made, and x-delay-dead-reason = env.Reason.
 func NewDeadLetter(ctx context.Context, conn *amqpconn.Manager, exchange string, opts Options) (*Sink, error) {
 	if exchange == "" {
-		return nil, fmt.Errorf("egress/amqp: dead_letter.amqp.exchange is empty: %w", egress.ErrPermanent)
+		return nil, fault.Permanent(errors.New("egress/amqp: dead_letter.amqp.exchange is empty"))
 	}
 	s := newSink(conn, opts)
 	s.dead = exchange
@@ -255,12 +256,12 @@ func (s *Sink) probe() {
 // the result.
 func (s *Sink) checkExchange(ctx context.Context, name string, declare bool) error {
 	if name == "" {
-		return fmt.Errorf("the default exchange cannot be a target: %w", egress.ErrPermanent)
+		return fault.Permanent(errors.New("the default exchange cannot be a target"))
 	}
 	ch, err := s.conn.Channel(ctx)
 	if err != nil {
-		if errors.Is(err, amqpconn.ErrPermanent) {
-			return fmt.Errorf("%w: %w", err, egress.ErrPermanent)
+		if fault.IsPermanent(err) {
+			return err
 		}
 		return fmt.Errorf("check exchange %q: %w: %w", name, ErrUnavailable, err)
 	}
@@ -279,9 +280,9 @@ func (s *Sink) checkExchange(ctx context.Context, name string, declare bool) err
 		s.mu.Unlock()
 		return nil
 	case errors.As(err, &aerr) && aerr.Code == amqp.NotFound:
-		return fmt.Errorf("target exchange %q does not exist (create it, or set to.amqp.declare: true): %w", name, egress.ErrPermanent)
+		return fault.Permanent(fmt.Errorf("target exchange %q does not exist (create it, or set to.amqp.declare: true)", name))
 	case errors.As(err, &aerr) && aerr.Server && (aerr.Code == amqp.PreconditionFailed || aerr.Code == amqp.AccessRefused):
-		return fmt.Errorf("declare exchange %q: %w: %w", name, err, egress.ErrPermanent)
+		return fault.Permanent(fmt.Errorf("declare exchange %q: %w", name, err))
 	}
 	return fmt.Errorf("check exchange %q: %w", name, err)
 }
@@ -377,7 +378,7 @@ submit:
 			case <-j.done:
 			default:
 				// Handed to a publisher: some of it may be on the wire.
-				fail(j, fmt.Errorf("egress/amqp: no confirm from the broker: %w: %w", egress.ErrUnknownOutcome, ctx.Err()))
+				fail(j, fmt.Errorf("egress/amqp: no confirm from the broker: %w: %w", fault.ErrUnknownOutcome, ctx.Err()))
 				continue
 			}
 		case <-s.ctx.Done():
@@ -385,7 +386,7 @@ submit:
 			select {
 			case <-j.done:
 			case <-time.After(s.opts.CloseWait):
-				fail(j, fmt.Errorf("%w: %w", ErrClosed, egress.ErrUnknownOutcome))
+				fail(j, fmt.Errorf("%w: %w", ErrClosed, fault.ErrUnknownOutcome))
 				continue
 			}
 		}
@@ -400,7 +401,7 @@ submit:
 func (s *Sink) prepare(ctx context.Context, env *envelope.Envelope) (outgoing, error) {
 	var o outgoing
 	if env == nil {
-		return o, fmt.Errorf("egress/amqp: nil envelope: %w", egress.ErrPermanent)
+		return o, fault.Permanent(errors.New("egress/amqp: nil envelope"))
 	}
 	o.id = env.ID
 	ep, haveRoute := s.routes[env.Route]
@@ -414,7 +415,7 @@ func (s *Sink) prepare(ctx context.Context, env *envelope.Envelope) (outgoing, e
 	case haveRoute:
 		o.exchange = ep.Exchange
 	default:
-		return o, fmt.Errorf("egress/amqp: message %q: unknown route %q: %w", env.ID, env.Route, egress.ErrPermanent)
+		return o, fault.Permanent(fmt.Errorf("egress/amqp: message %q: unknown route %q", env.ID, env.Route))
 	}
 	if s.dead == "" {
 		o.key = ep.RoutingKey
@@ -426,8 +427,8 @@ func (s *Sink) prepare(ctx context.Context, env *envelope.Envelope) (outgoing, e
 		o.key = string(env.Key)
 	}
 	if len(o.key) > maxShortStr || len(o.exchange) > maxShortStr {
-		return o, fmt.Errorf("egress/amqp: message %q: exchange %q or routing key %q is longer than %d bytes: %w",
-			env.ID, o.exchange, o.key, maxShortStr, egress.ErrPermanent)
+		return o, fault.Permanent(fmt.Errorf("egress/amqp: message %q: exchange %q or routing key %q is longer than %d bytes",
+			env.ID, o.exchange, o.key, maxShortStr))
 	}
 	if !s.isKnown(o.exchange) {
 		// A per-message target not seen yet (or one that vanished): check it on a
@@ -448,7 +449,7 @@ func (s *Sink) prepare(ctx context.Context, env *envelope.Envelope) (outgoing, e
 	}
 	table, err := Table(hs)
 	if err != nil {
-		return o, fmt.Errorf("egress/amqp: message %q: headers: %w: %w", env.ID, err, egress.ErrPermanent)
+		return o, fault.Permanent(fmt.Errorf("egress/amqp: message %q: headers: %w", env.ID, err))
 	}
 	o.pub = amqp.Publishing{Headers: table, Body: env.Payload}
 	if p := env.AMQP; p != nil {
@@ -600,8 +601,8 @@ func (w *worker) ensure(ctx context.Context) error {
 		switch {
 		case ctx.Err() != nil:
 			return ctx.Err()
-		case errors.Is(err, amqpconn.ErrPermanent):
-			return fmt.Errorf("egress/amqp: %w: %w", err, egress.ErrPermanent)
+		case fault.IsPermanent(err):
+			return fmt.Errorf("egress/amqp: %w", err)
 		case errors.Is(err, amqpconn.ErrClosed):
 			return fmt.Errorf("egress/amqp: %w", err)
 		}
@@ -713,7 +714,7 @@ wait:
 		select {
 		case <-p.dc.Done():
 		default:
-			j.errs[p.n] = fmt.Errorf("egress/amqp: no confirm from the broker: %w: %w", egress.ErrUnknownOutcome, ctx.Err())
+			j.errs[p.n] = fmt.Errorf("egress/amqp: no confirm from the broker: %w: %w", fault.ErrUnknownOutcome, ctx.Err())
 			continue
 		}
 		if rs := returned[o.id]; len(rs) > 0 {
@@ -729,11 +730,11 @@ wait:
 			e := w.closeE
 			if e != nil && e.Code == amqp.NotFound && strings.Contains(e.Reason, "'"+o.exchange+"'") {
 				w.s.forget(o.exchange)
-				j.errs[p.n] = fmt.Errorf("egress/amqp: target exchange %q does not exist: %w: %w", o.exchange, e, egress.ErrPermanent)
+				j.errs[p.n] = fault.Permanent(fmt.Errorf("egress/amqp: target exchange %q does not exist: %w", o.exchange, e))
 				continue
 			}
 			if e != nil && e.Server && e.Recover {
-				j.errs[p.n] = fmt.Errorf("egress/amqp: %w: %w: %w", ErrChannelLost, egress.ErrRejected, e)
+				j.errs[p.n] = fmt.Errorf("egress/amqp: %w: %w: %w", ErrChannelLost, fault.ErrRejected, e)
 			} else if e != nil {
 				j.errs[p.n] = fmt.Errorf("egress/amqp: %w: %w", ErrChannelLost, e)
 			} else {

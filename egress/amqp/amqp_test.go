@@ -15,11 +15,11 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/delaybridge/delay-bridge/config"
-	"github.com/delaybridge/delay-bridge/egress"
 	"github.com/delaybridge/delay-bridge/egress/amqp"
 	"github.com/delaybridge/delay-bridge/internal/amqpconn"
 	"github.com/delaybridge/delay-bridge/internal/amqpconn/tcpproxy"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/internal/fault"
 	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
@@ -305,7 +305,7 @@ func TestUnroutableIsAFailedPublish(t *testing.T) {
 	errs := publish(t, s, msgs...)
 	for i, err := range errs {
 		if msgs[i].Route == "lonely" {
-			if !errors.Is(err, amqp.ErrUnroutable) || errors.Is(err, egress.ErrPermanent) {
+			if !errors.Is(err, amqp.ErrUnroutable) || fault.IsPermanent(err) {
 				t.Errorf("message %d to an unbound exchange: %v, want retryable ErrUnroutable", i, err)
 			}
 		} else if err != nil {
@@ -328,7 +328,7 @@ func TestMissingExchange(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, err := amqp.New(ctx, m, map[string]config.AMQPEndpoint{"r": {Exchange: missing}}, amqp.Options{})
-	if !errors.Is(err, egress.ErrPermanent) || !strings.Contains(err.Error(), missing) {
+	if !fault.IsPermanent(err) || !strings.Contains(err.Error(), missing) {
 		t.Fatalf("New with a missing exchange: %v, want ErrPermanent naming it", err)
 	}
 
@@ -357,15 +357,15 @@ func TestMissingExchange(t *testing.T) {
 	errs := publish(t, s2,
 		&envelope.Envelope{ID: "to-gone", Route: "gone"},
 		&envelope.Envelope{ID: "ok-1", Route: "ok"})
-	if !errors.Is(errs[0], egress.ErrPermanent) {
+	if !fault.IsPermanent(errs[0]) {
 		t.Errorf("publish to a deleted exchange: %v, want ErrPermanent", errs[0])
 	}
 	// ok-1 shared the channel the broker closed: it may fail, but only retryably.
-	if errs[1] != nil && errors.Is(errs[1], egress.ErrPermanent) {
+	if errs[1] != nil && fault.IsPermanent(errs[1]) {
 		t.Errorf("neighbour of a missing exchange failed permanently: %v", errs[1])
 	}
 	errs = publish(t, s2, &envelope.Envelope{ID: "to-gone-2", Route: "gone"}, &envelope.Envelope{ID: "ok-2", Route: "ok"})
-	if !errors.Is(errs[0], egress.ErrPermanent) || errs[1] != nil {
+	if !fault.IsPermanent(errs[0]) || errs[1] != nil {
 		t.Errorf("second publish: %v / %v, want permanent / nil", errs[0], errs[1])
 	}
 	got := r.next(1, 10*time.Second)
@@ -383,7 +383,7 @@ func TestDeadLetterPublisher(t *testing.T) {
 	m := manager(t, testkit.AMQPURL())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := amqp.NewDeadLetter(ctx, m, testkit.Uniq(t, "no-dlx"), amqp.Options{}); !errors.Is(err, egress.ErrPermanent) {
+	if _, err := amqp.NewDeadLetter(ctx, m, testkit.Uniq(t, "no-dlx"), amqp.Options{}); !fault.IsPermanent(err) {
 		t.Fatalf("missing dead-letter exchange: %v, want ErrPermanent", err)
 	}
 	dl, err := amqp.NewDeadLetter(ctx, m, ex, amqp.Options{})
@@ -459,7 +459,7 @@ func TestConnectionCutMidFlight(t *testing.T) {
 						okMu.Unlock()
 						continue
 					}
-					if errors.Is(err, egress.ErrPermanent) {
+					if fault.IsPermanent(err) {
 						t.Errorf("%s: permanent error on a connection cut: %v", chunk[i].ID, err)
 						continue
 					}
@@ -522,7 +522,7 @@ func TestPublishWhileBrokerDown(t *testing.T) {
 	p.Cut()
 	start := time.Now()
 	errs := publish(t, s, &envelope.Envelope{ID: "down", Route: "r"})
-	if errs[0] == nil || errors.Is(errs[0], egress.ErrPermanent) {
+	if errs[0] == nil || fault.IsPermanent(errs[0]) {
 		t.Fatalf("publish while down: %v, want a retryable error", errs[0])
 	}
 	if took := time.Since(start); took > 10*time.Second { // ConnectWait 300 ms; generous for a loaded machine
@@ -537,7 +537,7 @@ func TestPublishWhileBrokerDown(t *testing.T) {
 		if errs[0] == nil {
 			break
 		}
-		if errors.Is(errs[0], egress.ErrPermanent) || time.Now().After(deadline) {
+		if fault.IsPermanent(errs[0]) || time.Now().After(deadline) {
 			t.Fatalf("publish after the broker came back: %v", errs[0])
 		}
 		time.Sleep(50 * time.Millisecond)

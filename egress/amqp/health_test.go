@@ -2,7 +2,6 @@ package amqp_test
 
 import (
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"testing"
@@ -15,6 +14,7 @@ import (
 	"github.com/delaybridge/delay-bridge/egress/amqp"
 	"github.com/delaybridge/delay-bridge/internal/amqpconn/tcpproxy"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/internal/fault"
 	"github.com/delaybridge/delay-bridge/internal/metrics"
 	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
@@ -50,7 +50,7 @@ func TestHealthFollowsTheConnection(t *testing.T) {
 	waitHealthy(t, s, false)
 	t.Logf("down: %v", s.Healthy())
 	errs := publish(t, s, &envelope.Envelope{ID: "down", Route: "r"})
-	if errs[0] == nil || errors.Is(errs[0], egress.ErrPermanent) || egress.FailReason(errs[0]) != "unreachable" {
+	if errs[0] == nil || fault.IsPermanent(errs[0]) || egress.FailReason(errs[0]) != "unreachable" {
 		t.Fatalf("publish while down: %v (reason %q), want a retryable unreachable error", errs[0], egress.FailReason(errs[0]))
 	}
 

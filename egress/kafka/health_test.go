@@ -2,7 +2,6 @@ package kafka_test
 
 import (
 	"context"
-	"errors"
 	"net"
 	"strconv"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"github.com/delaybridge/delay-bridge/egress"
 	kafkaout "github.com/delaybridge/delay-bridge/egress/kafka"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/internal/fault"
 	"github.com/delaybridge/delay-bridge/internal/observe"
 	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
@@ -51,9 +51,9 @@ func TestBrokerDownIsUnreachableAndUnhealthy(t *testing.T) {
 		switch {
 		case err == nil:
 			t.Errorf("message %d published to a stopped broker", i)
-		case errors.Is(err, egress.ErrPermanent):
+		case fault.IsPermanent(err):
 			t.Errorf("a stopped broker must be retryable, got permanent: %v", err)
-		case egress.UnknownOutcome(err):
+		case fault.IsUnknownOutcome(err):
 			t.Errorf("connection refused means nothing was sent, got unknown outcome: %v", err)
 		case egress.FailReason(err) != observe.FailUnreachable:
 			t.Errorf("reason %q for %v, want unreachable", egress.FailReason(err), err)

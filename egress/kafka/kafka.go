@@ -15,7 +15,7 @@
 // answer; the sink itself retries a batch only when it surely was not applied (no
 // connection could be made, or the broker answered with a retriable error code that
 // means "not appended"). A request left without an answer fails with
-// egress.ErrUnknownOutcome, which the completer does not re-send at once.
+// fault.ErrUnknownOutcome, which the completer does not re-send at once.
 //
 // Health. A background probe (owned by the sink, stopped by Close) reads the cluster
 // metadata from the brokers every ProbeInterval; Healthy reports the latest of the
@@ -47,8 +47,8 @@ import (
 	"github.com/delaybridge/delay-bridge/config"
 	"github.com/delaybridge/delay-bridge/egress"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/internal/fault"
 	"github.com/delaybridge/delay-bridge/internal/kafkaconn"
-	"github.com/delaybridge/delay-bridge/internal/observe"
 )
 
 // HeaderDeadReason carries why a message was dead-lettered, on dead-letter copies.
@@ -112,7 +112,7 @@ var (
 func New(cfg config.KafkaConfig, routes map[string]string, opts Options) (*Sink, error) {
 	tr, err := kafkaconn.Transport(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("egress/kafka: %w: %w", egress.ErrPermanent, err)
+		return nil, fault.Permanent(fmt.Errorf("egress/kafka: %w", err))
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -135,7 +135,7 @@ func New(cfg config.KafkaConfig, routes map[string]string, opts Options) (*Sink,
 	rt := make(map[string]string, len(routes))
 	for name, topic := range routes {
 		if topic == "" {
-			return nil, fmt.Errorf("egress/kafka: route %q: empty default topic: %w", name, egress.ErrPermanent)
+			return nil, fault.Permanent(fmt.Errorf("egress/kafka: route %q: empty default topic", name))
 		}
 		rt[name] = topic
 	}
@@ -235,7 +235,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []*envelope.Envelope) []error {
 		if t, ok := s.routes[env.Route]; ok {
 			return t, nil
 		}
-		return "", fmt.Errorf("kafka: route %q has no kafka target and the message names none: %w", env.Route, egress.ErrPermanent)
+		return "", fault.Permanent(fmt.Errorf("kafka: route %q has no kafka target and the message names none", env.Route))
 	}, func(env *envelope.Envelope) []envelope.Header {
 		return egress.OutgoingHeaders(env, env.Attempt+1)
 	})
@@ -274,7 +274,7 @@ func (d *DeadLetters) Topic() string { return d.topic }
 func (d *DeadLetters) Publish(ctx context.Context, envs []*envelope.Envelope) []error {
 	return d.s.publish(ctx, envs, func(*envelope.Envelope) (string, error) {
 		if d.topic == "" {
-			return "", fmt.Errorf("kafka: no dead-letter topic configured: %w", egress.ErrPermanent)
+			return "", fault.Permanent(errors.New("kafka: no dead-letter topic configured"))
 		}
 		return d.topic, nil
 	}, func(env *envelope.Envelope) []envelope.Header {
@@ -352,7 +352,7 @@ func (s *Sink) writeRetrying(ctx context.Context, recs []kafka.Message, slots []
 			switch err := errs[slot]; {
 			case err == nil || errors.As(err, &kerr):
 				answered = true
-			case errors.Is(err, egress.ErrUnreachable):
+			case errors.Is(err, fault.ErrUnreachable):
 				down = slot
 			}
 			if errs[slot] != nil && retrySafe(errs[slot]) {
@@ -474,10 +474,10 @@ func removedIndex(recs, remaining []kafka.Message) int {
 	return len(recs) - 1
 }
 
-// classify wraps a publish error with its egress class: permanent (retrying cannot
-// help), unroutable (no such topic), unknown outcome (the request may still be applied:
-// no answer in time on a connection that may live on, or the broker timed out waiting
-// for replicas), rejected (any other error code the broker answered with) or
+// classify marks a publish error with its internal/fault class: permanent (retrying
+// cannot help), unroutable (no such topic), unknown outcome (the request may still be
+// applied: no answer in time on a connection that may live on, or the broker timed out
+// waiting for replicas), rejected (any other error code the broker answered with) or
 // unreachable (no connection could be made, or it closed under the request).
 func classify(topic string, err error) error {
 	var tooLarge kafka.MessageTooLargeError
@@ -485,27 +485,27 @@ func classify(topic string, err error) error {
 	var class error
 	switch {
 	case errors.As(err, &tooLarge):
-		class = egress.ErrPermanent
+		return fault.Permanent(fmt.Errorf("kafka: publish to %q: %w", topic, err))
 	case errors.As(err, &kerr):
 		switch kerr {
 		case kafka.MessageSizeTooLarge, kafka.InvalidTopic, kafka.RecordListTooLarge, kafka.InvalidRecord:
-			return fmt.Errorf("kafka: publish to %q: %w: %w: %w", topic, egress.ErrPermanent, egress.ErrRejected, err)
+			return fault.Permanent(fmt.Errorf("kafka: publish to %q: %w: %w", topic, fault.ErrRejected, err))
 		case kafka.UnknownTopicOrPartition:
-			class = egress.ErrUnroutable
+			class = fault.ErrUnroutable
 		case kafka.RequestTimedOut, kafka.NotEnoughReplicasAfterAppend:
-			class = egress.ErrUnknownOutcome
+			class = fault.ErrUnknownOutcome
 		default:
-			class = egress.ErrRejected
+			class = fault.ErrRejected
 		}
 	case errors.Is(err, ErrClosed):
 		return fmt.Errorf("kafka: publish to %q: %w", topic, err)
-	case notSent(err) || egress.FailReason(err) == observe.FailUnreachable:
+	case notSent(err) || fault.ReasonOf(err) == fault.ReasonUnreachable:
 		// Refused, or the connection closed under the request: whatever the broker had
 		// not applied it dropped with the connection, so a re-send cannot meet a late
 		// first write.
-		class = egress.ErrUnreachable
-	case egress.FailReason(err) == observe.FailTimeout || errors.Is(err, context.Canceled):
-		class = egress.ErrUnknownOutcome
+		class = fault.ErrUnreachable
+	case fault.ReasonOf(err) == fault.ReasonTimeout || errors.Is(err, context.Canceled):
+		class = fault.ErrUnknownOutcome
 	default:
 		return fmt.Errorf("kafka: publish to %q: %w", topic, err)
 	}
@@ -527,7 +527,7 @@ func retrySafe(err error) bool {
 		return true
 	}
 	var kerr kafka.Error
-	return errors.As(err, &kerr) && kerr.Temporary() && !errors.Is(err, egress.ErrUnknownOutcome)
+	return errors.As(err, &kerr) && kerr.Temporary() && !fault.IsUnknownOutcome(err)
 }
 
 // kafkaHeaders renders typed header values as Kafka record headers. Every value is

@@ -3,7 +3,6 @@ package kafka_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -13,9 +12,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/delaybridge/delay-bridge/config"
-	"github.com/delaybridge/delay-bridge/egress"
 	kafkaout "github.com/delaybridge/delay-bridge/egress/kafka"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/internal/fault"
 	"github.com/delaybridge/delay-bridge/internal/testkit"
 	"github.com/delaybridge/delay-bridge/internal/testkit/conformance"
 )
@@ -159,7 +158,7 @@ func TestMissingTopicIsRetryableAndRecovers(t *testing.T) {
 	if errs[0] == nil {
 		t.Fatal("publish to a topic that does not exist succeeded (auto-creation must be off)")
 	}
-	if errors.Is(errs[0], egress.ErrPermanent) {
+	if fault.IsPermanent(errs[0]) {
 		t.Fatalf("missing topic must be retryable (it may be created later): %v", errs[0])
 	}
 	// The topic is created; a retry succeeds once the writer's metadata is refreshed.
@@ -207,7 +206,7 @@ func TestOversizedRecordIsPermanentAndAlone(t *testing.T) {
 		}
 	}
 	for _, i := range []int{1, 3} {
-		if !errors.Is(errs[i], egress.ErrPermanent) {
+		if !fault.IsPermanent(errs[i]) {
 			t.Fatalf("oversized record %d: %v, want ErrPermanent", i, errs[i])
 		}
 	}
@@ -240,7 +239,7 @@ func TestDeadLetters(t *testing.T) {
 	if fmt.Sprint(got.Headers) != fmt.Sprint(want) || string(got.Key) != "k" || string(got.Payload) != "p-dead-1" {
 		t.Fatalf("dead letter\n got %v %q %q\nwant %v", got.Headers, got.Key, got.Payload, want)
 	}
-	if err := s.DeadLetters("").PublishDead(context.Background(), []*envelope.Envelope{e}); !errors.Is(err, egress.ErrPermanent) {
+	if err := s.DeadLetters("").PublishDead(context.Background(), []*envelope.Envelope{e}); !fault.IsPermanent(err) {
 		t.Fatalf("no DLQ topic: %v", err)
 	}
 }
@@ -262,7 +261,7 @@ func TestBrokerGoneFailsWithinDeadline(t *testing.T) {
 		for i, err := range errs {
 			if err == nil {
 				t.Errorf("message %d published to a closed broker", i)
-			} else if errors.Is(err, egress.ErrPermanent) {
+			} else if fault.IsPermanent(err) {
 				t.Errorf("broker outage must be retryable: %v", err)
 			}
 		}
@@ -272,10 +271,10 @@ func TestBrokerGoneFailsWithinDeadline(t *testing.T) {
 }
 
 func TestNewRejectsBadConfig(t *testing.T) {
-	if _, err := kafkaout.New(config.KafkaConfig{}, nil, kafkaout.Options{}); !errors.Is(err, egress.ErrPermanent) {
+	if _, err := kafkaout.New(config.KafkaConfig{}, nil, kafkaout.Options{}); !fault.IsPermanent(err) {
 		t.Errorf("no brokers: %v", err)
 	}
-	if _, err := kafkaout.New(config.KafkaConfig{Brokers: []string{"x:1"}}, map[string]string{"r": ""}, kafkaout.Options{}); !errors.Is(err, egress.ErrPermanent) {
+	if _, err := kafkaout.New(config.KafkaConfig{Brokers: []string{"x:1"}}, map[string]string{"r": ""}, kafkaout.Options{}); !fault.IsPermanent(err) {
 		t.Errorf("empty topic: %v", err)
 	}
 }

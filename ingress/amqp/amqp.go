@@ -56,6 +56,7 @@ import (
 	"github.com/delaybridge/delay-bridge/ingress"
 	"github.com/delaybridge/delay-bridge/internal/amqpconn"
 	"github.com/delaybridge/delay-bridge/internal/clock"
+	"github.com/delaybridge/delay-bridge/internal/fault"
 	"github.com/delaybridge/delay-bridge/internal/observe"
 )
 
@@ -217,7 +218,7 @@ func (s *Source) Run(ctx context.Context, h ingress.Handler) error {
 			return fmt.Errorf("ingress/amqp: %s: %w", s.Name(), err)
 		case errors.Is(err, ingress.ErrPermanent):
 			return err
-		case errors.Is(err, amqpconn.ErrPermanent):
+		case fault.IsPermanent(err):
 			return fmt.Errorf("ingress/amqp: %s: %w: %w", s.Name(), err, ingress.ErrPermanent)
 		}
 		if progressed {

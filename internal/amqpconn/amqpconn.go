@@ -30,15 +30,11 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaybridge/delay-bridge/config"
+	"github.com/delaybridge/delay-bridge/internal/fault"
 )
 
 // ErrClosed is returned by a Manager (and wrapped by its users) after Close.
 var ErrClosed = errors.New("amqpconn: manager closed")
-
-// ErrPermanent marks failures that reconnecting cannot fix: a malformed URL, bad TLS
-// files, refused credentials or vhost. Source and sink wrap it with their own package's
-// ErrPermanent as well.
-var ErrPermanent = errors.New("permanent")
 
 // Config configures a Manager. Zero durations take the defaults shown.
 type Config struct {
@@ -53,7 +49,7 @@ type Config struct {
 	MinBackoff  time.Duration // first wait after a failed dial; default 100ms
 	MaxBackoff  time.Duration // cap of the exponential backoff; default 10s
 	// MaxAuthRefusals is how many handshakes in a row may end like a credentials or
-	// vhost refusal before dialing fails with ErrPermanent; default 3. (A connection
+	// vhost refusal before dialing fails permanently (fault.Permanent); default 3. (A connection
 	// cut during the handshake ends the same way, so one is not enough.)
 	MaxAuthRefusals int
 
@@ -117,7 +113,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	uri, err := amqp.ParseURI(url)
 	if err != nil {
-		return nil, fmt.Errorf("amqpconn: amqp.url: %w: %w", err, ErrPermanent)
+		return nil, fault.Permanent(fmt.Errorf("amqpconn: amqp.url: %w", err))
 	}
 	m := &Manager{
 		cfg:     cfg,
@@ -128,7 +124,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if uri.Scheme == "amqps" {
 		if m.tlsCfg, err = cfg.TLS.ClientTLS(); err != nil {
-			return nil, fmt.Errorf("amqpconn: amqp.tls: %w: %w", err, ErrPermanent)
+			return nil, fault.Permanent(fmt.Errorf("amqpconn: amqp.tls: %w", err))
 		}
 	}
 	m.base, m.cancel = context.WithCancel(context.Background())
@@ -156,7 +152,7 @@ func (m *Manager) LastError() error {
 
 // Connection returns the live connection, dialing (with backoff between failed
 // attempts) until one is up, ctx is done, the manager is closed, or a dial fails
-// permanently (ErrPermanent: credentials, vhost, TLS).
+// permanently (marked fault.Permanent: credentials, vhost, TLS).
 func (m *Manager) Connection(ctx context.Context) (*amqp.Connection, error) {
 	for {
 		m.mu.Lock()
@@ -214,7 +210,7 @@ func (m *Manager) Connection(ctx context.Context) (*amqp.Connection, error) {
 		if errors.Is(err, errRefused) {
 			m.refusals++
 			if m.refusals >= m.cfg.MaxAuthRefusals {
-				err = fmt.Errorf("%w (%d handshakes in a row): %w", err, m.refusals, ErrPermanent)
+				err = fault.Permanent(fmt.Errorf("%w (%d handshakes in a row)", err, m.refusals))
 				m.lastErr = err
 			}
 		} else {
@@ -222,7 +218,7 @@ func (m *Manager) Connection(ctx context.Context) (*amqp.Connection, error) {
 		}
 		retryIn := time.Until(m.nextDial) // read under mu: the close watcher writes it
 		m.mu.Unlock()
-		if errors.Is(err, ErrPermanent) {
+		if fault.IsPermanent(err) {
 			return nil, err
 		}
 		m.log.Warn("amqp dial failed; retrying", "err", err, "retry_in", retryIn.Round(time.Millisecond))
@@ -297,10 +293,10 @@ func classify(err error) error {
 	// during the handshake (a cut, a load balancer reset) as a local ErrCredentials or
 	// ErrVhost, which a retry fixes.
 	if errors.As(err, &aerr) && aerr.Server && (aerr.Code == amqp.AccessRefused || aerr.Code == amqp.NotAllowed) {
-		return fmt.Errorf("amqp handshake refused: %w: %w", err, ErrPermanent)
+		return fault.Permanent(fmt.Errorf("amqp handshake refused: %w", err))
 	}
 	if errors.Is(err, amqp.ErrSASL) {
-		return fmt.Errorf("amqp handshake: %w: %w", err, ErrPermanent)
+		return fault.Permanent(fmt.Errorf("amqp handshake: %w", err))
 	}
 	if errors.Is(err, amqp.ErrCredentials) || errors.Is(err, amqp.ErrVhost) {
 		// RabbitMQ refuses bad credentials by closing the socket (amqp091-go does not
@@ -312,7 +308,7 @@ func classify(err error) error {
 	var herr x509.HostnameError
 	var cerr x509.CertificateInvalidError
 	if errors.As(err, &uerr) || errors.As(err, &herr) || errors.As(err, &cerr) {
-		return fmt.Errorf("amqp tls: %w: %w", err, ErrPermanent)
+		return fault.Permanent(fmt.Errorf("amqp tls: %w", err))
 	}
 	return fmt.Errorf("amqp dial: %w", err)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/delaybridge/delay-bridge/internal/amqpconn"
 	"github.com/delaybridge/delay-bridge/internal/amqpconn/tcpproxy"
+	"github.com/delaybridge/delay-bridge/internal/fault"
 	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
@@ -150,7 +151,7 @@ func TestBadCredentialsArePermanent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_, err = m.Channel(ctx)
-	if !errors.Is(err, amqpconn.ErrPermanent) || !strings.Contains(err.Error(), "2 handshakes in a row") {
+	if !fault.IsPermanent(err) || !strings.Contains(err.Error(), "2 handshakes in a row") {
 		t.Fatalf("bad credentials: %v, want ErrPermanent after 2 refusals", err)
 	}
 }
@@ -172,20 +173,20 @@ func TestCutDuringLoginIsNotPermanent(t *testing.T) {
 
 	m2 := newManager(t, fast(p.URL(base)))
 	p.KillHandshakes(3)
-	if _, err := m2.Channel(ctx); !errors.Is(err, amqpconn.ErrPermanent) {
+	if _, err := m2.Channel(ctx); !fault.IsPermanent(err) {
 		t.Fatalf("after 3 refused logins: %v, want ErrPermanent", err)
 	}
 }
 
 func TestBadURLAndTLSFiles(t *testing.T) {
-	if _, err := amqpconn.New(amqpconn.Config{URL: "http://nope"}); !errors.Is(err, amqpconn.ErrPermanent) {
+	if _, err := amqpconn.New(amqpconn.Config{URL: "http://nope"}); !fault.IsPermanent(err) {
 		t.Fatalf("bad scheme: %v", err)
 	}
 	cfg := amqpconn.Config{URL: "amqp://127.0.0.1:5671/"}
 	cfg.TLS.Enabled = true
 	cfg.TLS.CAFile = "/nonexistent/ca.pem"
 	_, err := amqpconn.New(cfg)
-	if !errors.Is(err, amqpconn.ErrPermanent) || !strings.Contains(err.Error(), "ca_file") {
+	if !fault.IsPermanent(err) || !strings.Contains(err.Error(), "ca_file") {
 		t.Fatalf("missing CA file: %v", err)
 	}
 }

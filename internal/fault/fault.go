@@ -13,6 +13,11 @@
 // library's view (net.Error timeouts, connection refused/reset, EOF), everything else
 // is treated as neither, and callers decide (usually: count an attempt and retry).
 //
+// A failed publish carries, besides, what is known of its outcome (publish.go):
+// unreachable, rejected, unroutable or unknown outcome (written, not answered), read
+// with ReasonOf, IsUnreachable and IsUnknownOutcome by whoever decides about the
+// message, so nobody needs to import the sink that failed.
+//
 // The package has no project imports, so every layer may use it.
 package fault
 

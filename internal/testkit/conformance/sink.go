@@ -3,7 +3,6 @@ package conformance
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/delaybridge/delay-bridge/egress"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/internal/fault"
 )
 
 var sinkCases = []struct {
@@ -182,8 +182,8 @@ func sinkTargets(t *testing.T, h SinkHarness) {
 	if errs[0] != nil {
 		t.Errorf("Env.Target %q must win over the route: %v", f.Target, errs[0])
 	}
-	if errs[1] == nil || !errors.Is(errs[1], egress.ErrPermanent) {
-		t.Errorf("unknown route without a target: got %v, want an error wrapping egress.ErrPermanent", errs[1])
+	if errs[1] == nil || !fault.IsPermanent(errs[1]) {
+		t.Errorf("unknown route without a target: got %v, want an error marked fault.Permanent", errs[1])
 	}
 	if errs[2] != nil {
 		t.Errorf("route default: %v", errs[2])
