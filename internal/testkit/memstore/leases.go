@@ -1,0 +1,210 @@
+package memstore
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/delaybridge/delay-bridge/scheduler/store"
+)
+
+// Shard leases (TTLs on Options.Clock) and membership.
+
+func checkInstance(instance string) error {
+	if instance == "" || strings.ContainsRune(instance, '|') {
+		return fmt.Errorf("%w: instance name %q must be non-empty without '|'", store.ErrInvalid, instance)
+	}
+	return nil
+}
+
+func checkTTL(ttl time.Duration) error {
+	if ttl.Milliseconds() <= 0 {
+		return fmt.Errorf("%w: lease TTL %s must be at least 1ms", store.ErrInvalid, ttl)
+	}
+	return nil
+}
+
+// AcquireLease takes shard's lease for instance for ttl if it is free and returns the
+// new fencing token (larger than every earlier one of the shard); 0 if another holds
+// it. The holder acquiring again keeps its token, with the TTL renewed.
+func (s *Store) AcquireLease(ctx context.Context, shard int, instance string, ttl time.Duration) (int64, error) {
+	toks, err := s.AcquireLeases(ctx, []int{shard}, instance, ttl)
+	if err != nil {
+		return 0, err
+	}
+	return toks[0], nil
+}
+
+// AcquireLeases is AcquireLease for many shards: tokens[i] for shards[i].
+func (s *Store) AcquireLeases(ctx context.Context, shards []int, instance string, ttl time.Duration) ([]int64, error) {
+	if err := checkInstance(instance); err != nil {
+		return nil, err
+	}
+	if err := checkTTL(ttl); err != nil {
+		return nil, err
+	}
+	for _, n := range shards {
+		if _, err := s.shard(n); err != nil {
+			return nil, err
+		}
+	}
+	after, err := s.begin(ctx, OpLeaseAcquire)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	exp := s.opt.Clock.Now().Add(ttl)
+	tokens := make([]int64, len(shards))
+	for i, n := range shards {
+		sh := s.shards[n]
+		cur := s.ownerNow(sh)
+		if cur == "" {
+			sh.fence++
+			sh.owner, sh.ownerExp = store.OwnerValue(instance, sh.fence), exp
+			tokens[i] = sh.fence
+			continue
+		}
+		if holder, tok := splitOwner(cur); holder == instance {
+			sh.ownerExp = exp
+			tokens[i] = tok
+		}
+	}
+	if after != nil {
+		return make([]int64, len(shards)), after
+	}
+	return tokens, nil
+}
+
+func splitOwner(v string) (string, int64) {
+	i := strings.LastIndexByte(v, '|')
+	tok, _ := strconv.ParseInt(v[i+1:], 10, 64)
+	return v[:i], tok
+}
+
+// RenewLease extends the lease for ttl if instance still holds it with token.
+func (s *Store) RenewLease(ctx context.Context, shard int, instance string, token int64, ttl time.Duration) (bool, error) {
+	held, err := s.RenewLeases(ctx, instance, []store.Lease{{Shard: shard, Token: token}}, ttl)
+	if err != nil {
+		return false, err
+	}
+	return held[0], nil
+}
+
+// RenewLeases renews many leases of instance; held[i] says whether leases[i] is held.
+func (s *Store) RenewLeases(ctx context.Context, instance string, leases []store.Lease, ttl time.Duration) ([]bool, error) {
+	if err := checkTTL(ttl); err != nil {
+		return nil, err
+	}
+	for _, l := range leases {
+		if _, err := s.shard(l.Shard); err != nil {
+			return nil, err
+		}
+	}
+	after, err := s.begin(ctx, OpLeaseRenew)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	exp := s.opt.Clock.Now().Add(ttl)
+	held := make([]bool, len(leases))
+	for i, l := range leases {
+		sh := s.shards[l.Shard]
+		if s.ownerNow(sh) == store.OwnerValue(instance, l.Token) {
+			sh.ownerExp = exp
+			held[i] = true
+		}
+	}
+	if after != nil {
+		return make([]bool, len(leases)), after
+	}
+	return held, nil
+}
+
+// ReleaseLease gives shard's lease up if instance still holds it with token.
+func (s *Store) ReleaseLease(ctx context.Context, shard int, instance string, token int64) error {
+	sh, err := s.shard(shard)
+	if err != nil {
+		return err
+	}
+	after, err := s.begin(ctx, OpLeaseRelease)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ownerNow(sh) == store.OwnerValue(instance, token) {
+		sh.owner = ""
+	}
+	return after
+}
+
+// Heartbeat records instance as alive at now.
+func (s *Store) Heartbeat(ctx context.Context, instance string, now int64) error {
+	if err := checkInstance(instance); err != nil {
+		return err
+	}
+	after, err := s.begin(ctx, OpHeartbeat)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.members[instance] = now
+	return after
+}
+
+// Members is LiveMembers' names.
+func (s *Store) Members(ctx context.Context, now int64, maxAge time.Duration) ([]string, error) {
+	live, err := s.LiveMembers(ctx, now, maxAge)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(live))
+	for i, m := range live {
+		out[i] = m.Name
+	}
+	return out, nil
+}
+
+// LiveMembers returns, sorted by name, the instances whose last heartbeat is within
+// maxAge of now, forgetting those ten times older than that.
+func (s *Store) LiveMembers(ctx context.Context, now int64, maxAge time.Duration) ([]store.Member, error) {
+	after, err := s.begin(ctx, OpMembers)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	age := maxAge.Milliseconds()
+	out := []store.Member{}
+	for name, at := range s.members {
+		switch {
+		case at < now-10*age:
+			delete(s.members, name)
+		case at >= now-age:
+			out = append(out, store.Member{Name: name, Heartbeat: at})
+		}
+	}
+	if after != nil {
+		return nil, after
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// Leave removes instance from the members.
+func (s *Store) Leave(ctx context.Context, instance string) error {
+	after, err := s.begin(ctx, OpLeave)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.members, instance)
+	return after
+}

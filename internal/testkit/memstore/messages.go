@@ -1,0 +1,360 @@
+package memstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/scheduler/store"
+)
+
+// Park, bury, claim, ack, retry, recover: as the Redis store's scripts of those names.
+
+// encodeAll encodes envs, refusing the batch (nothing stored) if one has no id or does
+// not encode, as the Redis store does.
+func encodeAll(envs []*envelope.Envelope) ([][]byte, error) {
+	out := make([][]byte, len(envs))
+	for i, e := range envs {
+		if e == nil || e.ID == "" {
+			return nil, fmt.Errorf("%w: envelope %d has no id", store.ErrInvalid, i)
+		}
+		data, err := envelope.Encode(e)
+		if err != nil {
+			return nil, fmt.Errorf("memstore: encode envelope %q: %w", e.ID, errors.Join(store.ErrInvalid, err))
+		}
+		out[i] = data
+	}
+	return out, nil
+}
+
+// doneState is what a done entry says to a message of route: delivered, cancelled (a
+// cancel of that route), or "" (not done, or only other routes' tombstones).
+func doneState(sh *shard, id, route string) store.State {
+	if _, ok := sh.done[id]; !ok {
+		return store.StateUnknown
+	}
+	routes, ok := sh.cancelled[id]
+	switch {
+	case !ok:
+		return store.StateDelivered
+	case slices.Contains(routes, route):
+		return store.StateCancelled
+	}
+	return store.StateUnknown
+}
+
+// Park is ParkEach with the refusal reasons folded into a bool (true: parked now).
+func (s *Store) Park(ctx context.Context, envs []*envelope.Envelope) (parked []bool, minDue map[int]int64, err error) {
+	prior, minDue, err := s.ParkEach(ctx, envs)
+	if prior == nil {
+		return nil, nil, err
+	}
+	parked = make([]bool, len(envs))
+	for i, st := range prior {
+		parked[i] = st == store.StateUnknown
+	}
+	return parked, minDue, err
+}
+
+// ParkEach stores envs, each in the shard of its id, due at its DueAt; prior[i] is
+// StateUnknown for a message parked now, else the state that refused it (see
+// store.Store.ParkEach). minDue: per shard, the earliest due time parked now.
+func (s *Store) ParkEach(ctx context.Context, envs []*envelope.Envelope) (prior []store.State, minDue map[int]int64, err error) {
+	prior = make([]store.State, len(envs))
+	minDue = make(map[int]int64)
+	if len(envs) == 0 {
+		return prior, minDue, nil
+	}
+	data, err := encodeAll(envs)
+	if err != nil {
+		return nil, nil, err
+	}
+	after, err := s.begin(ctx, OpPark)
+	if err != nil {
+		for i := range prior {
+			prior[i] = store.StateNotStored
+		}
+		return prior, minDue, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, e := range envs {
+		n := s.ShardOf(e.ID)
+		sh := s.shards[n]
+		st := doneState(sh, e.ID, e.Route)
+		if st == store.StateUnknown {
+			st = parkOne(sh, e.ID, e.DueAt, data[i])
+		}
+		prior[i] = st
+		if st == store.StateUnknown {
+			if old, ok := minDue[n]; !ok || e.DueAt < old {
+				minDue[n] = e.DueAt
+			}
+		}
+	}
+	return prior, minDue, after
+}
+
+// parkOne stores one message not refused by done: StateUnknown when parked now.
+func parkOne(sh *shard, id string, due int64, data []byte) store.State {
+	if _, ok := sh.msg[id]; !ok {
+		sh.msg[id] = data
+		sh.due[id] = due
+		return store.StateUnknown
+	}
+	if _, ok := sh.inflight[id]; ok {
+		return store.StateInflight
+	}
+	if _, ok := sh.dead[id]; ok {
+		return store.StateDead
+	}
+	return store.StatePending
+}
+
+// Bury stores envs straight into the dead letters at now, idempotently like Park:
+// prior[i] is StateUnknown when buried now, else the state the id is already in.
+func (s *Store) Bury(ctx context.Context, envs []*envelope.Envelope, now int64) (prior []store.State, err error) {
+	prior = make([]store.State, len(envs))
+	if len(envs) == 0 {
+		return prior, nil
+	}
+	data, err := encodeAll(envs)
+	if err != nil {
+		return nil, err
+	}
+	after, err := s.begin(ctx, OpBury)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, e := range envs {
+		sh := s.shards[s.ShardOf(e.ID)]
+		st := doneState(sh, e.ID, e.Route)
+		if st == store.StateUnknown {
+			st = stateOf(sh, e.ID)
+		}
+		if st == store.StateUnknown {
+			sh.msg[e.ID] = data[i]
+			sh.dead[e.ID] = now
+		}
+		prior[i] = st
+	}
+	return prior, after
+}
+
+// stateOf is pending, inflight, dead or unknown (done is not looked at).
+func stateOf(sh *shard, id string) store.State {
+	if _, ok := sh.due[id]; ok {
+		return store.StatePending
+	}
+	if _, ok := sh.inflight[id]; ok {
+		return store.StateInflight
+	}
+	if _, ok := sh.dead[id]; ok {
+		return store.StateDead
+	}
+	return store.StateUnknown
+}
+
+// Claim moves up to limit messages of shard due ≤ upTo into inflight (deadline
+// leaseDeadline) and returns them in due order with FireAt the later of score and
+// DueAt; nextDue is the earliest due time left, -1 if none. ErrFenced unless instance
+// holds the shard's lease with token. An envelope that does not decode is moved to the
+// dead letters, as the Redis store does.
+func (s *Store) Claim(ctx context.Context, shard int, instance string, token int64, upTo, leaseDeadline int64, limit int) (items []*envelope.Envelope, nextDue int64, err error) {
+	sh, err := s.shard(shard)
+	if err != nil {
+		return nil, 0, err
+	}
+	if limit <= 0 {
+		return nil, 0, fmt.Errorf("%w: claim limit %d", store.ErrInvalid, limit)
+	}
+	after, err := s.begin(ctx, OpClaim)
+	if err != nil {
+		return nil, 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	want := store.OwnerValue(instance, token)
+	if s.ownerNow(sh) != want {
+		return nil, 0, fmt.Errorf("%w: shard %d, %s: lease is not held by %s", store.ErrFenced, shard, want, want)
+	}
+	items = []*envelope.Envelope{}
+	for _, m := range sortedUpTo(sh.due, upTo, limit) {
+		delete(sh.due, m.id)
+		raw, ok := sh.msg[m.id]
+		if !ok {
+			continue // an id without an envelope is dropped, as by the claim script
+		}
+		e, derr := envelope.Decode(raw, m.id)
+		if derr != nil {
+			sh.dead[m.id] = upTo
+			continue
+		}
+		sh.inflight[m.id] = leaseDeadline
+		e.FireAt = max(m.score, e.DueAt)
+		items = append(items, e)
+	}
+	nextDue = -1
+	if head := sortedUpTo(sh.due, maxScore, 1); len(head) > 0 {
+		nextDue = head[0].score
+	}
+	if after != nil {
+		return nil, 0, after
+	}
+	return items, nextDue, nil
+}
+
+const maxScore = int64(^uint64(0) >> 1)
+
+// Ack records ids of shard as delivered at now (see store.Store.Ack); ids not in flight
+// on that shard are ignored.
+func (s *Store) Ack(ctx context.Context, shard int, ids []string, now int64) error {
+	if _, err := s.shard(shard); err != nil {
+		return err
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	return s.ack(ctx, map[int][]string{shard: ids}, now)
+}
+
+// AckMany is Ack for ids of any shards.
+func (s *Store) AckMany(ctx context.Context, ids []string, now int64) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	byShard := make(map[int][]string)
+	for _, id := range ids {
+		n := s.ShardOf(id)
+		byShard[n] = append(byShard[n], id)
+	}
+	return s.ack(ctx, byShard, now)
+}
+
+func (s *Store) ack(ctx context.Context, byShard map[int][]string, now int64) error {
+	after, err := s.begin(ctx, OpAck)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for n, part := range byShard {
+		for start := 0; start < len(part); start += maxPerCall {
+			s.ackCall(s.shards[n], part[start:min(start+maxPerCall, len(part))], now)
+		}
+	}
+	return after
+}
+
+// ackCall is one ack script call.
+func (s *Store) ackCall(sh *shard, ids []string, now int64) {
+	remember, trimBefore, trimLimit := s.trimArgs(now, len(ids))
+	for _, id := range ids {
+		if _, ok := sh.inflight[id]; !ok {
+			continue
+		}
+		delete(sh.inflight, id)
+		delete(sh.msg, id)
+		delete(sh.cancelled, id)
+		if remember {
+			sh.done[id] = now
+		}
+	}
+	trim(sh, trimBefore, trimLimit)
+}
+
+// Retry puts failed in-flight messages of shard back to pending or into the dead
+// letters (see store.RetryItem); ids no longer in flight are ignored.
+func (s *Store) Retry(ctx context.Context, shard int, items []store.RetryItem, now int64) error {
+	return s.RetryMany(ctx, map[int][]store.RetryItem{shard: items}, now)
+}
+
+// RetryMany is Retry for items of any shards.
+func (s *Store) RetryMany(ctx context.Context, byShard map[int][]store.RetryItem, now int64) error {
+	type enc struct {
+		sh   *shard
+		it   store.RetryItem
+		data []byte
+	}
+	var all []enc
+	for n, items := range byShard {
+		sh, err := s.shard(n)
+		if err != nil {
+			return err
+		}
+		for i, it := range items {
+			if it.Env == nil {
+				return fmt.Errorf("%w: retry item %d has no envelope", store.ErrInvalid, i)
+			}
+			data, err := envelope.Encode(it.Env)
+			if err != nil {
+				return fmt.Errorf("memstore: encode envelope %q: %w", it.Env.ID, errors.Join(store.ErrInvalid, err))
+			}
+			all = append(all, enc{sh, it, data})
+		}
+	}
+	if len(all) == 0 {
+		return nil
+	}
+	after, err := s.begin(ctx, OpRetry)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range all {
+		id := e.it.Env.ID
+		if _, ok := e.sh.inflight[id]; !ok {
+			continue
+		}
+		delete(e.sh.inflight, id)
+		e.sh.msg[id] = e.data
+		if e.it.Dead {
+			e.sh.dead[id] = now
+		} else {
+			e.sh.due[id] = e.it.Due
+		}
+	}
+	return after
+}
+
+// Recover moves up to limit in-flight messages of shard with deadline ≤ now back to
+// pending at now; more reports that expired ones remain.
+func (s *Store) Recover(ctx context.Context, shard int, now int64, limit int) (moved int, more bool, err error) {
+	return s.recoverInflight(ctx, shard, now, limit, now)
+}
+
+// RecoverAll is Recover whatever the deadlines.
+func (s *Store) RecoverAll(ctx context.Context, shard int, now int64, limit int) (moved int, more bool, err error) {
+	return s.recoverInflight(ctx, shard, now, limit, maxScore)
+}
+
+func (s *Store) recoverInflight(ctx context.Context, shard int, now int64, limit int, cutoff int64) (int, bool, error) {
+	sh, err := s.shard(shard)
+	if err != nil {
+		return 0, false, err
+	}
+	if limit <= 0 {
+		return 0, false, fmt.Errorf("%w: recover limit %d", store.ErrInvalid, limit)
+	}
+	after, err := s.begin(ctx, OpRecover)
+	if err != nil {
+		return 0, false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ms := sortedUpTo(sh.inflight, cutoff, limit)
+	for _, m := range ms {
+		delete(sh.inflight, m.id)
+		sh.due[m.id] = now
+	}
+	more := len(sortedUpTo(sh.inflight, cutoff, 1)) > 0
+	if after != nil {
+		return 0, false, after
+	}
+	return len(ms), more, nil
+}
