@@ -52,6 +52,8 @@ var (
 	Get string
 	//go:embed purge_dead.lua
 	PurgeDead string
+	//go:embed browse.lua
+	Browse string
 	//go:embed lease_acquire.lua
 	LeaseAcquire string
 	//go:embed lease_renew.lua
@@ -74,6 +76,7 @@ func All() map[string]string {
 		"reschedule":    Reschedule,
 		"get":           Get,
 		"purge_dead":    PurgeDead,
+		"browse":        Browse,
 		"lease_acquire": LeaseAcquire,
 		"lease_renew":   LeaseRenew,
 		"lease_release": LeaseRelease,

@@ -140,6 +140,7 @@ type Store struct {
 	wakeCh     string
 
 	park, bury, claim, ack, retry, recover, cancel, reschedule, get, purgeDead *script
+	browse                                                                     *script
 	leaseAcquire, leaseRenew, leaseRelease                                     *script
 }
 
@@ -193,6 +194,7 @@ func New(ctx context.Context, rdb redis.UniversalClient, opt Options) (*Store, e
 	s.ack, s.retry, s.recover = mk("ack", lua.Ack), mk("retry", lua.Retry), mk("recover", lua.Recover)
 	s.cancel, s.reschedule, s.get = mk("cancel", lua.Cancel), mk("reschedule", lua.Reschedule), mk("get", lua.Get)
 	s.purgeDead = mk("purge_dead", lua.PurgeDead)
+	s.browse = mk("browse", lua.Browse)
 	s.leaseAcquire = mk("lease_acquire", lua.LeaseAcquire)
 	s.leaseRenew = mk("lease_renew", lua.LeaseRenew)
 	s.leaseRelease = mk("lease_release", lua.LeaseRelease)
@@ -212,7 +214,7 @@ func New(ctx context.Context, rdb redis.UniversalClient, opt Options) (*Store, e
 
 func (s *Store) scripts() []*script {
 	return []*script{s.park, s.bury, s.claim, s.ack, s.retry, s.recover, s.cancel, s.reschedule,
-		s.get, s.purgeDead, s.leaseAcquire, s.leaseRenew, s.leaseRelease}
+		s.get, s.purgeDead, s.browse, s.leaseAcquire, s.leaseRenew, s.leaseRelease}
 }
 
 func (s *Store) checkShards(ctx context.Context) error {
