@@ -68,7 +68,8 @@ type DispatcherOptions struct {
 	Owned    func(env *envelope.Envelope) bool
 	Observer observe.Observer
 	Logger   *slog.Logger
-	// Clock tells the broker-confirmed time for delivery_lateness (default clock.Real).
+	// Clock tells the broker-confirmed time for delivery_lateness and times the
+	// max_rate waits and the shutdown drain (default clock.Real).
 	Clock clock.Clock
 }
 
@@ -161,7 +162,7 @@ func (d *Dispatcher) Len() int {
 // unpublished) and returns.
 func (d *Dispatcher) Run(ctx context.Context) {
 	stop := context.AfterFunc(ctx, func() {
-		d.stopping.Store(time.Now().UnixNano())
+		d.stopping.Store(d.opt.Clock.Now().UnixNano())
 		d.shared.close()
 		for _, lane := range d.lanes {
 			lane.close()
@@ -197,7 +198,7 @@ func (d *Dispatcher) Run(ctx context.Context) {
 // drainOver reports whether Run's ctx ended more than ShutdownDrain ago.
 func (d *Dispatcher) drainOver() bool {
 	at := d.stopping.Load()
-	return at != 0 && time.Since(time.Unix(0, at)) > d.opt.ShutdownDrain
+	return at != 0 && d.opt.Clock.Now().Sub(time.Unix(0, at)) > d.opt.ShutdownDrain
 }
 
 // fifo is a closable queue of fired messages taken in batches of up to max.
@@ -294,12 +295,7 @@ func (d *Dispatcher) publishRoute(ctx context.Context, route string, envs []*env
 		return
 	}
 	if lim := d.limiters[route]; lim != nil {
-		// Take tokens in chunks no larger than the burst.
-		for left := len(envs); left > 0; {
-			n := min(left, lim.Burst())
-			_ = lim.WaitN(ctx, n)
-			left -= n
-		}
+		d.throttle(ctx, lim, len(envs))
 	}
 	// Ownership is checked after the rate limiter's wait, right before publishing: a
 	// throttled message whose shard moved meanwhile is left to the new owner.
@@ -310,10 +306,10 @@ func (d *Dispatcher) publishRoute(ctx context.Context, route string, envs []*env
 		d.opt.Completer.Published(ctx, envs)
 	}
 	pctx, cancel := context.WithTimeout(ctx, d.opt.PublishTimeout)
-	start := time.Now()
+	start := d.opt.Clock.Now()
 	errs := rs.Sink.Publish(pctx, envs)
-	took := time.Since(start)
 	confirmed := d.opt.Clock.Now()
+	took := confirmed.Sub(start)
 	cancel()
 	if len(errs) != len(envs) {
 		// A sink breaking its contract must not lose messages: fail them all.
@@ -344,6 +340,20 @@ func (d *Dispatcher) publishRoute(ctx context.Context, route string, envs []*env
 	}
 	if len(failEnvs) > 0 {
 		d.failed(ctx, route, rs.Broker, failEnvs, failErrs)
+	}
+}
+
+// throttle waits, on the dispatcher's clock, until lim grants n messages, taking
+// tokens in chunks no larger than the burst.
+func (d *Dispatcher) throttle(ctx context.Context, lim *rate.Limiter, n int) {
+	for left := n; left > 0; {
+		k := min(left, lim.Burst())
+		r := lim.ReserveN(d.opt.Clock.Now(), k) // k ≤ burst: always granted
+		if clock.Sleep(ctx, d.opt.Clock, r.DelayFrom(d.opt.Clock.Now())) != nil {
+			r.CancelAt(d.opt.Clock.Now())
+			return
+		}
+		left -= k
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/fault"
 )
@@ -300,4 +301,36 @@ func TestDispatcherThrottledRouteDoesNotHoldUpOthers(t *testing.T) {
 	}
 	waitTotal(t, o, 130)
 	stop()
+}
+
+// TestDispatcherMaxRateWaitsOnTheClock: the max_rate wait is slept on the injected
+// clock, so nothing beyond the burst is published until that clock has moved on.
+func TestDispatcherMaxRateWaitsOnTheClock(t *testing.T) {
+	fake := clock.NewFake(time.Unix(1_000_000, 0))
+	s := &fakeSink{}
+	o := &outcomes{}
+	d, stop := runDispatcher(t, DispatcherOptions{
+		Routes: map[string]RouteSink{"r": {Sink: s, MaxRate: 10}}, Completer: o, Clock: fake, // burst 1
+	})
+	d.Submit(envs("r", 3, "m"))
+	for want := 1; want <= 3; want++ {
+		waitTotal(t, o, want)
+		if want < 3 {
+			deadline := time.Now().Add(5 * time.Second)
+			for fake.Timers() == 0 { // the lane sleeps for its next token
+				if time.Now().After(deadline) {
+					t.Fatalf("after %d published, no wait armed on the injected clock", want)
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+		if got := o.total(); got != want {
+			t.Fatalf("%d published before the clock moved %d × 100ms, want %d", got, want-1, want)
+		}
+		fake.Advance(100 * time.Millisecond)
+	}
+	stop()
+	if len(o.published) != 3 {
+		t.Fatalf("published %v, want m0..m2", o.published)
+	}
 }

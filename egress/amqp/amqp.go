@@ -52,6 +52,7 @@ import (
 	"github.com/delaybridge/delay-bridge/config"
 	"github.com/delaybridge/delay-bridge/egress"
 	"github.com/delaybridge/delay-bridge/internal/amqpconn"
+	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/fault"
 )
@@ -100,6 +101,8 @@ type Options struct {
 	// there is none, dials one (so readiness recovers without a publish); default 5s.
 	ProbeInterval time.Duration
 	Logger        *slog.Logger // default slog.Default()
+	// Clock times the probe and the CloseWait bounds; default clock.Real.
+	Clock clock.Clock
 }
 
 // Sink publishes to RabbitMQ. It implements egress.Sink and egress.HealthChecker.
@@ -184,6 +187,9 @@ func newSink(conn *amqpconn.Manager, opts Options) *Sink {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.Clock == nil {
+		opts.Clock = clock.Real{}
+	}
 	s := &Sink{
 		conn:  conn,
 		opts:  opts,
@@ -225,14 +231,14 @@ func (s *Sink) Healthy() error {
 // at info.
 func (s *Sink) probe() {
 	defer s.wg.Done()
-	t := time.NewTimer(s.opts.ProbeInterval)
+	t := s.opts.Clock.NewTimer(s.opts.ProbeInterval)
 	defer t.Stop()
 	healthy := true
 	for {
 		select {
 		case <-s.ctx.Done():
 			return
-		case <-t.C:
+		case <-t.C():
 		}
 		if !s.conn.Connected() {
 			ctx, cancel := context.WithTimeout(s.ctx, s.opts.ConnectWait)
@@ -383,9 +389,7 @@ submit:
 			}
 		case <-s.ctx.Done():
 			// Closed while a publisher is stuck (a socket write the broker does not read).
-			select {
-			case <-j.done:
-			case <-time.After(s.opts.CloseWait):
+			if !s.waitDone(j.done) {
 				fail(j, fmt.Errorf("%w: %w", ErrClosed, fault.ErrUnknownOutcome))
 				continue
 			}
@@ -549,11 +553,27 @@ func (s *Sink) Close() error {
 		s.wg.Wait()
 		close(done)
 	}()
+	if !s.waitDone(done) {
+		return errors.New("egress/amqp: publishers still blocked writing to the broker; they stop when the connection manager is closed")
+	}
+	return nil
+}
+
+// waitDone waits until done is closed or CloseWait has passed on the sink's clock; it
+// reports whether done was closed.
+func (s *Sink) waitDone(done <-chan struct{}) bool {
 	select {
 	case <-done:
-		return nil
-	case <-time.After(s.opts.CloseWait):
-		return errors.New("egress/amqp: publishers still blocked writing to the broker; they stop when the connection manager is closed")
+		return true
+	default:
+	}
+	t := s.opts.Clock.NewTimer(s.opts.CloseWait)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C():
+		return false
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/delaybridge/delay-bridge/egress"
 	kafkaout "github.com/delaybridge/delay-bridge/egress/kafka"
+	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/fault"
 	"github.com/delaybridge/delay-bridge/internal/observe"
@@ -81,5 +82,45 @@ func TestBrokerDownIsUnreachableAndUnhealthy(t *testing.T) {
 	}
 	if got := newReader(t, addr, target).records(t, 1, 30*time.Second); string(got[0].Value) != "p-d" {
 		t.Fatalf("got %q", got[0].Value)
+	}
+}
+
+// TestSafeRetriesWaitOnTheClock: a refused connection surely sent nothing, so Publish
+// writes again (up to 3 times) after a backoff slept on the injected clock: it does
+// not return before that clock has moved through every wait, and then fails the
+// message as unreachable.
+func TestSafeRetriesWaitOnTheClock(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now: every dial is refused
+	fake := clock.NewFake(time.Unix(1_000_000, 0))
+	s := newSink(t, addr, map[string]string{"r": "t"}, kafkaout.Options{Clock: fake, ProbeInterval: time.Hour})
+	done := make(chan []error, 1)
+	go func() { done <- s.Publish(context.Background(), []*envelope.Envelope{env("a", "r", nil)}) }()
+	for wait := 1; wait <= 3; wait++ {
+		deadline := time.Now().Add(20 * time.Second)
+		for fake.Timers() < 2 { // the probe's next round, and the retry's backoff
+			select {
+			case errs := <-done:
+				t.Fatalf("Publish returned %v before backoff wait %d passed on the clock", errs, wait)
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("backoff wait %d not armed on the injected clock", wait)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		fake.Advance(2 * time.Second) // beyond the longest wait (1s +20% jitter)
+	}
+	select {
+	case errs := <-done:
+		if errs[0] == nil || fault.IsPermanent(errs[0]) || egress.FailReason(errs[0]) != observe.FailUnreachable {
+			t.Fatalf("publish to a refused address: %v (reason %q), want a retryable unreachable error", errs[0], egress.FailReason(errs[0]))
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Publish did not return after 3 retries")
 	}
 }

@@ -46,6 +46,7 @@ import (
 
 	"github.com/delaybridge/delay-bridge/config"
 	"github.com/delaybridge/delay-bridge/egress"
+	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/fault"
 	"github.com/delaybridge/delay-bridge/internal/kafkaconn"
@@ -84,6 +85,8 @@ type Options struct {
 	// ProbeInterval is the period of the health probe; default 5s. Each probe gives up
 	// after ProbeInterval (at most 10s).
 	ProbeInterval time.Duration
+	// Clock times the probe and the waits between safe retries; default clock.Real.
+	Clock clock.Clock
 }
 
 // Sink publishes to Kafka. It implements egress.Sink and egress.HealthChecker and is
@@ -93,6 +96,7 @@ type Sink struct {
 	tr     *kafka.Transport
 	routes map[string]string
 	log    *slog.Logger
+	clk    clock.Clock
 	closed atomic.Bool
 	once   sync.Once
 	health health
@@ -132,6 +136,9 @@ func New(cfg config.KafkaConfig, routes map[string]string, opts Options) (*Sink,
 	if opts.ProbeInterval <= 0 {
 		opts.ProbeInterval = DefaultProbeInterval
 	}
+	if opts.Clock == nil {
+		opts.Clock = clock.Real{}
+	}
 	rt := make(map[string]string, len(routes))
 	for name, topic := range routes {
 		if topic == "" {
@@ -156,7 +163,7 @@ func New(cfg config.KafkaConfig, routes map[string]string, opts Options) (*Sink,
 			log.Debug("kafka-go: " + fmt.Sprintf(msg, args...))
 		}),
 	}
-	s := &Sink{w: w, tr: tr, routes: rt, log: log, probeDone: make(chan struct{})}
+	s := &Sink{w: w, tr: tr, routes: rt, log: log, clk: opts.Clock, probeDone: make(chan struct{})}
 	s.health.err = errors.New("kafka: brokers not probed yet")
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopProbe = cancel
@@ -177,13 +184,13 @@ func (s *Sink) Healthy() error {
 func (s *Sink) probe(ctx context.Context, cfg config.KafkaConfig, interval time.Duration) {
 	defer close(s.probeDone)
 	wait := min(interval, 10*time.Second)
-	t := time.NewTimer(0)
+	t := s.clk.NewTimer(0)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.C():
 		}
 		pctx, cancel := context.WithTimeout(ctx, wait)
 		err := kafkaconn.Ping(pctx, cfg)
@@ -338,11 +345,12 @@ const (
 	safeBackoffMax = time.Second
 )
 
-// writeRetrying writes recs and writes again, up to safeRetries times with backoff,
-// the records whose failure surely left them unwritten (a leader change, a connection
-// that could not be made). It reports the brokers' reachability to the health state.
+// writeRetrying writes recs and writes again, up to safeRetries times with backoff
+// (on the sink's clock), the records whose failure surely left them unwritten (a leader
+// change, a connection that could not be made). It reports the brokers' reachability
+// to the health state.
 func (s *Sink) writeRetrying(ctx context.Context, recs []kafka.Message, slots []int, errs []error) {
-	wait := safeBackoffMin
+	bo := clock.NewBackoff(s.clk, clock.BackoffPolicy{Initial: safeBackoffMin, Max: safeBackoffMax})
 	for try := 0; ; try++ {
 		s.write(ctx, recs, slots, errs, true)
 		var again []int
@@ -364,17 +372,9 @@ func (s *Sink) writeRetrying(ctx context.Context, recs []kafka.Message, slots []
 		} else if down >= 0 {
 			s.health.report(s.log, fmt.Errorf("kafka brokers unreachable: %w", errs[down]))
 		}
-		if len(again) == 0 || try >= safeRetries || ctx.Err() != nil {
+		if len(again) == 0 || try >= safeRetries || bo.Wait(ctx) != nil {
 			return
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		wait = min(2*wait, safeBackoffMax)
 		nrecs, nslots := make([]kafka.Message, len(again)), make([]int, len(again))
 		for j, i := range again {
 			nrecs[j], nslots[j] = recs[i], slots[i]

@@ -207,7 +207,7 @@ func (s *Source) Run(ctx context.Context, h ingress.Handler) error {
 	}
 	defer s.running.Store(false)
 	defer s.health.set(ingress.StateStopped, "Run returned")
-	bo := amqpconn.Backoff{Min: s.opts.MinBackoff, Max: s.opts.MaxBackoff}
+	bo := clock.NewBackoff(s.opts.Clock, clock.BackoffPolicy{Initial: s.opts.MinBackoff, Max: s.opts.MaxBackoff})
 	for {
 		progressed, err := s.session(ctx, h)
 		if ctx.Err() != nil {
@@ -234,7 +234,7 @@ func (s *Source) Run(ctx context.Context, h ingress.Handler) error {
 		} else {
 			s.log.Warn("amqp consumer interrupted; resuming", "err", err, "retry_in", d.Round(time.Millisecond))
 		}
-		if amqpconn.Sleep(ctx, d) != nil {
+		if clock.Sleep(ctx, s.opts.Clock, d) != nil {
 			return nil
 		}
 		if !s.conn.Connected() { // the manager may notice a lost connection after the channel
@@ -275,7 +275,7 @@ func (s *Source) session(ctx context.Context, h ingress.Handler) (progressed boo
 		<-watched
 	}()
 
-	handlerBackoff := amqpconn.Backoff{Min: s.opts.MinBackoff, Max: s.opts.MaxBackoff}
+	handlerBackoff := clock.NewBackoff(s.opts.Clock, clock.BackoffPolicy{Initial: s.opts.MinBackoff, Max: s.opts.MaxBackoff})
 	batch := make([]amqp.Delivery, 0, s.opts.Prefetch)
 	recv := make([]time.Time, 0, s.opts.Prefetch)
 	timer := time.NewTimer(time.Hour)
@@ -318,7 +318,7 @@ func (s *Source) session(ctx context.Context, h ingress.Handler) (progressed boo
 
 		s.opts.Observer.Received(s.opts.Rules.Route, len(batch))
 		s.stall.handlerBegin()
-		acked, stop, err := s.handle(ctx, ch, h, batch, recv, &handlerBackoff)
+		acked, stop, err := s.handle(ctx, ch, h, batch, recv, handlerBackoff)
 		s.stall.handlerEnd()
 		progressed = progressed || acked
 		if stop {
@@ -385,7 +385,7 @@ func channelLost(e *amqp.Error) error {
 // rejected back to the queue. stop reports that the session must end: shutdown (nil
 // error) or the channel lost.
 func (s *Source) handle(ctx context.Context, ch *amqp.Channel, h ingress.Handler, batch []amqp.Delivery, recv []time.Time,
-	handlerBackoff *amqpconn.Backoff) (acked, stop bool, err error) {
+	handlerBackoff *clock.Backoff) (acked, stop bool, err error) {
 	last := batch[len(batch)-1].DeliveryTag
 	for failures := 1; ; failures++ {
 		// Parsed afresh for every attempt, so a handler that modified the items of a
@@ -417,7 +417,7 @@ func (s *Source) handle(ctx context.Context, ch *amqp.Channel, h ingress.Handler
 		requeue := failures >= s.opts.RetryInPlace
 		s.log.Warn("handler failed; batch will be handed over again", "err", herr, "messages", len(batch),
 			"attempt", failures, "requeue", requeue, "retry_in", d.Round(time.Millisecond))
-		if amqpconn.Sleep(ctx, d) != nil {
+		if clock.Sleep(ctx, s.opts.Clock, d) != nil {
 			return false, true, nil
 		}
 		if ch.IsClosed() {

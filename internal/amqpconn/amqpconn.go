@@ -5,7 +5,8 @@
 //
 // A Manager holds at most one live connection. Callers ask it for fresh channels with
 // Channel; when the connection is gone (NotifyClose fired, or it was never up) the next
-// caller dials again, waiting an exponential backoff between attempts. Channels are never
+// caller dials again, waiting an exponential backoff (clock.Backoff, on the injected
+// clock) between attempts. Channels are never
 // recovered: a caller whose channel dies asks for a new one and rebuilds its own state
 // (declarations, QoS, consumer, confirm mode), so a delivery tag is only ever used on the
 // channel that issued it.
@@ -21,7 +22,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"strings"
 	"sync"
@@ -30,6 +30,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaybridge/delay-bridge/config"
+	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/fault"
 )
 
@@ -54,6 +55,9 @@ type Config struct {
 	MaxAuthRefusals int
 
 	Logger *slog.Logger // default slog.Default()
+	// Clock times the waits between dials and how long a connection lived; default
+	// clock.Real.
+	Clock clock.Clock
 }
 
 // FromConfig builds a Config from the amqp section of the bridge configuration.
@@ -68,6 +72,7 @@ type Manager struct {
 	user   string
 	tlsCfg *tls.Config
 	log    *slog.Logger
+	clk    clock.Clock
 
 	base   context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -77,7 +82,7 @@ type Manager struct {
 	conn        *amqp.Connection
 	connectedAt time.Time
 	dialing     chan struct{} // non-nil while one caller dials; closed when it is done
-	backoff     Backoff
+	backoff     *clock.Backoff
 	nextDial    time.Time
 	lastErr     error
 	refusals    int // consecutive handshakes that ended like a credentials refusal
@@ -107,6 +112,9 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
 	url := cfg.URL
 	if cfg.TLS.Enabled && strings.HasPrefix(url, "amqp://") {
 		url = "amqps://" + strings.TrimPrefix(url, "amqp://")
@@ -120,7 +128,8 @@ func New(cfg Config) (*Manager, error) {
 		url:     url,
 		user:    uri.Username,
 		log:     cfg.Logger.With("component", "amqpconn", "conn", cfg.Name),
-		backoff: Backoff{Min: cfg.MinBackoff, Max: cfg.MaxBackoff},
+		clk:     cfg.Clock,
+		backoff: clock.NewBackoff(cfg.Clock, clock.BackoffPolicy{Initial: cfg.MinBackoff, Max: cfg.MaxBackoff}),
 	}
 	if uri.Scheme == "amqps" {
 		if m.tlsCfg, err = cfg.TLS.ClientTLS(); err != nil {
@@ -178,7 +187,7 @@ func (m *Manager) Connection(ctx context.Context) (*amqp.Connection, error) {
 		}
 		done := make(chan struct{})
 		m.dialing = done
-		delay := time.Until(m.nextDial)
+		delay := m.nextDial.Sub(m.clk.Now())
 		m.mu.Unlock()
 
 		c, err := m.dial(ctx, delay)
@@ -192,7 +201,7 @@ func (m *Manager) Connection(ctx context.Context) (*amqp.Connection, error) {
 			_ = c.CloseDeadline(time.Now().Add(time.Second))
 			return nil, ErrClosed
 		case err == nil:
-			m.conn, m.connectedAt, m.lastErr, m.refusals = c, time.Now(), nil, 0
+			m.conn, m.connectedAt, m.lastErr, m.refusals = c, m.clk.Now(), nil, 0
 			m.watch(c)
 			m.mu.Unlock()
 			m.log.Debug("amqp connected")
@@ -206,7 +215,7 @@ func (m *Manager) Connection(ctx context.Context) (*amqp.Connection, error) {
 			return nil, ctx.Err()
 		}
 		m.lastErr = err
-		m.nextDial = time.Now().Add(m.backoff.Next())
+		m.nextDial = m.clk.Now().Add(m.backoff.Next())
 		if errors.Is(err, errRefused) {
 			m.refusals++
 			if m.refusals >= m.cfg.MaxAuthRefusals {
@@ -216,7 +225,7 @@ func (m *Manager) Connection(ctx context.Context) (*amqp.Connection, error) {
 		} else {
 			m.refusals = 0
 		}
-		retryIn := time.Until(m.nextDial) // read under mu: the close watcher writes it
+		retryIn := m.nextDial.Sub(m.clk.Now()) // read under mu: the close watcher writes it
 		m.mu.Unlock()
 		if fault.IsPermanent(err) {
 			return nil, err
@@ -231,7 +240,7 @@ func (m *Manager) dial(ctx context.Context, delay time.Duration) (*amqp.Connecti
 	defer cancel()
 	stop := context.AfterFunc(m.base, cancel)
 	defer stop()
-	if err := Sleep(ctx, delay); err != nil {
+	if err := clock.Sleep(ctx, m.clk, delay); err != nil {
 		return nil, err
 	}
 
@@ -331,7 +340,7 @@ func (m *Manager) watch(c *amqp.Connection) {
 			return
 		}
 		m.conn = nil
-		lived := time.Since(m.connectedAt)
+		lived := m.clk.Now().Sub(m.connectedAt)
 		if e != nil {
 			m.lastErr = e
 		} else {
@@ -343,7 +352,7 @@ func (m *Manager) watch(c *amqp.Connection) {
 			m.backoff.Reset()
 			m.nextDial = time.Time{}
 		} else {
-			m.nextDial = time.Now().Add(m.backoff.Next())
+			m.nextDial = m.clk.Now().Add(m.backoff.Next())
 		}
 		if !m.closed {
 			m.log.Warn("amqp connection lost; will reconnect", "err", m.lastErr, "lived", lived.Round(time.Millisecond))
@@ -451,46 +460,4 @@ func (m *Manager) Close() error {
 	}
 	m.wg.Wait()
 	return err
-}
-
-// Backoff is an exponential backoff with jitter: each Next doubles the base from Min up
-// to Max and returns a duration in [base/2, base]. Not safe for concurrent use.
-type Backoff struct {
-	Min, Max time.Duration
-	cur      time.Duration
-}
-
-// Next returns the next wait.
-func (b *Backoff) Next() time.Duration {
-	if b.Min <= 0 {
-		b.Min = 100 * time.Millisecond
-	}
-	if b.Max < b.Min {
-		b.Max = b.Min
-	}
-	if b.cur == 0 {
-		b.cur = b.Min
-	} else if b.cur *= 2; b.cur > b.Max {
-		b.cur = b.Max
-	}
-	half := b.cur / 2
-	return half + rand.N(b.cur-half+1)
-}
-
-// Reset starts the next Next from Min again.
-func (b *Backoff) Reset() { b.cur = 0 }
-
-// Sleep waits d or until ctx is done (then it returns ctx.Err()).
-func Sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -203,18 +203,3 @@ func TestDoReturnsOnCtx(t *testing.T) {
 	}
 	close(release) // Close waits for the helper goroutine
 }
-
-func TestBackoff(t *testing.T) {
-	b := amqpconn.Backoff{Min: 10 * time.Millisecond, Max: 80 * time.Millisecond}
-	for i := range 8 {
-		d := b.Next()
-		want := min(10*time.Millisecond<<i, 80*time.Millisecond)
-		if d < want/2 || d > want {
-			t.Fatalf("step %d: %v not in [%v, %v]", i, d, want/2, want)
-		}
-	}
-	b.Reset()
-	if d := b.Next(); d > 10*time.Millisecond {
-		t.Fatalf("after Reset: %v", d)
-	}
-}

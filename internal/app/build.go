@@ -33,7 +33,7 @@ func (c *connections) close() {
 
 func (b *Bridge) amqpManager(name string, heartbeat time.Duration) (*amqpconn.Manager, error) {
 	cfg := amqpconn.FromConfig(b.cfg.AMQP, name)
-	cfg.Logger = b.log
+	cfg.Logger, cfg.Clock = b.log, b.clk
 	if heartbeat > 0 {
 		cfg.Heartbeat = heartbeat
 	}
@@ -69,7 +69,7 @@ func (b *Bridge) buildSinks(ctx context.Context, conns *connections) (map[string
 	b.dlq = map[string]deadLetterPublisher{}
 	dlTopic := b.cfg.DeadLetter.Kafka.Topic
 	if len(kafkaRoutes) > 0 || dlTopic != "" {
-		ks, err := kafkaout.New(b.cfg.Kafka, kafkaRoutes, kafkaout.Options{Logger: b.log,
+		ks, err := kafkaout.New(b.cfg.Kafka, kafkaRoutes, kafkaout.Options{Logger: b.log, Clock: b.clk,
 			AnswerTimeout: b.cfg.Scheduler.InflightLease})
 		if err != nil {
 			return nil, nil, fmt.Errorf("kafka sink: %w", err)
@@ -92,14 +92,14 @@ func (b *Bridge) buildSinks(ctx context.Context, conns *connections) (map[string
 		}
 		conns.amqpOut = m
 		if len(amqpRoutes) > 0 {
-			as, err := amqpout.New(ctx, m, amqpRoutes, amqpout.Options{Logger: b.log})
+			as, err := amqpout.New(ctx, m, amqpRoutes, amqpout.Options{Logger: b.log, Clock: b.clk})
 			if err != nil {
 				return sinks, nil, fmt.Errorf("amqp sink: %w", err)
 			}
 			sinks[envelope.BrokerAMQP] = as
 		}
 		if dlExchange != "" {
-			ds, err := amqpout.NewDeadLetter(ctx, m, dlExchange, amqpout.Options{Logger: b.log})
+			ds, err := amqpout.NewDeadLetter(ctx, m, dlExchange, amqpout.Options{Logger: b.log, Clock: b.clk})
 			if err != nil {
 				return sinks, nil, fmt.Errorf("dead_letter.amqp.exchange: %w", err)
 			}
