@@ -40,16 +40,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/delaybridge/delay-bridge/config"
 	"github.com/delaybridge/delay-bridge/egress"
 	"github.com/delaybridge/delay-bridge/internal/amqpconn"
-	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/fault"
 )
 
@@ -80,31 +79,10 @@ var (
 	ErrClosed = errors.New("egress/amqp: sink closed")
 )
 
-// Options tunes a Sink. Zero values take the defaults shown.
-type Options struct {
-	// Channels is the number of confirm channels, one publisher goroutine each; default 4.
-	Channels int
-	// MaxInflight bounds unconfirmed publishes per channel (the chunk size); default 256.
-	MaxInflight int
-	// ConnectWait is how long a publish waits for a connection before failing its chunk
-	// with ErrUnavailable; default 5s.
-	ConnectWait time.Duration
-	// CloseWait bounds how long Close waits for publisher goroutines blocked in a
-	// socket write (a broker that applies TCP back-pressure); default 5s. Past it they
-	// stop when the connection manager is closed.
-	CloseWait time.Duration
-	// ProbeInterval is how often the health probe checks the connection and, while
-	// there is none, dials one (so readiness recovers without a publish); default 5s.
-	ProbeInterval time.Duration
-	Logger        *slog.Logger // default slog.Default()
-	// Clock times the probe and the CloseWait bounds; default clock.Real.
-	Clock clock.Clock
-}
-
 // Sink publishes to RabbitMQ. It implements egress.Sink and egress.HealthChecker.
 type Sink struct {
 	conn   *amqpconn.Manager
-	routes map[string]config.AMQPEndpoint
+	routes map[string]Route
 	dead   string // dead-letter mode: every message goes to this exchange
 	opts   Options
 	log    *slog.Logger
@@ -126,20 +104,23 @@ var (
 
 // New checks that every route's target exchange exists (exchange.declare passive on a
 // throwaway channel, since a failed passive declare closes the channel), or declares it
-// (durable, topic) when to.amqp.declare is true, and starts the publisher pool. routes
-// maps route name to its to.amqp endpoint. A missing exchange is an error wrapping
-// fault.Permanent. conn is shared and owned by the caller: close it after Close.
-func New(ctx context.Context, conn *amqpconn.Manager, routes map[string]config.AMQPEndpoint, opts Options) (*Sink, error) {
-	s := newSink(conn, opts)
-	s.routes = make(map[string]config.AMQPEndpoint, len(routes))
-	for name, ep := range routes {
-		if ep.Exchange == "" {
-			return nil, fault.Permanent(fmt.Errorf("egress/amqp: route %q: to.amqp.exchange is required", name))
+// (durable, topic) when Route.Declare is set, and starts the publisher pool. routes
+// maps route name to its target. Invalid options or routes and a missing exchange are
+// errors marked fault.Permanent. conn is shared and owned by the caller: close it
+// after Close.
+func New(ctx context.Context, conn *amqpconn.Manager, routes map[string]Route, opts Options) (*Sink, error) {
+	for name, r := range routes {
+		if err := r.Validate(); err != nil {
+			return nil, fmt.Errorf("egress/amqp: route %q: %w", name, err)
 		}
-		s.routes[name] = ep
 	}
-	for name, ep := range s.routes {
-		if err := s.checkExchange(ctx, ep.Exchange, ep.Declare); err != nil {
+	s, err := newSink(conn, opts)
+	if err != nil {
+		return nil, err
+	}
+	s.routes = maps.Clone(routes)
+	for name, r := range s.routes {
+		if err := s.checkExchange(ctx, r.Exchange, r.Declare); err != nil {
 			return nil, fmt.Errorf("egress/amqp: route %q: %w", name, err)
 		}
 	}
@@ -155,7 +136,10 @@ func NewDeadLetter(ctx context.Context, conn *amqpconn.Manager, exchange string,
 	if exchange == "" {
 		return nil, fault.Permanent(errors.New("egress/amqp: dead_letter.amqp.exchange is empty"))
 	}
-	s := newSink(conn, opts)
+	s, err := newSink(conn, opts)
+	if err != nil {
+		return nil, err
+	}
 	s.dead = exchange
 	if err := s.checkExchange(ctx, exchange, false); err != nil {
 		return nil, fmt.Errorf("egress/amqp: dead_letter.amqp.exchange: %w", err)
@@ -164,27 +148,13 @@ func NewDeadLetter(ctx context.Context, conn *amqpconn.Manager, exchange string,
 	return s, nil
 }
 
-func newSink(conn *amqpconn.Manager, opts Options) *Sink {
-	if opts.Channels <= 0 {
-		opts.Channels = 4
+func newSink(conn *amqpconn.Manager, opts Options) (*Sink, error) {
+	if conn == nil {
+		return nil, fault.Permanent(errors.New("egress/amqp: nil connection manager"))
 	}
-	if opts.MaxInflight <= 0 {
-		opts.MaxInflight = 256
-	}
-	if opts.ConnectWait <= 0 {
-		opts.ConnectWait = 5 * time.Second
-	}
-	if opts.CloseWait <= 0 {
-		opts.CloseWait = 5 * time.Second
-	}
-	if opts.ProbeInterval <= 0 {
-		opts.ProbeInterval = 5 * time.Second
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
-	if opts.Clock == nil {
-		opts.Clock = clock.Real{}
+	opts = opts.withDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
 	}
 	s := &Sink{
 		conn:  conn,
@@ -194,7 +164,7 @@ func newSink(conn *amqpconn.Manager, opts Options) *Sink {
 		known: map[string]bool{},
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	return s
+	return s, nil
 }
 
 func (s *Sink) start() {

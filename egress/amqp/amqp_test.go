@@ -14,7 +14,6 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"go.uber.org/goleak"
 
-	"github.com/delaybridge/delay-bridge/config"
 	"github.com/delaybridge/delay-bridge/egress/amqp"
 	"github.com/delaybridge/delay-bridge/internal/amqpconn"
 	"github.com/delaybridge/delay-bridge/internal/amqpconn/tcpproxy"
@@ -104,7 +103,7 @@ func manager(t *testing.T, url string) *amqpconn.Manager {
 	return m
 }
 
-func newSink(t *testing.T, m *amqpconn.Manager, routes map[string]config.AMQPEndpoint, opts amqp.Options) *amqp.Sink {
+func newSink(t *testing.T, m *amqpconn.Manager, routes map[string]amqp.Route, opts amqp.Options) *amqp.Sink {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
@@ -144,7 +143,7 @@ func TestAMQPOriginPropertiesAndTypedHeaders(t *testing.T) {
 	ex, q := b.target(true)
 	r := b.read(q)
 	m := manager(t, testkit.AMQPURL())
-	s := newSink(t, m, map[string]config.AMQPEndpoint{"billing": {Exchange: ex}}, amqp.Options{})
+	s := newSink(t, m, map[string]amqp.Route{"billing": {Exchange: ex}}, amqp.Options{})
 
 	ts := time.Unix(time.Now().Unix(), 0)
 	props := &envelope.AMQPProperties{ContentType: "application/json", ContentEncoding: "gzip", DeliveryMode: 2, Priority: 5,
@@ -240,7 +239,7 @@ func TestKafkaOriginMessage(t *testing.T) {
 	fixedEx, fixedQ := b.target(true)
 	rf := b.read(fixedQ)
 	m := manager(t, testkit.AMQPURL())
-	s := newSink(t, m, map[string]config.AMQPEndpoint{
+	s := newSink(t, m, map[string]amqp.Route{
 		"orders": {Exchange: ex},
 		"fixed":  {Exchange: fixedEx, RoutingKey: "always.this"},
 	}, amqp.Options{})
@@ -272,7 +271,7 @@ func TestUserIDOfAnotherUserIsDropped(t *testing.T) {
 	ex, q := b.target(true)
 	r := b.read(q)
 	m := manager(t, testkit.AMQPURL())
-	s := newSink(t, m, map[string]config.AMQPEndpoint{"r": {Exchange: ex}}, amqp.Options{Channels: 1})
+	s := newSink(t, m, map[string]amqp.Route{"r": {Exchange: ex}}, amqp.Options{Channels: 1})
 	mk := func(id, user string) *envelope.Envelope {
 		return &envelope.Envelope{ID: id, Route: "r", SourceBroker: envelope.BrokerAMQP, AMQP: &envelope.AMQPProperties{UserID: user}}
 	}
@@ -293,7 +292,7 @@ func TestUnroutableIsAFailedPublish(t *testing.T) {
 	r := b.read(q)
 	lonely, _ := b.target(false)
 	m := manager(t, testkit.AMQPURL())
-	s := newSink(t, m, map[string]config.AMQPEndpoint{"ok": {Exchange: ex}, "lonely": {Exchange: lonely}}, amqp.Options{Channels: 1})
+	s := newSink(t, m, map[string]amqp.Route{"ok": {Exchange: ex}, "lonely": {Exchange: lonely}}, amqp.Options{Channels: 1})
 	var msgs []*envelope.Envelope
 	for i := range 20 {
 		route := "ok"
@@ -327,7 +326,7 @@ func TestMissingExchange(t *testing.T) {
 	missing := testkit.Uniq(t, "missing-x")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err := amqp.New(ctx, m, map[string]config.AMQPEndpoint{"r": {Exchange: missing}}, amqp.Options{})
+	_, err := amqp.New(ctx, m, map[string]amqp.Route{"r": {Exchange: missing}}, amqp.Options{})
 	if !fault.IsPermanent(err) || !strings.Contains(err.Error(), missing) {
 		t.Fatalf("New with a missing exchange: %v, want ErrPermanent naming it", err)
 	}
@@ -338,7 +337,7 @@ func TestMissingExchange(t *testing.T) {
 		_ = ch.ExchangeDelete(declared, false, false)
 		_ = ch.Close()
 	})
-	s := newSink(t, m, map[string]config.AMQPEndpoint{"r": {Exchange: declared, Declare: true}}, amqp.Options{Channels: 1})
+	s := newSink(t, m, map[string]amqp.Route{"r": {Exchange: declared, Declare: true}}, amqp.Options{Channels: 1})
 	ch := b.Channel()
 	if err := ch.ExchangeDeclarePassive(declared, "topic", true, false, false, false, nil); err != nil {
 		t.Fatalf("declare: true did not create the exchange: %v", err)
@@ -348,7 +347,7 @@ func TestMissingExchange(t *testing.T) {
 	// Deleted behind the bridge's back while it thinks it exists.
 	ex, q := b.target(true)
 	r := b.read(q)
-	s2 := newSink(t, m, map[string]config.AMQPEndpoint{"gone": {Exchange: declared}, "ok": {Exchange: ex}}, amqp.Options{Channels: 1})
+	s2 := newSink(t, m, map[string]amqp.Route{"gone": {Exchange: declared}, "ok": {Exchange: ex}}, amqp.Options{Channels: 1})
 	ch = b.Channel()
 	if err := ch.ExchangeDelete(declared, false, false); err != nil {
 		t.Fatal(err)
@@ -412,7 +411,7 @@ func TestConnectionCutMidFlight(t *testing.T) {
 	ex, q := b.target(true)
 	p := tcpproxy.Start(t, "127.0.0.1:5672")
 	m := manager(t, p.URL(testkit.AMQPURL()))
-	s := newSink(t, m, map[string]config.AMQPEndpoint{"r": {Exchange: ex}}, amqp.Options{Channels: 3, MaxInflight: 64})
+	s := newSink(t, m, map[string]amqp.Route{"r": {Exchange: ex}}, amqp.Options{Channels: 3, MaxInflight: 64})
 
 	const publishers, per, batch = 4, 1500, 50
 	var failures atomic.Int64
@@ -517,7 +516,7 @@ func TestPublishWhileBrokerDown(t *testing.T) {
 	r := b.read(q)
 	p := tcpproxy.Start(t, "127.0.0.1:5672")
 	m := manager(t, p.URL(testkit.AMQPURL()))
-	s := newSink(t, m, map[string]config.AMQPEndpoint{"r": {Exchange: ex}}, amqp.Options{Channels: 2, ConnectWait: 300 * time.Millisecond})
+	s := newSink(t, m, map[string]amqp.Route{"r": {Exchange: ex}}, amqp.Options{Channels: 2, ConnectWait: 300 * time.Millisecond})
 	p.SetDown(true)
 	p.Cut()
 	start := time.Now()
@@ -552,7 +551,7 @@ func TestThroughput(t *testing.T) {
 	b := newBroker(t)
 	ex, q := b.target(true)
 	m := manager(t, testkit.AMQPURL())
-	s := newSink(t, m, map[string]config.AMQPEndpoint{"r": {Exchange: ex}}, amqp.Options{})
+	s := newSink(t, m, map[string]amqp.Route{"r": {Exchange: ex}}, amqp.Options{})
 	const n, batch = 20000, 500
 	msgs := make([]*envelope.Envelope, n)
 	for i := range msgs {
@@ -595,7 +594,7 @@ func TestAMQPToolsConsume(t *testing.T) {
 	b := newBroker(t)
 	ex, q := b.target(true)
 	m := manager(t, testkit.AMQPURL())
-	s := newSink(t, m, map[string]config.AMQPEndpoint{"r": {Exchange: ex}}, amqp.Options{})
+	s := newSink(t, m, map[string]amqp.Route{"r": {Exchange: ex}}, amqp.Options{})
 	mustPublish(t, s, &envelope.Envelope{ID: "tools", Route: "r", RoutingKey: "k", Payload: []byte("hello from the bridge")})
 	url := strings.TrimSuffix(testkit.AMQPURL(), "/") // amqp-tools read a trailing "/" as vhost ""
 	var out []byte

@@ -6,7 +6,6 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
-	"github.com/delaybridge/delay-bridge/config"
 	"github.com/delaybridge/delay-bridge/egress"
 	"github.com/delaybridge/delay-bridge/egress/amqp"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
@@ -26,7 +25,7 @@ func TestConformance(t *testing.T) {
 			ex, q := b.target(true)
 			r := b.read(q)
 			m := manager(t, testkit.AMQPURL())
-			s := newSink(t, m, map[string]config.AMQPEndpoint{"conformance": {Exchange: ex}}, amqp.Options{})
+			s := newSink(t, m, map[string]amqp.Route{"conformance": {Exchange: ex}}, amqp.Options{})
 			return conformance.SinkFixture{
 				Sink:          s,
 				Route:         "conformance",

@@ -9,7 +9,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/delaybridge/delay-bridge/config"
 	"github.com/delaybridge/delay-bridge/egress"
 	"github.com/delaybridge/delay-bridge/egress/amqp"
 	"github.com/delaybridge/delay-bridge/internal/amqpconn/tcpproxy"
@@ -41,7 +40,7 @@ func TestHealthFollowsTheConnection(t *testing.T) {
 	r := b.read(q)
 	p := tcpproxy.Start(t, "127.0.0.1:5672")
 	m := manager(t, p.URL(testkit.AMQPURL()))
-	s := newSink(t, m, map[string]config.AMQPEndpoint{"r": {Exchange: ex}},
+	s := newSink(t, m, map[string]amqp.Route{"r": {Exchange: ex}},
 		amqp.Options{Channels: 1, ConnectWait: 300 * time.Millisecond, ProbeInterval: 50 * time.Millisecond})
 	waitHealthy(t, s, true)
 
@@ -84,7 +83,7 @@ func TestAtMostOnceFailuresAreCountedDrops(t *testing.T) {
 	b := newBroker(t)
 	ex, _ := b.target(false)
 	m := manager(t, testkit.AMQPURL())
-	s := newSink(t, m, map[string]config.AMQPEndpoint{"r": {Exchange: ex}}, amqp.Options{})
+	s := newSink(t, m, map[string]amqp.Route{"r": {Exchange: ex}}, amqp.Options{})
 	reg := prometheus.NewRegistry()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	obs, err := metrics.NewMetrics(reg, "test", quiet)

@@ -23,47 +23,17 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"strings"
 	"sync"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/delaybridge/delay-bridge/config"
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/fault"
 )
 
 // ErrClosed is returned by a Manager (and wrapped by its users) after Close.
 var ErrClosed = errors.New("amqpconn: manager closed")
-
-// Config configures a Manager. Zero durations take the defaults shown.
-type Config struct {
-	URL string           // amqp:// or amqps://
-	TLS config.TLSConfig // amqp.tls; Enabled upgrades an amqp:// URL to amqps://
-	// Name is advertised as the connection_name client property (shown in the
-	// management UI), e.g. "delay-bridge ingress".
-	Name string
-
-	Heartbeat   time.Duration // default 10s
-	DialTimeout time.Duration // TCP connect + TLS + AMQP handshake; default 15s
-	MinBackoff  time.Duration // first wait after a failed dial; default 100ms
-	MaxBackoff  time.Duration // cap of the exponential backoff; default 10s
-	// MaxAuthRefusals is how many handshakes in a row may end like a credentials or
-	// vhost refusal before dialing fails permanently (fault.Permanent); default 3. (A connection
-	// cut during the handshake ends the same way, so one is not enough.)
-	MaxAuthRefusals int
-
-	Logger *slog.Logger // default slog.Default()
-	// Clock times the waits between dials and how long a connection lived; default
-	// clock.Real.
-	Clock clock.Clock
-}
-
-// FromConfig builds a Config from the amqp section of the bridge configuration.
-func FromConfig(c config.AMQPConfig, name string) Config {
-	return Config{URL: c.URL, TLS: c.TLS, Name: name}
-}
 
 // Manager hands out channels on a connection it re-dials when it drops.
 type Manager struct {
@@ -89,52 +59,23 @@ type Manager struct {
 	closed      bool
 }
 
-// New validates cfg (URL, TLS files) without dialing. Errors are permanent.
+// New checks cfg (defaults filled in, then Validate) without dialing. Errors are
+// permanent.
 func New(cfg Config) (*Manager, error) {
-	if cfg.Heartbeat <= 0 {
-		cfg.Heartbeat = 10 * time.Second
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
-	if cfg.DialTimeout <= 0 {
-		cfg.DialTimeout = 15 * time.Second
-	}
-	if cfg.MinBackoff <= 0 {
-		cfg.MinBackoff = 100 * time.Millisecond
-	}
-	if cfg.MaxBackoff <= 0 {
-		cfg.MaxBackoff = 10 * time.Second
-	}
-	if cfg.MaxAuthRefusals <= 0 {
-		cfg.MaxAuthRefusals = 3
-	}
-	if cfg.MaxBackoff < cfg.MinBackoff {
-		cfg.MaxBackoff = cfg.MinBackoff
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.Real{}
-	}
-	url := cfg.URL
-	if cfg.TLS.Enabled && strings.HasPrefix(url, "amqp://") {
-		url = "amqps://" + strings.TrimPrefix(url, "amqp://")
-	}
-	uri, err := amqp.ParseURI(url)
-	if err != nil {
-		return nil, fault.Permanent(fmt.Errorf("amqpconn: amqp.url: %w", err))
-	}
+	url, tlsCfg := cfg.dialURL()
+	uri, _ := amqp.ParseURI(url) // Validate parsed it
 	m := &Manager{
 		cfg:     cfg,
 		url:     url,
 		user:    uri.Username,
+		tlsCfg:  tlsCfg,
 		log:     cfg.Logger.With("component", "amqpconn", "conn", cfg.Name),
 		clk:     cfg.Clock,
 		backoff: clock.NewBackoff(cfg.Clock, clock.BackoffPolicy{Initial: cfg.MinBackoff, Max: cfg.MaxBackoff}),
-	}
-	if uri.Scheme == "amqps" {
-		if m.tlsCfg, err = cfg.TLS.ClientTLS(); err != nil {
-			return nil, fault.Permanent(fmt.Errorf("amqpconn: amqp.tls: %w", err))
-		}
 	}
 	m.base, m.cancel = context.WithCancel(context.Background())
 	return m, nil

@@ -2,6 +2,7 @@ package amqpconn_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net/url"
 	"strings"
@@ -178,16 +179,23 @@ func TestCutDuringLoginIsNotPermanent(t *testing.T) {
 	}
 }
 
-func TestBadURLAndTLSFiles(t *testing.T) {
-	if _, err := amqpconn.New(amqpconn.Config{URL: "http://nope"}); !fault.IsPermanent(err) {
-		t.Fatalf("bad scheme: %v", err)
+// TestBadConfigIsPermanent: New refuses what no dial can fix. (A missing amqp.tls file
+// is refused where the *tls.Config is built from it: internal/app's
+// TestAMQPConnConfigTLSFiles.)
+func TestBadConfigIsPermanent(t *testing.T) {
+	for name, cfg := range map[string]amqpconn.Config{
+		"bad scheme":       {URL: "http://nope"},
+		"no url":           {},
+		"negative backoff": {URL: "amqp://127.0.0.1:5672/", MinBackoff: -time.Second},
+	} {
+		if _, err := amqpconn.New(cfg); !fault.IsPermanent(err) {
+			t.Errorf("%s: New = %v, want a permanent error", name, err)
+		}
 	}
-	cfg := amqpconn.Config{URL: "amqp://127.0.0.1:5671/"}
-	cfg.TLS.Enabled = true
-	cfg.TLS.CAFile = "/nonexistent/ca.pem"
-	_, err := amqpconn.New(cfg)
-	if !fault.IsPermanent(err) || !strings.Contains(err.Error(), "ca_file") {
-		t.Fatalf("missing CA file: %v", err)
+	// TLS set: an amqp:// URL is dialed as amqps:// (New does not dial).
+	m := newManager(t, amqpconn.Config{URL: "amqp://u@127.0.0.1:5671/", TLS: &tls.Config{MinVersion: tls.VersionTLS12}})
+	if m.Username() != "u" {
+		t.Errorf("Username = %q", m.Username())
 	}
 }
 

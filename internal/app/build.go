@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/delaybridge/delay-bridge/config"
 	"github.com/delaybridge/delay-bridge/egress"
 	amqpout "github.com/delaybridge/delay-bridge/egress/amqp"
 	kafkaout "github.com/delaybridge/delay-bridge/egress/kafka"
@@ -32,7 +31,10 @@ func (c *connections) close() {
 }
 
 func (b *Bridge) amqpManager(name string, heartbeat time.Duration) (*amqpconn.Manager, error) {
-	cfg := amqpconn.FromConfig(b.cfg.AMQP, name)
+	cfg, err := amqpConnConfig(b.cfg.AMQP, name)
+	if err != nil {
+		return nil, fmt.Errorf("amqp: %w", err)
+	}
 	cfg.Logger, cfg.Clock = b.log, b.clk
 	if heartbeat > 0 {
 		cfg.Heartbeat = heartbeat
@@ -57,12 +59,12 @@ func PublishTimeout(inflightLease, lookahead time.Duration) time.Duration {
 // route table, and the dead-letter publishers.
 func (b *Bridge) buildSinks(ctx context.Context, conns *connections) (map[string]egress.Sink, map[string]egress.RouteSink, error) {
 	kafkaRoutes := map[string]string{}
-	amqpRoutes := map[string]config.AMQPEndpoint{}
+	amqpRoutes := map[string]amqpout.Route{}
 	for _, r := range b.cfg.Routes {
 		if r.To.Kafka != nil {
 			kafkaRoutes[r.Name] = r.To.Kafka.Topic
 		} else if r.To.AMQP != nil {
-			amqpRoutes[r.Name] = *r.To.AMQP
+			amqpRoutes[r.Name] = amqpSinkRoute(*r.To.AMQP)
 		}
 	}
 	sinks := map[string]egress.Sink{}
