@@ -208,3 +208,13 @@ func (s *Store) Leave(ctx context.Context, instance string) error {
 	delete(s.members, instance)
 	return after
 }
+
+// ExpireLease makes shard's lease lapse now, as if its TTL had passed (a test control,
+// like deleting the owner key in Redis). The fence counter is kept.
+func (s *Store) ExpireLease(shard int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sh, err := s.shard(shard); err == nil {
+		sh.owner = ""
+	}
+}

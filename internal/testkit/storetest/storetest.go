@@ -1,0 +1,248 @@
+// Package storetest is the one conformance suite of the shard store: the behaviour
+// every implementation must have, checked through its methods only (states, scores
+// and envelopes as Get reports them, claims, leases, notifications), never through
+// the Redis keys. scheduler/store runs it on a real redis-server, a real Redis Cluster
+// and miniredis (the embedded server of `bridge dev`); internal/testkit/memstore runs
+// it on the in-memory store. Tests of the Redis key layout itself stay in
+// scheduler/store.
+//
+// A backend that cannot run a case excludes it by name with a written reason
+// (Options.Exclude); the suite logs every exclusion, and fails on a reason that names
+// no case, so the list cannot go stale silently.
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/scheduler/store"
+)
+
+// Store is every method the suite exercises: the scheduler's Store interface and the
+// intake, by-id, dead-letter and statistics methods of the Redis store.
+type Store interface {
+	Shards() int
+	ShardOf(id string) int
+
+	Park(ctx context.Context, envs []*envelope.Envelope) ([]bool, map[int]int64, error)
+	ParkEach(ctx context.Context, envs []*envelope.Envelope) ([]store.State, map[int]int64, error)
+	Bury(ctx context.Context, envs []*envelope.Envelope, now int64) ([]store.State, error)
+
+	Claim(ctx context.Context, shard int, instance string, token int64, upTo, leaseDeadline int64, limit int) ([]*envelope.Envelope, int64, error)
+	Ack(ctx context.Context, shard int, ids []string, now int64) error
+	AckMany(ctx context.Context, ids []string, now int64) error
+	Retry(ctx context.Context, shard int, items []store.RetryItem, now int64) error
+	RetryMany(ctx context.Context, byShard map[int][]store.RetryItem, now int64) error
+	Recover(ctx context.Context, shard int, now int64, limit int) (int, bool, error)
+	RecoverAll(ctx context.Context, shard int, now int64, limit int) (int, bool, error)
+
+	Cancel(ctx context.Context, id string, now int64, opt store.CancelOptions) (store.State, string, error)
+	Reschedule(ctx context.Context, id string, due int64) (store.State, error)
+	RequeueDead(ctx context.Context, id string, due int64) error
+	Get(ctx context.Context, id string) (store.State, int64, *envelope.Envelope, error)
+	Envelopes(ctx context.Context, ids []string) ([]*envelope.Envelope, error)
+	ListDead(ctx context.Context, limit int) ([]*envelope.Envelope, error)
+	PurgeDead(ctx context.Context) (int64, error)
+	ShardStats(ctx context.Context) ([]store.ShardStat, error)
+
+	AcquireLease(ctx context.Context, shard int, instance string, ttl time.Duration) (int64, error)
+	AcquireLeases(ctx context.Context, shards []int, instance string, ttl time.Duration) ([]int64, error)
+	RenewLease(ctx context.Context, shard int, instance string, token int64, ttl time.Duration) (bool, error)
+	RenewLeases(ctx context.Context, instance string, leases []store.Lease, ttl time.Duration) ([]bool, error)
+	ReleaseLease(ctx context.Context, shard int, instance string, token int64) error
+	Heartbeat(ctx context.Context, instance string, now int64) error
+	Members(ctx context.Context, now int64, maxAge time.Duration) ([]string, error)
+	LiveMembers(ctx context.Context, now int64, maxAge time.Duration) ([]store.Member, error)
+	Leave(ctx context.Context, instance string) error
+
+	PublishWake(ctx context.Context, minDue map[int]int64) error
+	PublishCancel(ctx context.Context, id string) error
+	Listen(ctx context.Context, onWake func(minDue map[int]int64), onCancel func(id string)) error
+}
+
+// Config is what a case asks of its store.
+type Config struct {
+	Shards     int
+	DoneWindow time.Duration // as configured: zero remembers nothing
+}
+
+// Subject is a fresh, empty store for one case, with the two handles on time the
+// suite needs.
+type Subject struct {
+	Store Store
+	// Elapse lets d pass on the clock that runs lease TTLs (a real server: sleep; a
+	// server or store with a fake clock: advance it).
+	Elapse func(d time.Duration)
+	// ExpireLease makes shard's lease lapse now, as if its TTL had passed.
+	ExpireLease func(shard int)
+}
+
+// Factory makes the Subject of one case; it registers its own cleanup on t.
+type Factory func(t *testing.T, cfg Config) Subject
+
+// Options tune a run.
+type Options struct {
+	// Exclude maps case names to the reason this backend cannot run them.
+	Exclude map[string]string
+}
+
+type testCase struct {
+	name string
+	run  func(t *testing.T, newSubject func(Config) Subject)
+}
+
+var cases []testCase
+
+func register(name string, run func(t *testing.T, newSubject func(Config) Subject)) {
+	cases = append(cases, testCase{name, run})
+}
+
+// Names lists the suite's cases.
+func Names() []string {
+	out := make([]string, len(cases))
+	for i, c := range cases {
+		out[i] = c.name
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Run runs every case as a subtest on stores made by newSubject.
+func Run(t *testing.T, newSubject Factory, opt Options) {
+	known := map[string]bool{}
+	for _, c := range cases {
+		known[c.name] = true
+	}
+	for name, why := range opt.Exclude {
+		if !known[name] {
+			t.Fatalf("storetest: excluded case %q (%s) does not exist", name, why)
+		}
+		if why == "" {
+			t.Fatalf("storetest: case %q excluded without a reason", name)
+		}
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if why, ok := opt.Exclude[c.name]; ok {
+				t.Logf("excluded for this backend: %s", why)
+				return
+			}
+			c.run(t, func(cfg Config) Subject { return newSubject(t, cfg) })
+		})
+	}
+}
+
+// ---------------------------------------------------------------------------------
+// Helpers shared by the cases.
+
+const t0 = int64(1_700_000_000_000) // a fixed "now" in unix ms: stores never read the clock for it
+
+func storeCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// defaults is the configuration most cases use: 4 shards, a done window of an hour.
+var defaults = Config{Shards: 4, DoneWindow: time.Hour}
+
+func env(id string, due int64) *envelope.Envelope {
+	return &envelope.Envelope{
+		ID: id, Route: "orders", SourceBroker: envelope.BrokerKafka, Source: "orders.delay",
+		DueAt: due, ReceivedAt: due - 1000, Key: []byte("k-" + id), Payload: []byte("payload " + id),
+		Headers: []envelope.Header{{Key: "traceparent", Value: "00-abc-def-01"}},
+	}
+}
+
+func envOn(id, route string, due int64) *envelope.Envelope {
+	e := env(id, due)
+	e.Route = route
+	return e
+}
+
+// idsOnShard returns n ids that all hash to shard.
+func idsOnShard(s Store, shard, n int, prefix string) []string {
+	var out []string
+	for i := 0; len(out) < n; i++ {
+		id := fmt.Sprintf("%s-%d", prefix, i)
+		if s.ShardOf(id) == shard {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+func mustPark(t *testing.T, s Store, envs ...*envelope.Envelope) []bool {
+	t.Helper()
+	parked, _, err := s.Park(storeCtx(t), envs)
+	if err != nil {
+		t.Fatalf("Park: %v", err)
+	}
+	return parked
+}
+
+func mustLease(t *testing.T, s Store, shard int, instance string) int64 {
+	t.Helper()
+	tok, err := s.AcquireLease(storeCtx(t), shard, instance, time.Minute)
+	if err != nil || tok == 0 {
+		t.Fatalf("AcquireLease(%d, %s) = %d, %v", shard, instance, tok, err)
+	}
+	return tok
+}
+
+func mustClaim(t *testing.T, s Store, shard int, tok int64, upTo int64, limit int) ([]*envelope.Envelope, int64) {
+	t.Helper()
+	items, next, err := s.Claim(storeCtx(t), shard, "i1", tok, upTo, upTo+30_000, limit)
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	return items, next
+}
+
+func ids(envs []*envelope.Envelope) []string {
+	out := make([]string, len(envs))
+	for i, e := range envs {
+		out[i] = e.ID
+	}
+	return out
+}
+
+// wantState checks id's state and (unless wantScore < 0) its score, and returns its
+// envelope.
+func wantState(t *testing.T, s Store, id string, want store.State, wantScore int64) *envelope.Envelope {
+	t.Helper()
+	st, score, e, err := s.Get(storeCtx(t), id)
+	if err != nil {
+		t.Fatalf("Get(%s): %v", id, err)
+	}
+	if st != want || (wantScore >= 0 && score != wantScore) {
+		t.Fatalf("Get(%s) = %q score %d, want %q score %d", id, st, score, want, wantScore)
+	}
+	return e
+}
+
+// countStates counts ids by the state Get reports.
+func countStates(t *testing.T, s Store, idList []string) map[store.State]int {
+	t.Helper()
+	out := map[store.State]int{}
+	for _, id := range idList {
+		st, _, _, err := s.Get(storeCtx(t), id)
+		if err != nil {
+			t.Fatalf("Get(%s): %v", id, err)
+		}
+		out[st]++
+	}
+	return out
+}
+
+// fnvShard is the shard mapping every store must share (docs/CONTRACT.md §3).
+func fnvShard(id string, shards int) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	return int(h.Sum32() % uint32(shards))
+}

@@ -1,0 +1,75 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delaybridge/delay-bridge/internal/testkit"
+	"github.com/delaybridge/delay-bridge/internal/testkit/storetest"
+	"github.com/delaybridge/delay-bridge/scheduler/store"
+)
+
+// The store conformance suite (internal/testkit/storetest) on the three servers the
+// bridge runs on. The tests of the Redis key layout itself are in store_test.go.
+
+func ctxFor(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// subject opens a Store on rdb with cfg, under a prefix and cluster name of its own.
+func subject(t *testing.T, rdb redis.UniversalClient, prefix, cluster string, cfg storetest.Config, elapse func(time.Duration)) storetest.Subject {
+	t.Helper()
+	s, err := store.New(ctxFor(t), rdb, store.Options{Prefix: prefix, Cluster: cluster, Shards: cfg.Shards, DoneWindow: cfg.DoneWindow})
+	if err != nil {
+		t.Fatalf("store.New: %v", err)
+	}
+	return storetest.Subject{
+		Store:  s,
+		Elapse: elapse,
+		// The lease is the owner key with a TTL (docs/CONTRACT.md §3): deleting it is
+		// what its expiry does.
+		ExpireLease: func(shard int) {
+			key := fmt.Sprintf("%s:{%s:%d}:owner", prefix, cluster, shard)
+			if err := rdb.Del(ctxFor(t), key).Err(); err != nil {
+				t.Fatalf("DEL %s: %v", key, err)
+			}
+		},
+	}
+}
+
+// TestConformanceRedis: a redis-server of its own per case.
+func TestConformanceRedis(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, cfg storetest.Config) storetest.Subject {
+		r := testkit.StartRedis(t)
+		return subject(t, r.Client(), "delaybridge", "default", cfg, time.Sleep)
+	}, storetest.Options{})
+}
+
+// TestConformanceRedisCluster: one real three-master Redis Cluster, a bridge cluster
+// name of its own per case (so its shards spread over the masters).
+func TestConformanceRedisCluster(t *testing.T) {
+	cc := testkit.StartRedisCluster(t, 3).Client()
+	var n atomic.Int64
+	storetest.Run(t, func(t *testing.T, cfg storetest.Config) storetest.Subject {
+		return subject(t, cc, "delaybridge", fmt.Sprintf("case%d", n.Add(1)), cfg, time.Sleep)
+	}, storetest.Options{})
+}
+
+// TestConformanceMiniredis: miniredis, the embedded server of `bridge dev`, one per
+// case. miniredis does not age TTLs by itself; Elapse fast-forwards them.
+func TestConformanceMiniredis(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, cfg storetest.Config) storetest.Subject {
+		m := miniredis.RunT(t)
+		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		t.Cleanup(func() { c.Close() })
+		return subject(t, c, "delaybridge", "default", cfg, m.FastForward)
+	}, storetest.Options{})
+}
