@@ -101,7 +101,7 @@ func (b *Bridge) Schedule(ctx context.Context, req admin.ScheduleRequest) (admin
 	b.obs.Received(rules.Route, 1)
 	// The answer comes from the park script's own verdict for this id, not from reading
 	// the state back (by then a pump may have claimed a message due soon).
-	prior, err := b.parkEnvs(ctx, shardStore, sched, []*envelope.Envelope{env}, nil)
+	prior, err := sched.Park(ctx, []*envelope.Envelope{env}, nil)
 	if err != nil {
 		return admin.Scheduled{}, storeErr(fmt.Errorf("park: %w", err))
 	}
@@ -160,11 +160,12 @@ func messageOf(env *envelope.Envelope, st store.State) admin.Message {
 
 // Cancel implements admin.Backend.
 func (b *Bridge) Cancel(ctx context.Context, id string) (string, error) {
-	if _, _, err := b.parts(); err != nil {
+	_, sched, err := b.parts()
+	if err != nil {
 		return "", err
 	}
 	// Whatever its route; an unknown id is answered 404 and leaves no tombstone.
-	prior, err := b.cancel(ctx, id, store.CancelOptions{})
+	prior, err := sched.Cancel(ctx, id, store.CancelOptions{})
 	if err != nil {
 		return "", storeErr(err)
 	}
@@ -199,7 +200,7 @@ func (b *Bridge) Reschedule(ctx context.Context, id string, when admin.When) (ad
 			route = before.Route
 		}
 		b.obs.Rescheduled(route, 1)
-		b.wake(ctx, sched, shardStore, map[int]int64{shardStore.ShardOf(id): due})
+		sched.Wake(ctx, map[int]int64{shardStore.ShardOf(id): due})
 		return admin.Scheduled{ID: id, DueAt: due}, nil
 	case store.StateUnknown:
 		return admin.Scheduled{}, fmt.Errorf("%w: no message %q", admin.ErrNotFound, id)
@@ -263,7 +264,7 @@ func (b *Bridge) RequeueDead(ctx context.Context, id string) (admin.Scheduled, e
 	if err := shardStore.RequeueDead(ctx, id, due); err != nil {
 		return admin.Scheduled{}, storeErr(err)
 	}
-	b.wake(ctx, sched, shardStore, map[int]int64{shardStore.ShardOf(id): due})
+	sched.Wake(ctx, map[int]int64{shardStore.ShardOf(id): due})
 	return admin.Scheduled{ID: id, DueAt: due}, nil
 }
 

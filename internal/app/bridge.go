@@ -20,6 +20,7 @@ import (
 	"github.com/delaybridge/delay-bridge/ingress"
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/internal/fault"
 	"github.com/delaybridge/delay-bridge/internal/observe"
 	"github.com/delaybridge/delay-bridge/scheduler"
 	"github.com/delaybridge/delay-bridge/scheduler/store"
@@ -125,13 +126,16 @@ func (b *Bridge) Run(ctx context.Context) error {
 		return err
 	}
 	sc := b.cfg.Scheduler
-	sched := scheduler.New(scheduler.Options{
+	sched, err := scheduler.New(scheduler.Options{
 		Store: shardStore, Clock: b.clk, Instance: b.cfg.Instance,
 		Tick: sc.Tick, Lookahead: sc.Lookahead, ClaimBatch: sc.ClaimBatch, InflightLease: sc.InflightLease,
 		LeaseTTL: sc.LeaseTTL, SafetyScan: sc.SafetyScan, MaxInMemory: sc.MaxInMemory,
 		MaxAttempts: b.cfg.Retry.MaxAttempts, BackoffInitial: b.cfg.Retry.Backoff.Initial, BackoffMax: b.cfg.Retry.Backoff.Max,
 		OnDead: b.publishDead, Observer: b.obs, Logger: b.log,
 	})
+	if err != nil {
+		return err
+	}
 	disp := egress.NewDispatcher(egress.DispatcherOptions{
 		Routes: routeSinks, Completer: sched, AtMostOnce: b.cfg.Delivery == config.DeliveryAtMostOnce,
 		Owned: sched.Owns, Observer: b.obs, Logger: b.log, Clock: b.clk,
@@ -179,10 +183,11 @@ func (b *Bridge) Run(ctx context.Context) error {
 	return runErr
 }
 
-// connectStore waits for Redis (logging while it is down) and opens the shard shardStore.
-// A wrong shard count is permanent and returned at once.
+// connectStore waits for Redis (logging while it is down, retrying with the clock's
+// Backoff) and opens the shard store. A wrong shard count is permanent and returned at
+// once; nil, nil means ctx ended first.
 func (b *Bridge) connectStore(ctx context.Context) (*store.Store, error) {
-	wait := 100 * time.Millisecond
+	bo := clock.NewBackoff(b.clk, clock.BackoffPolicy{Initial: 100 * time.Millisecond, Max: 5 * time.Second})
 	for {
 		shardStore, err := store.New(ctx, b.rdb, store.Options{
 			Prefix: b.cfg.Prefix, Cluster: b.cfg.Cluster, Shards: b.cfg.Shards,
@@ -191,86 +196,31 @@ func (b *Bridge) connectStore(ctx context.Context) (*store.Store, error) {
 		if err == nil {
 			return shardStore, nil
 		}
-		if !store.IsRetryable(err) {
+		if !store.IsRetryable(err) && !fault.IsTransient(err) {
 			return nil, fmt.Errorf("redis: %w", err)
 		}
 		b.log.Warn("waiting for redis", "addrs", strings.Join(b.cfg.Redis.Addrs, ","), "err", err)
-		select {
-		case <-ctx.Done():
+		if bo.Wait(ctx) != nil {
 			return nil, nil
-		case <-time.After(wait):
 		}
-		wait = min(wait*2, 5*time.Second)
 	}
 }
 
-// handle is the ingress Handler: it makes a batch durable in Redis. It returns an error
-// (so the source acknowledges nothing and redelivers) when any part could not be stored.
-// Every item is counted once by its outcome: parked, dead-lettered (and invalid),
-// duplicate (with the state its id was already in), or cancelled; a replay of a batch
-// stored before counts its items as duplicates, never as parked or dead-lettered again.
+// handle is the ingress Handler: the scheduler's intake (Scheduler.Accept) makes the
+// batch durable; handle only says which invalid messages their route delivers anyway.
 func (b *Bridge) handle(ctx context.Context, items []ingress.Item) error {
 	b.mu.Lock()
-	shardStore, sched := b.shardStore, b.sched
+	sched := b.sched
 	b.mu.Unlock()
-	now := clock.NowMs(b.clk)
-	var park, bury []*envelope.Envelope
-	var parkInvalid, buryInvalid []string // metric reason per item, "" for valid ones
-	var cancels []*envelope.Envelope
-	for _, it := range items {
-		switch {
-		case it.CancelID != "":
-			cancels = append(cancels, &envelope.Envelope{ID: it.CancelID, Route: it.Env.Route})
-		case it.Invalid != "":
-			if r := b.cfg.RouteByName(it.Env.Route); r != nil && r.OnInvalid == config.OnInvalidDeliver {
-				it.Env.DueAt = now
-				park, parkInvalid = append(park, it.Env), append(parkInvalid, it.Invalid)
-			} else {
-				bury, buryInvalid = append(bury, it.Env), append(buryInvalid, it.Invalid)
-			}
-		default:
-			park, parkInvalid = append(park, it.Env), append(parkInvalid, "")
+	in := make([]scheduler.Incoming, len(items))
+	for i, it := range items {
+		in[i] = scheduler.Incoming{Env: it.Env, Invalid: it.Invalid, CancelID: it.CancelID}
+		if it.Invalid != "" && it.CancelID == "" {
+			r := b.cfg.RouteByName(it.Env.Route)
+			in[i].Deliver = r != nil && r.OnInvalid == config.OnInvalidDeliver
 		}
 	}
-	if _, err := b.parkEnvs(ctx, shardStore, sched, park, parkInvalid); err != nil {
-		return fmt.Errorf("park: %w", err)
-	}
-	if err := b.buryEnvs(ctx, shardStore, bury, buryInvalid, now); err != nil {
-		return fmt.Errorf("dead-letter invalid input: %w", err)
-	}
-	for _, c := range cancels {
-		// A cancel record cancels only a message of its own route, and leaves a
-		// tombstone when it overtakes its message.
-		_, err := b.cancel(ctx, c.ID, store.CancelOptions{Route: c.Route, Tombstone: true})
-		if errors.Is(err, store.ErrOtherRoute) {
-			b.log.Info("x-delay-cancel ignored: the id names a message of another route", "route", c.Route, "id", c.ID, "err", err)
-			continue
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// wake tells local pumps (and, for messages due soon, other instances' pumps through
-// Redis pub/sub) that something earlier than their next claim was parked.
-func (b *Bridge) wake(ctx context.Context, sched *scheduler.Scheduler, shardStore *store.Store, minDue map[int]int64) {
-	if len(minDue) == 0 {
-		return
-	}
-	sched.Notify(minDue)
-	soon := map[int]int64{}
-	for shard, due := range minDue {
-		if sched.NeedsBroadcast(due) {
-			soon[shard] = due
-		}
-	}
-	if len(soon) > 0 {
-		if err := shardStore.PublishWake(ctx, soon); err != nil {
-			b.log.Debug("publish wake-up (the safety scan covers it)", "err", err)
-		}
-	}
+	return sched.Accept(ctx, in)
 }
 
 // publishDead copies dead letters to the configured dead-letter topic/exchange. Redis

@@ -1,4 +1,4 @@
-package scheduler
+package wheel
 
 import (
 	"context"
@@ -52,7 +52,7 @@ func newWheelHarness(t *testing.T, tick time.Duration, slots int) *wheelHarness 
 		fired:  make(chan wheelFiring, 4096),
 		parked: make(chan wheelPark, 4096),
 	}
-	h.w = NewWheel(h.fc, tick, slots, func(batch []*envelope.Envelope, now time.Time) {
+	h.w = mustNew(h.fc, tick, slots, func(batch []*envelope.Envelope, now time.Time) {
 		f := wheelFiring{now: now}
 		for _, e := range batch {
 			f.ids = append(f.ids, e.ID)
@@ -159,7 +159,7 @@ func TestWheelNeverEarlyStep(t *testing.T) {
 			rng := rand.New(rand.NewPCG(1, uint64(tick)))
 			fc := clock.NewFake(wheelT0)
 			fired := map[string]time.Time{}
-			w := NewWheel(fc, tick, 8, func(batch []*envelope.Envelope, now time.Time) {
+			w := mustNew(fc, tick, 8, func(batch []*envelope.Envelope, now time.Time) {
 				for _, e := range batch {
 					if _, dup := fired[e.ID]; dup {
 						t.Fatalf("%s fired twice", e.ID)
@@ -488,7 +488,7 @@ func TestWheelConcurrent(t *testing.T) {
 	var mu sync.Mutex
 	fired := map[string]int{}
 	var early []string
-	w := NewWheel(fc, time.Millisecond, 256, func(batch []*envelope.Envelope, now time.Time) {
+	w := mustNew(fc, time.Millisecond, 256, func(batch []*envelope.Envelope, now time.Time) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, e := range batch {
@@ -584,7 +584,7 @@ func TestWheelConcurrent(t *testing.T) {
 func TestWheelClockStepsBack(t *testing.T) {
 	fc := clock.NewFake(wheelT0.Add(time.Hour))
 	var got []string
-	w := NewWheel(fc, time.Millisecond, 64, func(batch []*envelope.Envelope, now time.Time) {
+	w := mustNew(fc, time.Millisecond, 64, func(batch []*envelope.Envelope, now time.Time) {
 		for _, e := range batch {
 			got = append(got, e.ID)
 		}
@@ -621,16 +621,16 @@ func TestWheelNewDefaults(t *testing.T) {
 		{time.Millisecond, 100, time.Millisecond, 128},
 		{time.Millisecond, 64, time.Millisecond, 64},
 	} {
-		w := NewWheel(clock.Real{}, c.tick, c.slots, fire)
+		w := mustNew(clock.Real{}, c.tick, c.slots, fire)
 		if time.Duration(w.tickNs) != c.wantTick || len(w.buckets) != c.wantSlots {
-			t.Errorf("NewWheel(%v, %d): tick %v slots %d, want %v %d",
+			t.Errorf("New(%v, %d): tick %v slots %d, want %v %d",
 				c.tick, c.slots, time.Duration(w.tickNs), len(w.buckets), c.wantTick, c.wantSlots)
 		}
 	}
 	// Extreme due times neither overflow nor fire early.
 	fc := clock.NewFake(wheelT0)
 	n := 0
-	w := NewWheel(fc, time.Millisecond, 1, func(b []*envelope.Envelope, _ time.Time) { n += len(b) })
+	w := mustNew(fc, time.Millisecond, 1, func(b []*envelope.Envelope, _ time.Time) { n += len(b) })
 	w.Schedule(&envelope.Envelope{ID: "max", DueAt: math.MaxInt64})
 	w.Schedule(&envelope.Envelope{ID: "min", DueAt: math.MinInt64})
 	w.Schedule(&envelope.Envelope{DueAt: 0}) // no id: fires, cannot be cancelled
@@ -651,7 +651,7 @@ func TestWheelNextTickMatchesMinimum(t *testing.T) {
 		slots := c.slots
 		rng := rand.New(rand.NewPCG(uint64(slots), 3))
 		fc := clock.NewFake(wheelT0)
-		w := NewWheel(fc, time.Millisecond, slots, func([]*envelope.Envelope, time.Time) {})
+		w := mustNew(fc, time.Millisecond, slots, func([]*envelope.Envelope, time.Time) {})
 		pending := map[string]int64{}
 		for round := range 300 {
 			for range rng.IntN(20) {
@@ -711,4 +711,30 @@ func TestWheelOrdersBatchByDueThenReceived(t *testing.T) {
 	h.fc.Advance(wheelMs(10))
 	h.park(false, 0)
 	h.expectFired(wheelFiring{[]string{"early", "r0", "r1", "r2", "r3", "tie-a", "tie-b"}, wheelT0.Add(wheelMs(10))})
+}
+
+// mustNew is New with the options spelled positionally, failing on an error.
+func mustNew(clk clock.Clock, tick time.Duration, slots int, fire FireFunc) *Wheel {
+	w, err := New(Options{Clock: clk, Tick: tick, Slots: slots, Fire: fire})
+	if err != nil {
+		panic(err)
+	}
+	return w
+}
+
+func TestNewValidates(t *testing.T) {
+	if _, err := New(Options{Tick: time.Millisecond}); err == nil {
+		t.Error("New without Fire: no error")
+	}
+	fire := func([]*envelope.Envelope, time.Time) {}
+	if _, err := New(Options{Fire: fire, Slots: maxSlots + 1}); err == nil {
+		t.Error("New with too many slots: no error")
+	}
+	w, err := New(Options{Fire: fire})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if time.Duration(w.tickNs) != time.Millisecond || len(w.buckets) != 4096 {
+		t.Errorf("defaults: tick %v slots %d", time.Duration(w.tickNs), len(w.buckets))
+	}
 }

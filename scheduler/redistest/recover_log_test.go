@@ -1,4 +1,4 @@
-package scheduler
+package redistest
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/delaybridge/delay-bridge/internal/testkit"
+	"github.com/delaybridge/delay-bridge/scheduler"
 	"github.com/delaybridge/delay-bridge/scheduler/store"
 )
 
@@ -35,7 +36,7 @@ func TestTakeOverOfInflightIsLogged(t *testing.T) {
 	}
 	var logs testkit.Buffer
 	sink := &recordingSink{}
-	startScheduler(t, r, "alive", sink, func(o *Options) {
+	startScheduler(t, r, "alive", sink, func(o *scheduler.Options) {
 		o.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	})
 	waitFor(t, "recovered messages fired", 10*time.Second, func() bool { return len(sink.snapshot()) == 20 })

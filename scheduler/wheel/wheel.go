@@ -1,13 +1,15 @@
-// Hashed timing wheel (docs/CONTRACT.md §4): the in-process timer between the pump, which claims due
-// envelopes from Redis, and egress. One goroutine and one lock for any number of pending
+// Package wheel is a hashed timing wheel (docs/CONTRACT.md §4): the in-process timer
+// between the pump, which claims due envelopes from Redis, and egress. One goroutine and one lock for any number of pending
 // messages, instead of a runtime timer per message, which collapses at 10k msgs/s
-// (docs/CONTRACT.md §8); everything due in one tick reaches egress as one batch.
-
-package scheduler
+// (docs/CONTRACT.md §8); everything due in one tick reaches egress as one batch. It
+// knows nothing of Redis or brokers: the scheduler feeds it and receives its batches.
+package wheel
 
 import (
 	"cmp"
 	"context"
+	"errors"
+	"fmt"
 	"math"
 	"math/bits"
 	"slices"
@@ -35,29 +37,29 @@ import (
 type FireFunc func(batch []*envelope.Envelope, now time.Time)
 
 const (
-	wheelDefaultTick  = time.Millisecond
-	wheelDefaultSlots = 4096
+	defaultTick  = time.Millisecond
+	defaultSlots = 4096
 
 	// Released entries are recycled so that a steady schedule/fire flow does not allocate
 	// per message. The cap bounds what a burst leaves behind (64k entries ≈ 3 MB).
-	wheelMaxFree = 1 << 16
+	maxFree = 1 << 16
 	// After the wheel empties, an index map that once held more than this many ids is
 	// replaced: Go maps never shrink, and one burst should not pin its memory forever.
-	wheelIndexShrink = 1 << 16
+	indexShrink = 1 << 16
 )
 
-// wheelEntry is one pending envelope, an intrusive node of its bucket's list so that
+// entry is one pending envelope, an intrusive node of its bucket's list so that
 // Cancel unlinks it in O(1).
-type wheelEntry struct {
+type entry struct {
 	env        *envelope.Envelope
 	tick       int64 // absolute tick number at whose processing the envelope is due
 	slot       int   // index in Wheel.buckets, or -1 for Wheel.overdue
-	prev, next *wheelEntry
+	prev, next *entry
 }
 
-// wheelBucket is a FIFO list of entries.
-type wheelBucket struct {
-	head, tail *wheelEntry
+// slotList is a FIFO list of entries.
+type slotList struct {
+	head, tail *entry
 	n          int
 	// minTick is a lower bound of the ticks held (math.MaxInt64 when empty). It is exact
 	// after each processing of the bucket; Cancel leaves it possibly too low, which at
@@ -92,10 +94,10 @@ type Wheel struct {
 	size    atomic.Int64 // mirrors the entry count so Len needs no lock
 
 	mu      sync.Mutex
-	buckets []wheelBucket
-	occ     []uint64    // bit s set ⇔ buckets[s] is non-empty
-	overdue wheelBucket // entries already due when scheduled: fired at the next tick
-	index   map[string]*wheelEntry
+	buckets []slotList
+	occ     []uint64 // bit s set ⇔ buckets[s] is non-empty
+	overdue slotList // entries already due when scheduled: fired at the next tick
+	index   map[string]*entry
 	peak    int   // largest len(index) since the map was made
 	cur     int64 // last processed tick; every entry outside overdue has tick > cur
 	// nextWake is the tick the loop sleeps until (math.MaxInt64: no timer armed), or
@@ -103,7 +105,7 @@ type Wheel struct {
 	// signals wake only for an entry earlier than this, so a busy producer costs no
 	// channel operations.
 	nextWake int64
-	free     *wheelEntry
+	free     *entry
 	nfree    int
 
 	// testHookParked, set only by tests, is called each time Run is about to block, with
@@ -112,42 +114,75 @@ type Wheel struct {
 	testHookParked func(armed bool, d time.Duration)
 }
 
-// NewWheel returns a wheel that calls fire with each tick's due envelopes once Run is
-// running. tick ≤ 0 means 1 ms; slots is rounded up to a power of two, ≤ 0 means 4096.
-// slots·tick is one rotation: entries further out wait for later rounds and cost a little
-// when their slot is processed, so one rotation should cover the typical claim lookahead.
-func NewWheel(clk clock.Clock, tick time.Duration, slots int, fire FireFunc) *Wheel {
-	if clk == nil || fire == nil {
-		panic("scheduler: NewWheel needs a clock and a fire func")
+// Options configure a Wheel. Zero values take the defaults (see withDefaults).
+type Options struct {
+	// Clock drives the wheel; default clock.Real.
+	Clock clock.Clock
+	// Tick is the wheel's resolution; ≤ 0 means 1 ms.
+	Tick time.Duration
+	// Slots is rounded up to a power of two; ≤ 0 means 4096, at most 2^30. Slots·Tick is
+	// one rotation: entries further out wait for later rounds and cost a little when
+	// their slot is processed, so one rotation should cover the typical claim lookahead.
+	Slots int
+	// Fire receives each tick's due envelopes (required).
+	Fire FireFunc
+}
+
+// maxSlots bounds Options.Slots (the bucket array is allocated up front).
+const maxSlots = 1 << 30
+
+func (o Options) withDefaults() Options {
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
 	}
-	if tick <= 0 {
-		tick = wheelDefaultTick
+	if o.Tick <= 0 {
+		o.Tick = defaultTick
 	}
-	if slots <= 0 {
-		slots = wheelDefaultSlots
+	if o.Slots <= 0 {
+		o.Slots = defaultSlots
 	}
-	if slots > 1<<30 {
-		slots = 1 << 30
+	return o
+}
+
+// Validate reports options New cannot use (after defaults are filled in).
+func (o Options) Validate() error {
+	o = o.withDefaults()
+	switch {
+	case o.Fire == nil:
+		return errors.New("wheel: Options.Fire is required")
+	case o.Slots > maxSlots:
+		return fmt.Errorf("wheel: Options.Slots %d is above %d", o.Slots, maxSlots)
 	}
-	n := 1 << bits.Len(uint(slots-1)) // next power of two ≥ slots
+	return nil
+}
+
+// New returns a wheel that calls opt.Fire with each tick's due envelopes once Run is
+// running. It fills opt's defaults and refuses invalid options (Validate).
+func New(opt Options) (*Wheel, error) {
+	if err := opt.Validate(); err != nil {
+		return nil, err
+	}
+	opt = opt.withDefaults()
+	clk, tick := opt.Clock, opt.Tick
+	n := 1 << bits.Len(uint(opt.Slots-1)) // next power of two ≥ slots
 	w := &Wheel{
 		clk:      clk,
 		tickNs:   int64(tick),
 		mask:     int64(n - 1),
-		fire:     fire,
+		fire:     opt.Fire,
 		maxDue:   (math.MaxInt64 - int64(tick)) / int64(time.Millisecond),
 		wake:     make(chan struct{}, 1),
-		buckets:  make([]wheelBucket, n),
+		buckets:  make([]slotList, n),
 		occ:      make([]uint64, (n+63)/64),
-		overdue:  wheelBucket{minTick: math.MaxInt64},
-		index:    make(map[string]*wheelEntry),
+		overdue:  slotList{minTick: math.MaxInt64},
+		index:    make(map[string]*entry),
 		nextWake: math.MaxInt64,
 	}
 	for i := range w.buckets {
 		w.buckets[i].minTick = math.MaxInt64
 	}
-	w.cur = wheelFloorDiv(clk.Now().UnixNano(), w.tickNs)
-	return w
+	w.cur = floorDiv(clk.Now().UnixNano(), w.tickNs)
+	return w, nil
 }
 
 // Schedule adds env, due at env.DueAt (unix ms). An envelope already due fires at the
@@ -202,11 +237,11 @@ func (w *Wheel) Drain() []*envelope.Envelope {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	out := make([]*envelope.Envelope, 0, w.size.Load())
-	take := func(b *wheelBucket) {
+	take := func(b *slotList) {
 		for e := b.head; e != nil; e = e.next {
 			out = append(out, e.env)
 		}
-		*b = wheelBucket{minTick: math.MaxInt64}
+		*b = slotList{minTick: math.MaxInt64}
 	}
 	take(&w.overdue)
 	for s := range w.buckets {
@@ -215,7 +250,7 @@ func (w *Wheel) Drain() []*envelope.Envelope {
 		}
 	}
 	clear(w.occ)
-	w.index = make(map[string]*wheelEntry)
+	w.index = make(map[string]*entry)
 	w.peak = 0
 	w.free, w.nfree = nil, 0
 	w.size.Store(0)
@@ -309,7 +344,7 @@ func fireOrder(a, b *envelope.Envelope) int {
 
 // stepLocked is step under the wheel lock, before the batch is ordered.
 func (w *Wheel) stepLocked(now time.Time) (batch []*envelope.Envelope, processed bool, next int64) {
-	nowTick := wheelFloorDiv(now.UnixNano(), w.tickNs)
+	nowTick := floorDiv(now.UnixNano(), w.tickNs)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if nowTick < w.cur {
@@ -330,8 +365,8 @@ func (w *Wheel) stepLocked(now time.Time) (batch []*envelope.Envelope, processed
 	batch = w.collectLocked(t)
 	w.cur = t
 	w.nextWake = math.MinInt64 // awake: the loop looks again before it sleeps
-	if w.size.Load() == 0 && w.peak > wheelIndexShrink {
-		w.index = make(map[string]*wheelEntry)
+	if w.size.Load() == 0 && w.peak > indexShrink {
+		w.index = make(map[string]*entry)
 		w.peak = 0
 	}
 	return batch, true, t
@@ -381,7 +416,7 @@ func (w *Wheel) nextTickLocked() int64 {
 	return best
 }
 
-// collectLocked unlinks and returns the entries due at tick t (the overdue list and slot
+// collectLocked unlinks and returns the entries due at tick t (the overdue slotList and slot
 // t mod slots) and makes the slot's minimum exact again.
 func (w *Wheel) collectLocked(t int64) []*envelope.Envelope {
 	s := int(t & w.mask)
@@ -403,7 +438,7 @@ func (w *Wheel) collectLocked(t int64) []*envelope.Envelope {
 		e = next
 	}
 	if b.minTick > t {
-		return batch // here for the overdue list only; the slot holds later rounds
+		return batch // here for the overdue slotList only; the slot holds later rounds
 	}
 	minTick := int64(math.MaxInt64)
 	for e := b.head; e != nil; {
@@ -438,13 +473,13 @@ func (w *Wheel) insertLocked(env *envelope.Envelope, t int64) int64 {
 		w.nfree--
 		e.next = nil
 	} else {
-		e = &wheelEntry{}
+		e = &entry{}
 	}
 	e.env, e.tick = env, t
 	eff := t
 	if t <= w.cur {
 		// Its slot has been passed in this rotation; filing it there would delay it by a
-		// whole rotation. The overdue list is part of the next tick processed.
+		// whole rotation. The overdue slotList is part of the next tick processed.
 		w.linkLocked(e, -1)
 		eff = w.cur + 1
 	} else {
@@ -460,7 +495,7 @@ func (w *Wheel) insertLocked(env *envelope.Envelope, t int64) int64 {
 	return eff
 }
 
-func (w *Wheel) bucket(slot int) *wheelBucket {
+func (w *Wheel) bucket(slot int) *slotList {
 	if slot < 0 {
 		return &w.overdue
 	}
@@ -469,7 +504,7 @@ func (w *Wheel) bucket(slot int) *wheelBucket {
 
 // linkLocked appends e to a bucket's list (FIFO keeps same-tick messages in schedule
 // order, which egress then preserves per partition or queue).
-func (w *Wheel) linkLocked(e *wheelEntry, slot int) {
+func (w *Wheel) linkLocked(e *entry, slot int) {
 	b := w.bucket(slot)
 	e.slot = slot
 	e.prev, e.next = b.tail, nil
@@ -489,7 +524,7 @@ func (w *Wheel) linkLocked(e *wheelEntry, slot int) {
 }
 
 // unlinkLocked removes e from its bucket's list.
-func (w *Wheel) unlinkLocked(e *wheelEntry) {
+func (w *Wheel) unlinkLocked(e *entry) {
 	b := w.bucket(e.slot)
 	if e.prev != nil {
 		e.prev.next = e.next
@@ -512,13 +547,13 @@ func (w *Wheel) unlinkLocked(e *wheelEntry) {
 }
 
 // releaseLocked forgets an unlinked entry and recycles it.
-func (w *Wheel) releaseLocked(e *wheelEntry) {
+func (w *Wheel) releaseLocked(e *entry) {
 	if id := e.env.ID; id != "" && w.index[id] == e {
 		delete(w.index, id)
 	}
 	w.size.Add(-1)
 	e.env = nil // do not keep the envelope alive from the free list
-	if w.nfree < wheelMaxFree {
+	if w.nfree < maxFree {
 		e.next = w.free
 		w.free = e
 		w.nfree++
@@ -547,10 +582,10 @@ func (w *Wheel) tickOf(dueMs int64) int64 {
 	} else if dueMs < -w.maxDue {
 		dueMs = -w.maxDue
 	}
-	return wheelCeilDiv(dueMs*int64(time.Millisecond), w.tickNs)
+	return ceilDiv(dueMs*int64(time.Millisecond), w.tickNs)
 }
 
-func wheelFloorDiv(a, b int64) int64 {
+func floorDiv(a, b int64) int64 {
 	q := a / b
 	if a%b != 0 && a < 0 {
 		q--
@@ -558,7 +593,7 @@ func wheelFloorDiv(a, b int64) int64 {
 	return q
 }
 
-func wheelCeilDiv(a, b int64) int64 {
+func ceilDiv(a, b int64) int64 {
 	q := a / b
 	if a%b != 0 && a > 0 {
 		q++

@@ -1,4 +1,4 @@
-package scheduler
+package redistest
 
 import (
 	"context"
@@ -20,14 +20,16 @@ import (
 	kafkaout "github.com/delaybridge/delay-bridge/egress/kafka"
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/internal/fault"
 	"github.com/delaybridge/delay-bridge/internal/metrics"
 	"github.com/delaybridge/delay-bridge/internal/testkit"
+	"github.com/delaybridge/delay-bridge/scheduler"
 	"github.com/delaybridge/delay-bridge/scheduler/store"
 )
 
 // startWithSink runs a scheduler and dispatcher for route "r" over sink, observed by a
 // real Metrics on a fresh registry.
-func startWithSink(t *testing.T, r *testkit.Redis, sink egress.Sink, broker string, tweak func(*Options)) (*harness, *prometheus.Registry) {
+func startWithSink(t *testing.T, r *testkit.Redis, sink egress.Sink, broker string, tweak func(*scheduler.Options)) (*harness, *prometheus.Registry) {
 	t.Helper()
 	ctx := context.Background()
 	rdb := r.Client()
@@ -41,7 +43,7 @@ func startWithSink(t *testing.T, r *testkit.Redis, sink egress.Sink, broker stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	opt := Options{
+	opt := scheduler.Options{
 		Store: shardStore, Clock: clock.Real{}, Instance: "a",
 		Tick: time.Millisecond, Lookahead: 500 * time.Millisecond, ClaimBatch: 100,
 		InflightLease: 30 * time.Second, LeaseTTL: time.Second, SafetyScan: 200 * time.Millisecond,
@@ -51,7 +53,7 @@ func startWithSink(t *testing.T, r *testkit.Redis, sink egress.Sink, broker stri
 	if tweak != nil {
 		tweak(&opt)
 	}
-	s := New(opt)
+	s := newScheduler(t, opt)
 	disp := egress.NewDispatcher(egress.DispatcherOptions{
 		Routes:    map[string]egress.RouteSink{"r": {Sink: sink, Broker: broker}},
 		Completer: s, Owned: s.Owns, Observer: m, Logger: quiet,
@@ -151,12 +153,12 @@ func TestUnknownOutcomeIsNotResentBeforeTheLease(t *testing.T) {
 	var calls atomic.Int32
 	sink := &recordingSink{failFor: func(env *envelope.Envelope) error {
 		if calls.Add(1) == 1 {
-			return fmt.Errorf("no answer: %w", egress.ErrUnknownOutcome)
+			return fmt.Errorf("no answer: %w", fault.ErrUnknownOutcome)
 		}
 		return nil
 	}}
 	const lease = 2 * time.Second
-	h, reg := startWithSink(t, r, sink, "test", func(o *Options) { o.InflightLease = lease })
+	h, reg := startWithSink(t, r, sink, "test", func(o *scheduler.Options) { o.InflightLease = lease })
 	now := time.Now().UnixMilli()
 	parkN(t, h.shardStore, 1, func(int) int64 { return now })
 	waitFor(t, "the first attempt", 10*time.Second, func() bool { return calls.Load() >= 1 })
@@ -192,7 +194,7 @@ func (s *stallSink) Publish(ctx context.Context, msgs []*envelope.Envelope) []er
 	<-ctx.Done()
 	errs := make([]error, len(msgs))
 	for i := range errs {
-		errs[i] = fmt.Errorf("no answer: %w: %w", egress.ErrUnknownOutcome, ctx.Err())
+		errs[i] = fmt.Errorf("no answer: %w: %w", fault.ErrUnknownOutcome, ctx.Err())
 	}
 	return errs
 }
@@ -213,7 +215,7 @@ func TestShutdownWithStalledBrokerPutsQueuedBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	s := New(Options{
+	s := newScheduler(t, scheduler.Options{
 		Store: shardStore, Clock: clock.Real{}, Instance: "a",
 		Tick: time.Millisecond, Lookahead: 200 * time.Millisecond, ClaimBatch: 100,
 		InflightLease: 30 * time.Second, LeaseTTL: time.Second, SafetyScan: 200 * time.Millisecond,

@@ -1,4 +1,4 @@
-package scheduler
+package wheel
 
 import (
 	"context"
@@ -30,7 +30,7 @@ func BenchmarkWheelFakeClock(b *testing.B) {
 			spread := int64(pending / perTick) // ticks each envelope waits
 			fc := clock.NewFake(wheelT0)
 			fired := 0
-			w := NewWheel(fc, time.Millisecond, 0, func(batch []*envelope.Envelope, _ time.Time) {
+			w := mustNew(fc, time.Millisecond, 0, func(batch []*envelope.Envelope, _ time.Time) {
 				fired += len(batch)
 			})
 			// A ring of reusable envelopes keeps test data out of the allocation count; an
@@ -85,7 +85,7 @@ func BenchmarkWheelRealClock(b *testing.B) {
 			target := int64(b.N)
 			// Written only by fire, read after allFired is closed.
 			var lateSum, lateMax time.Duration
-			w := NewWheel(clock.Real{}, time.Millisecond, 0, func(batch []*envelope.Envelope, now time.Time) {
+			w := mustNew(clock.Real{}, time.Millisecond, 0, func(batch []*envelope.Envelope, now time.Time) {
 				for _, env := range batch {
 					busy[env.Attempt].Store(false)
 					late := now.Sub(time.UnixMilli(env.DueAt))
@@ -136,7 +136,7 @@ func BenchmarkWheelRealClock(b *testing.B) {
 // BenchmarkWheelScheduleCancelParallel is the contended path: many goroutines schedule
 // and cancel (the admin API's DELETE) against one wheel holding 100k pending.
 func BenchmarkWheelScheduleCancelParallel(b *testing.B) {
-	w := NewWheel(clock.Real{}, time.Millisecond, 0, func([]*envelope.Envelope, time.Time) {})
+	w := mustNew(clock.Real{}, time.Millisecond, 0, func([]*envelope.Envelope, time.Time) {})
 	far := time.Now().Add(time.Hour).UnixMilli()
 	for i := range 100_000 {
 		w.Schedule(&envelope.Envelope{ID: fmt.Sprint("far-", i), DueAt: far})

@@ -1,4 +1,4 @@
-package scheduler
+package redistest
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/observe"
 	"github.com/delaybridge/delay-bridge/internal/testkit"
+	"github.com/delaybridge/delay-bridge/scheduler"
 	"github.com/delaybridge/delay-bridge/scheduler/store"
 )
 
@@ -54,7 +55,7 @@ func TestPumpOnInjectedClock(t *testing.T) {
 	fake := clock.NewFake(time.UnixMilli(1_800_000_000_000))
 	t0 := fake.Now().UnixMilli()
 	rec := &firedRecorder{lateness: map[string]time.Duration{}}
-	s := New(Options{
+	s := newScheduler(t, scheduler.Options{
 		Store: shardStore, Clock: fake, Instance: "fake",
 		// A safety scan far longer than the test's fake time span: every timely claim
 		// below comes from the pump's own planning (sleep until next due - lookahead)
@@ -136,7 +137,7 @@ func TestPumpClaimsAheadInFewCalls(t *testing.T) {
 	fake := clock.NewFake(time.UnixMilli(1_800_000_000_000))
 	t0 := fake.Now().UnixMilli()
 	const lookahead = time.Second
-	s := New(Options{
+	s := newScheduler(t, scheduler.Options{
 		Store: shardStore, Clock: fake, Instance: "fake",
 		Tick: time.Millisecond, Lookahead: lookahead, ClaimBatch: 100,
 		InflightLease: 30 * time.Second, LeaseTTL: 3 * time.Second, SafetyScan: time.Hour,

@@ -1,10 +1,9 @@
-package scheduler
+package redistest
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,7 +12,9 @@ import (
 	"github.com/delaybridge/delay-bridge/egress"
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/internal/fault"
 	"github.com/delaybridge/delay-bridge/internal/testkit"
+	"github.com/delaybridge/delay-bridge/scheduler"
 	"github.com/delaybridge/delay-bridge/scheduler/store"
 )
 
@@ -60,20 +61,20 @@ func (s *recordingSink) snapshot() []published {
 
 type harness struct {
 	shardStore *store.Store
-	sched      *Scheduler
+	sched      *scheduler.Scheduler
 	sink       *recordingSink
 	stop       func()
 	done       chan struct{}
 }
 
-func startScheduler(t *testing.T, r *testkit.Redis, instance string, sink *recordingSink, tweak func(*Options)) *harness {
+func startScheduler(t *testing.T, r *testkit.Redis, instance string, sink *recordingSink, tweak func(*scheduler.Options)) *harness {
 	t.Helper()
 	return startSchedulerOwned(t, r, instance, sink, tweak, nil)
 }
 
 // startSchedulerOwned is startScheduler with the dispatcher's ownership check wrapped:
 // owned gets the scheduler's Owns and returns the check to use.
-func startSchedulerOwned(t *testing.T, r *testkit.Redis, instance string, sink *recordingSink, tweak func(*Options),
+func startSchedulerOwned(t *testing.T, r *testkit.Redis, instance string, sink *recordingSink, tweak func(*scheduler.Options),
 	owned func(owns func(*envelope.Envelope) bool) func(*envelope.Envelope) bool) *harness {
 	t.Helper()
 	ctx := context.Background()
@@ -82,7 +83,7 @@ func startSchedulerOwned(t *testing.T, r *testkit.Redis, instance string, sink *
 	if err != nil {
 		t.Fatal(err)
 	}
-	opt := Options{
+	opt := scheduler.Options{
 		Store: shardStore, Clock: clock.Real{}, Instance: instance,
 		Tick: time.Millisecond, Lookahead: 500 * time.Millisecond, ClaimBatch: 100,
 		InflightLease: 30 * time.Second, LeaseTTL: time.Second, SafetyScan: 200 * time.Millisecond,
@@ -91,7 +92,7 @@ func startSchedulerOwned(t *testing.T, r *testkit.Redis, instance string, sink *
 	if tweak != nil {
 		tweak(&opt)
 	}
-	s := New(opt)
+	s := newScheduler(t, opt)
 	check := s.Owns
 	if owned != nil {
 		check = owned(s.Owns)
@@ -203,7 +204,7 @@ func TestSchedulerRetriesThenDeadLetters(t *testing.T) {
 		case "m-1": // always fails: dead after MaxAttempts
 			return errors.New("still no")
 		case "m-2": // permanent: dead at once
-			return fmt.Errorf("no such target: %w", egress.ErrPermanent)
+			return fault.Permanent(errors.New("no such target"))
 		}
 		return nil
 	}}
@@ -229,7 +230,7 @@ func TestShutdownPutsUnfiredMessagesBackToPending(t *testing.T) {
 	r := testkit.StartRedis(t)
 	sink := &recordingSink{}
 	// A long lookahead claims messages due in 3 s into the wheel right away.
-	h := startScheduler(t, r, "a", sink, func(o *Options) { o.Lookahead = 5 * time.Second })
+	h := startScheduler(t, r, "a", sink, func(o *scheduler.Options) { o.Lookahead = 5 * time.Second })
 	due := time.Now().UnixMilli() + 3000
 	parkN(t, h.shardStore, 50, func(int) int64 { return due })
 	waitFor(t, "messages claimed into the wheel", 5*time.Second, func() bool { _, i, _ := totals(t, h.shardStore); return i == 50 })
@@ -287,72 +288,6 @@ func TestNewOwnerRecoversInflightOfDeadOwner(t *testing.T) {
 		if p.at < due || p.due != due {
 			t.Fatalf("%s: published at %d with due %d; want not before %d and due kept", p.id, p.at, p.due, due)
 		}
-	}
-}
-
-func TestOwnersEvenSplitDeterministicFewMoves(t *testing.T) {
-	for _, shards := range []int{16, 64} {
-		totalExtra, changes := 0, 0
-		for n := 1; n <= 7; n++ {
-			for trial := 0; trial < 20; trial++ {
-				members := make([]string, n)
-				for i := range members {
-					members[i] = fmt.Sprintf("pod-%d-%d", trial, i)
-				}
-				owners := Owners(members, shards)
-				count := map[string]int{}
-				for sh, o := range owners {
-					if o == "" {
-						t.Fatalf("%d shards, %d members: shard %d has no owner", shards, n, sh)
-					}
-					count[o]++
-				}
-				lo, hi := shards/n, (shards+n-1)/n
-				for _, m := range members {
-					if count[m] < lo || count[m] > hi {
-						t.Fatalf("%d shards over %v: %s owns %d, want %d..%d (%v)", shards, members, m, count[m], lo, hi, count)
-					}
-				}
-				// Every member computes the same answer whatever order it lists members
-				// in, with duplicates, and with or without itself in the list.
-				rev := append([]string(nil), members...)
-				slices.Reverse(rev)
-				rev = append(rev, members[0])
-				if got := Owners(rev, shards); !slices.Equal(got, owners) {
-					t.Fatalf("Owners depends on the order of the member list")
-				}
-				for _, m := range members {
-					others := slices.DeleteFunc(append([]string(nil), members...), func(x string) bool { return x == m })
-					for sh, mine := range Assign(others, m, shards) {
-						if mine != (owners[sh] == m) {
-							t.Fatalf("Assign(%s) disagrees with Owners on shard %d", m, sh)
-						}
-					}
-				}
-				// A member joining takes its share; only a few other shards move to keep
-				// the split even.
-				joined := Owners(append(append([]string(nil), members...), "joiner"), shards)
-				extra := 0
-				for sh := range owners {
-					if joined[sh] != owners[sh] && joined[sh] != "joiner" {
-						extra++
-					}
-				}
-				totalExtra += extra
-				changes++
-				if extra > shards/3 {
-					t.Errorf("%d shards, %d -> %d members: %d shards moved between existing members", shards, n, n+1, extra)
-				}
-			}
-		}
-		avg := float64(totalExtra) / float64(changes)
-		t.Logf("%d shards: on average %.2f shards move between existing members when one joins", shards, avg)
-		if avg > 3 {
-			t.Errorf("%d shards: %.2f extra moves per join on average; want a few", shards, avg)
-		}
-	}
-	if got := Owners(nil, 4); !slices.Equal(got, []string{"", "", "", ""}) {
-		t.Errorf("no members: %q", got)
 	}
 }
 
@@ -523,7 +458,7 @@ func TestSameInstanceNameNeverSharesALease(t *testing.T) {
 func TestLostLeaseDropsHeldAndReacquiredShardFiresOnce(t *testing.T) {
 	r := testkit.StartRedis(t)
 	sink := &recordingSink{}
-	h := startScheduler(t, r, "a", sink, func(o *Options) { o.Lookahead = 5 * time.Second })
+	h := startScheduler(t, r, "a", sink, func(o *scheduler.Options) { o.Lookahead = 5 * time.Second })
 	waitFor(t, "a owns all 8 shards", 5*time.Second, func() bool { return len(h.sched.OwnedShards()) == 8 })
 	due := time.Now().UnixMilli() + 2500
 	parkN(t, h.shardStore, 40, func(int) int64 { return due })
@@ -542,7 +477,7 @@ func TestLostLeaseDropsHeldAndReacquiredShardFiresOnce(t *testing.T) {
 		}
 	}
 	waitFor(t, "a notices the lost leases", 3*time.Second, func() bool { return len(h.sched.OwnedShards()) == 0 })
-	if n := h.sched.wheel.Len(); n != 0 {
+	if n := h.sched.InMemory().Wheel; n != 0 {
 		t.Fatalf("%d messages of lost shards still in the wheel", n)
 	}
 	if _, i, _ := totals(t, h.shardStore); i != 40 {
@@ -558,9 +493,9 @@ func TestLostLeaseDropsHeldAndReacquiredShardFiresOnce(t *testing.T) {
 		}
 	}
 	waitFor(t, "shards empty", 5*time.Second, func() bool { p, i, _ := totals(t, h.shardStore); return p == 0 && i == 0 })
-	waitFor(t, "credits all returned", 5*time.Second, func() bool { return h.sched.credits.available() == 1000 })
+	waitFor(t, "credits all returned", 5*time.Second, func() bool { return h.sched.InMemory().FreeCredits == 1000 })
 	for sh := 0; sh < 8; sh++ {
-		if n := h.sched.heldCount(sh); n != 0 {
+		if n := h.sched.InMemory().Held[sh]; n != 0 {
 			t.Errorf("shard %d: %d messages still counted as held", sh, n)
 		}
 	}
@@ -626,7 +561,7 @@ func TestReacquireWaitsForOwnPublishesInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	sink := &gatedSink{open: make(chan struct{})}
-	s := New(Options{
+	s := newScheduler(t, scheduler.Options{
 		Store: shardStore, Clock: clock.Real{}, Instance: "a",
 		Tick: time.Millisecond, Lookahead: 200 * time.Millisecond, ClaimBatch: 100,
 		InflightLease: 30 * time.Second, LeaseTTL: time.Second, SafetyScan: 200 * time.Millisecond,

@@ -1,0 +1,145 @@
+package scheduler
+
+import (
+	"sync"
+
+	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/scheduler/store"
+)
+
+// heldSet is one shard's messages in memory.
+type heldSet struct {
+	mu   sync.Mutex
+	n    int                 // copies in memory, including superseded ones
+	byID map[string]heldCopy // the latest claim of each id
+}
+
+// heldCopy is one claimed copy of a message: the envelope the claim returned (its
+// pointer identifies the copy) and the lease token it was claimed under.
+type heldCopy struct {
+	env   *envelope.Envelope
+	token int64
+}
+
+// Owns reports whether env may be published: it is the latest claim of its id, its
+// shard's lease is still held under the token it was claimed with, and the lease is
+// surely still valid. The dispatcher drops (does not publish) anything else, e.g. after
+// this process was frozen past its lease, or a copy superseded by a re-claim after this
+// instance lost and re-acquired the shard: whoever owns the shard recovers and fires
+// those from `inflight`, so a frozen instance waking up does not publish a second copy.
+func (s *Scheduler) Owns(env *envelope.Envelope) bool {
+	shard := s.store.ShardOf(env.ID)
+	st := s.state(shard)
+	if st == nil || !s.leaseValid(st) {
+		return false
+	}
+	h := &s.held[shard]
+	h.mu.Lock()
+	c, ok := h.byID[env.ID]
+	h.mu.Unlock()
+	return ok && c.env == env && c.token == st.token
+}
+
+// track records claimed messages as held under st's token before they enter the wheel.
+// A message already held (claimed again after a recovery) supersedes the older copy:
+// if that copy is still in the wheel it is taken out, otherwise it is on its way to
+// egress, where Owns drops it.
+func (s *Scheduler) track(st *shardState, items []*envelope.Envelope) {
+	h := &s.held[st.shard]
+	replaced := 0
+	h.mu.Lock()
+	for _, env := range items {
+		if _, ok := h.byID[env.ID]; ok && s.wheel.Cancel(env.ID) {
+			h.n--
+			replaced++
+		}
+		h.byID[env.ID] = heldCopy{env: env, token: st.token}
+		h.n++
+	}
+	h.mu.Unlock()
+	s.credits.release(replaced)
+}
+
+// untrack forgets one copy that left memory (published, failed, dropped, put back) and
+// reports whether it was the latest claim of its id, and that claim's token.
+func (s *Scheduler) untrack(shard int, env *envelope.Envelope) (current bool, token int64) {
+	h := &s.held[shard]
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.n--
+	if c, ok := h.byID[env.ID]; ok && c.env == env {
+		delete(h.byID, env.ID)
+		return true, c.token
+	}
+	return false, 0
+}
+
+// takeFromWheel removes from the wheel every message of st's shard claimed under st's
+// token and returns them, no longer held. Credits are the caller's to return.
+func (s *Scheduler) takeFromWheel(st *shardState) []*envelope.Envelope {
+	h := &s.held[st.shard]
+	var out []*envelope.Envelope
+	h.mu.Lock()
+	for id, c := range h.byID {
+		if c.token == st.token && s.wheel.Cancel(id) {
+			delete(h.byID, id)
+			h.n--
+			out = append(out, c.env)
+		}
+	}
+	h.mu.Unlock()
+	return out
+}
+
+func (s *Scheduler) heldCount(shard int) int {
+	h := &s.held[shard]
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.n
+}
+
+// CancelLocal removes id from the wheel if this instance holds it, returning whether it
+// did. The store's cancel has already removed it from Redis.
+func (s *Scheduler) CancelLocal(id string) bool {
+	if !s.wheel.Cancel(id) {
+		return false
+	}
+	// The wheel only ever holds the latest claim of an id (track takes older copies out).
+	h := &s.held[s.store.ShardOf(id)]
+	h.mu.Lock()
+	h.n--
+	delete(h.byID, id)
+	h.mu.Unlock()
+	s.credits.release(1)
+	return true
+}
+
+func (st *shardState) addOrphans(items ...store.RetryItem) {
+	st.omu.Lock()
+	st.orphans = append(st.orphans, items...)
+	st.omu.Unlock()
+}
+
+func (st *shardState) takeOrphans() []store.RetryItem {
+	st.omu.Lock()
+	defer st.omu.Unlock()
+	out := st.orphans
+	st.orphans = nil
+	return out
+}
+
+// InMemory is what a scheduler holds in memory at one moment, for tests and diagnostics.
+type InMemory struct {
+	Wheel       int   // messages pending in the wheel
+	FreeCredits int   // credits not taken (Options.MaxInMemory when nothing is held)
+	Held        []int // per shard: claimed copies not finished yet (wheel and egress)
+}
+
+// InMemory reports what the scheduler holds in memory now.
+func (s *Scheduler) InMemory() InMemory {
+	out := InMemory{Wheel: s.wheel.Len(), FreeCredits: s.credits.available(), Held: make([]int, len(s.held))}
+	for i := range s.held {
+		out.Held[i] = s.heldCount(i)
+	}
+	return out
+}

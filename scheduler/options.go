@@ -1,0 +1,109 @@
+package scheduler
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/delaybridge/delay-bridge/internal/clock"
+	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/internal/observe"
+)
+
+// Options configure a Scheduler. Zero values take the defaults of withDefaults (the
+// configuration's own defaults, docs/CONTRACT.md); Store and Instance are required.
+type Options struct {
+	Store    Store
+	Clock    clock.Clock // default clock.Real
+	Instance string
+
+	Tick          time.Duration // default 1 ms
+	Lookahead     time.Duration // 0 is valid: claim only what is due
+	ClaimBatch    int           // default 1000
+	InflightLease time.Duration // default 30 s
+	LeaseTTL      time.Duration // default 3 s
+	SafetyScan    time.Duration // default 1 s
+	MaxInMemory   int           // default 100000
+
+	MaxAttempts    int           // default 10
+	BackoffInitial time.Duration // default 1 s
+	BackoffMax     time.Duration // default 5 m
+
+	// OnDead, if set, receives messages just dead-lettered (after failed publishes, or
+	// buried as invalid by the intake) to copy them to a dead-letter topic/exchange. It
+	// runs on a dispatcher worker or the ingress handler's goroutine.
+	OnDead func([]*envelope.Envelope)
+
+	Observer observe.Observer // default observe.Nop
+	Logger   *slog.Logger     // default slog.Default()
+}
+
+func (o Options) withDefaults() Options {
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	if o.Observer == nil {
+		o.Observer = observe.Nop{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&o.Tick, time.Millisecond)
+	def(&o.InflightLease, 30*time.Second)
+	def(&o.LeaseTTL, 3*time.Second)
+	def(&o.SafetyScan, time.Second)
+	def(&o.BackoffInitial, time.Second)
+	def(&o.BackoffMax, 5*time.Minute)
+	if o.ClaimBatch == 0 {
+		o.ClaimBatch = 1000
+	}
+	if o.MaxInMemory == 0 {
+		o.MaxInMemory = 100000
+	}
+	if o.MaxAttempts == 0 {
+		o.MaxAttempts = 10
+	}
+	return o
+}
+
+// Validate reports options a scheduler cannot run with, after defaults (New calls it).
+func (o Options) Validate() error {
+	o = o.withDefaults()
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("scheduler: "+format, args...)) }
+	if o.Store == nil {
+		bad("Options.Store is required")
+	} else if o.Store.Shards() < 1 {
+		bad("the store has %d shards", o.Store.Shards())
+	}
+	if o.Instance == "" {
+		bad("Options.Instance is required")
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"Tick", o.Tick}, {"InflightLease", o.InflightLease}, {"SafetyScan", o.SafetyScan}, {"BackoffInitial", o.BackoffInitial}} {
+		if d.v <= 0 {
+			bad("Options.%s must be positive, got %s", d.name, d.v)
+		}
+	}
+	if o.LeaseTTL < 3*time.Millisecond {
+		bad("Options.LeaseTTL must be at least 3ms (renewed every third), got %s", o.LeaseTTL)
+	}
+	if o.Lookahead < 0 {
+		bad("Options.Lookahead must not be negative, got %s", o.Lookahead)
+	}
+	if o.BackoffMax < o.BackoffInitial {
+		bad("Options.BackoffMax %s is below BackoffInitial %s", o.BackoffMax, o.BackoffInitial)
+	}
+	if o.ClaimBatch < 1 || o.MaxInMemory < 1 || o.MaxAttempts < 1 {
+		bad("ClaimBatch, MaxInMemory and MaxAttempts must be at least 1, got %d, %d, %d", o.ClaimBatch, o.MaxInMemory, o.MaxAttempts)
+	}
+	return errors.Join(errs...)
+}

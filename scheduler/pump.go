@@ -1,0 +1,122 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/delaybridge/delay-bridge/internal/clock"
+	"github.com/delaybridge/delay-bridge/scheduler/store"
+)
+
+// pump claims due messages of one shard into the wheel.
+func (s *Scheduler) pump(ctx context.Context, st *shardState) {
+	lookahead := s.opt.Lookahead.Milliseconds()
+	bo := clock.NewBackoff(s.clk, clock.BackoffPolicy{Initial: 50 * time.Millisecond, Max: 2 * time.Second})
+	timer := s.clk.NewTimer(time.Hour)
+	defer timer.Stop()
+	sleep := func(d time.Duration) bool {
+		timer.Reset(d)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-timer.C():
+		case <-st.wake:
+		}
+		return true
+	}
+	lastRecover := clock.NowMs(s.clk)
+	for ctx.Err() == nil {
+		n, err := s.credits.acquire(ctx, s.opt.ClaimBatch)
+		if err != nil {
+			return
+		}
+		now := clock.NowMs(s.clk)
+		if now-lastRecover >= s.opt.InflightLease.Milliseconds()/2 {
+			// Backstop: an in-flight entry whose deadline passed (an outcome that could
+			// not be recorded through a long Redis outage) fires again.
+			lastRecover = now
+			if moved, _, err := s.store.Recover(ctx, st.shard, now, s.opt.ClaimBatch); err == nil && moved > 0 {
+				s.log.Warn("recovered in-flight messages past their deadline", "shard", st.shard, "n", moved)
+			}
+		}
+		items, nextDue, err := s.store.Claim(ctx, st.shard, s.holder, st.token, now+lookahead, now+s.opt.InflightLease.Milliseconds(), n)
+		s.credits.release(n - len(items))
+		if err != nil {
+			if errors.Is(err, store.ErrFenced) {
+				s.log.Warn("shard lease lost (fenced); pump stops", "shard", st.shard)
+				st.leaseUntil.Store(0)
+				return
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			wait := bo.Next()
+			s.log.Warn("claim failed; retrying", "shard", st.shard, "err", err, "backoff", wait)
+			if !sleep(wait) { // a wake-up retries at once
+				return
+			}
+			continue
+		}
+		bo.Reset()
+		if len(items) > 0 {
+			s.track(st, items)
+			s.wheel.ScheduleBatch(items)
+		}
+		if len(items) == n {
+			continue // a full batch: more may be due right now
+		}
+		// Wake when the next message is half a lookahead from due, not as soon as it
+		// enters the horizon: the claim then also takes everything due in the half
+		// lookahead after it, so at low rates one claim moves many messages instead of
+		// one claim per message (each still claimed at least lookahead/2 ahead).
+		wait := s.opt.SafetyScan
+		if nextDue >= 0 {
+			if d := time.Duration(nextDue-lookahead/2-now) * time.Millisecond; d < wait {
+				wait = max(d, 0)
+			}
+		}
+		st.wakeAt.Store(now + wait.Milliseconds())
+		if !sleep(wait) {
+			return
+		}
+	}
+}
+
+// Notify wakes the pumps of shards that just received a message due before their next
+// planned claim would pick it up in time. minDue maps shard -> earliest newly parked due.
+func (s *Scheduler) Notify(minDue map[int]int64) {
+	lookahead := s.opt.Lookahead.Milliseconds()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for shard, due := range minDue {
+		if shard < 0 || shard >= len(s.shards) {
+			continue
+		}
+		st := s.shards[shard]
+		if st == nil || st.leaving {
+			continue
+		}
+		// The pump's next claim at wakeAt takes everything due by wakeAt+lookahead;
+		// only something due before wakeAt (plus margin for the claim itself) needs an
+		// early wake-up.
+		if due < st.wakeAt.Load()+lookahead/2 {
+			select {
+			case st.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// NeedsBroadcast reports whether another instance's pump could need waking for a
+// message due at due: anything later is found by the periodic safety scan in time.
+func (s *Scheduler) NeedsBroadcast(due int64) bool {
+	return due < clock.NowMs(s.clk)+(s.opt.Lookahead+s.opt.SafetyScan).Milliseconds()
+}
+
+// BroadcastCancel tells every instance to drop id from its wheel: a message cancelled
+// while in flight is held in memory by whichever instance claimed it.
+func (s *Scheduler) BroadcastCancel(ctx context.Context, id string) error {
+	return s.store.PublishCancel(ctx, id)
+}
