@@ -54,6 +54,14 @@ var (
 	PurgeDead string
 	//go:embed browse.lua
 	Browse string
+	//go:embed purge_dead_ids.lua
+	PurgeDeadIDs string
+	//go:embed job_claim.lua
+	JobClaim string
+	//go:embed job_save.lua
+	JobSave string
+	//go:embed job_cancel.lua
+	JobCancel string
 	//go:embed lease_acquire.lua
 	LeaseAcquire string
 	//go:embed lease_renew.lua
@@ -66,19 +74,23 @@ var (
 // preload or inspect them all, such as tests and the dev server.
 func All() map[string]string {
 	return map[string]string{
-		"park":          Park,
-		"bury":          Bury,
-		"claim":         Claim,
-		"ack":           Ack,
-		"retry":         Retry,
-		"recover":       Recover,
-		"cancel":        Cancel,
-		"reschedule":    Reschedule,
-		"get":           Get,
-		"purge_dead":    PurgeDead,
-		"browse":        Browse,
-		"lease_acquire": LeaseAcquire,
-		"lease_renew":   LeaseRenew,
-		"lease_release": LeaseRelease,
+		"park":           Park,
+		"bury":           Bury,
+		"claim":          Claim,
+		"ack":            Ack,
+		"retry":          Retry,
+		"recover":        Recover,
+		"cancel":         Cancel,
+		"reschedule":     Reschedule,
+		"get":            Get,
+		"purge_dead":     PurgeDead,
+		"browse":         Browse,
+		"purge_dead_ids": PurgeDeadIDs,
+		"job_claim":      JobClaim,
+		"job_save":       JobSave,
+		"job_cancel":     JobCancel,
+		"lease_acquire":  LeaseAcquire,
+		"lease_renew":    LeaseRenew,
+		"lease_release":  LeaseRelease,
 	}
 }

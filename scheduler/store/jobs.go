@@ -1,0 +1,356 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delaybridge/delay-bridge/lua"
+)
+
+// Bulk job records (docs/CONTRACT.md §3 and §6): what a job does, its state and its
+// progress, in Redis so that any instance answers for any job. The runner that executes
+// them is scheduler/jobs; the by-id batch operations it applies are in jobs_batch.go.
+//
+//	P:{C}:job:<id>       HASH  the job (fields below); expires JobRetention after it ends
+//	P:{C}:jobs           ZSET  id -> created (unix ms), newest listed first; trimmed
+//	                           to JobRetention on every create
+//	P:{C}:jobs:active    SET   ids of queued and running jobs (what runners poll)
+
+// JobKind is what a job does to the messages its filter selects.
+type JobKind string
+
+const (
+	JobCancel      JobKind = "cancel"       // cancel pending / in-flight messages
+	JobReschedule  JobKind = "reschedule"   // new due time: absolute (DueAt) or shifted (ShiftMs)
+	JobRequeueDead JobKind = "requeue_dead" // dead letters back to pending, due when requeued
+	JobPurgeDead   JobKind = "purge_dead"   // delete dead letters
+)
+
+// JobState is where a job is. JobAbandoned is never stored: it is how a running job
+// reads when its heartbeat is older than JobStaleAfter (its instance died or lost
+// Redis); any runner then takes it over and resumes it from its cursor.
+type JobState string
+
+const (
+	JobQueued    JobState = "queued"
+	JobRunning   JobState = "running"
+	JobDone      JobState = "done"
+	JobFailed    JobState = "failed"
+	JobCancelled JobState = "cancelled"
+	JobAbandoned JobState = "abandoned"
+)
+
+// Job timing.
+const (
+	// JobHeartbeat is how often a runner writes a running job's heartbeat (at least:
+	// every batch writes it too).
+	JobHeartbeat = 5 * time.Second
+	// JobStaleAfter: a running job whose heartbeat is older reads JobAbandoned and may
+	// be claimed by another runner.
+	JobStaleAfter = 3 * JobHeartbeat
+	// JobRetention: how long a finished job's record is kept.
+	JobRetention = 7 * 24 * time.Hour
+	// JobSampleMax bounds a dry run's sample.
+	JobSampleMax = 100
+)
+
+// ErrJobNotFound: no job with that id (never created, or expired after JobRetention).
+var ErrJobNotFound = errors.New("scheduler: job not found")
+
+// JobFilter selects a job's messages: a BrowseQuery without paging.
+type JobFilter struct {
+	State     State  `json:"state,omitempty"` // default pending (dead for the dead-letter kinds)
+	Route     string `json:"route,omitempty"`
+	From      int64  `json:"from,omitempty"` // score range, inclusive, unix ms; 0 = unbounded
+	To        int64  `json:"to,omitempty"`
+	IDPrefix  string `json:"id_prefix,omitempty"`
+	KeyPrefix string `json:"key_prefix,omitempty"`
+}
+
+// Query is the filter as a BrowseQuery (first page).
+func (f JobFilter) Query() BrowseQuery {
+	return BrowseQuery{State: f.State, Route: f.Route, From: f.From, To: f.To, IDPrefix: f.IDPrefix, KeyPrefix: f.KeyPrefix}
+}
+
+// RangeOnly reports whether the filter selects by state and score range alone, so its
+// count is a ZCOUNT per shard.
+func (f JobFilter) RangeOnly() bool { return f.Route == "" && f.IDPrefix == "" && f.KeyPrefix == "" }
+
+// JobSpec is what an operator asks for.
+type JobSpec struct {
+	Kind   JobKind   `json:"kind"`
+	Filter JobFilter `json:"filter"`
+	// DryRun: count the matches and return a sample; change nothing.
+	DryRun bool `json:"dry_run,omitempty"`
+	// Reschedule: exactly one of DueAt (new due time, unix ms) and ShiftMs (added to
+	// each message's due time; negative moves earlier).
+	DueAt   int64 `json:"due_at,omitempty"`
+	ShiftMs int64 `json:"shift_ms,omitempty"`
+	// Sample: how many matches a dry run returns (default 10, at most JobSampleMax).
+	Sample int `json:"sample,omitempty"`
+}
+
+// Validate fills defaults and checks the spec; errors wrap ErrInvalid.
+func (sp *JobSpec) Validate() error {
+	f := &sp.Filter
+	switch sp.Kind {
+	case JobCancel:
+		if f.State == "" {
+			f.State = StatePending
+		}
+		if f.State != StatePending && f.State != StateInflight {
+			return fmt.Errorf("%w: a cancel job selects pending or inflight messages, not %q", ErrInvalid, f.State)
+		}
+	case JobReschedule:
+		if f.State == "" {
+			f.State = StatePending
+		}
+		if f.State != StatePending {
+			return fmt.Errorf("%w: a reschedule job selects pending messages, not %q", ErrInvalid, f.State)
+		}
+		if (sp.DueAt == 0) == (sp.ShiftMs == 0) {
+			return fmt.Errorf("%w: a reschedule job needs exactly one of due_at and shift_ms", ErrInvalid)
+		}
+		if sp.DueAt < 0 {
+			return fmt.Errorf("%w: due_at %d is negative", ErrInvalid, sp.DueAt)
+		}
+	case JobRequeueDead, JobPurgeDead:
+		if f.State == "" {
+			f.State = StateDead
+		}
+		if f.State != StateDead {
+			return fmt.Errorf("%w: a %s job selects dead letters, not %q", ErrInvalid, sp.Kind, f.State)
+		}
+	default:
+		return fmt.Errorf("%w: job kind %q (cancel, reschedule, requeue_dead, purge_dead)", ErrInvalid, sp.Kind)
+	}
+	if sp.Kind != JobReschedule && (sp.DueAt != 0 || sp.ShiftMs != 0) {
+		return fmt.Errorf("%w: due_at and shift_ms belong to reschedule jobs", ErrInvalid)
+	}
+	if f.From < 0 || f.To < 0 || (f.To != 0 && f.From > f.To) {
+		return fmt.Errorf("%w: score range [%d, %d]", ErrInvalid, f.From, f.To)
+	}
+	if sp.Sample <= 0 {
+		sp.Sample = 10
+	}
+	sp.Sample = min(sp.Sample, JobSampleMax)
+	return nil
+}
+
+// JobSample is one message a dry run would touch.
+type JobSample struct {
+	ID    string `json:"id"`
+	Route string `json:"route"`
+	Score int64  `json:"score"` // due time, lease deadline or time dead-lettered
+}
+
+// JobProgress is what a runner records after every batch.
+type JobProgress struct {
+	Matched int64 `json:"matched"` // messages the filter selected so far
+	Done    int64 `json:"done"`    // changed as asked
+	// Skipped: selected, but changed by something else before the job reached them
+	// (fired, cancelled, requeued): left alone.
+	Skipped int64  `json:"skipped"`
+	Failed  int64  `json:"failed"` // could not be changed (LastError says why)
+	Cursor  string `json:"cursor,omitempty"`
+	// Dry runs: whether Matched is exact (false: the count stopped at its scan budget
+	// and Matched is a lower bound), and the first matches.
+	Exact     bool        `json:"exact,omitempty"`
+	Sample    []JobSample `json:"sample,omitempty"`
+	LastError string      `json:"last_error,omitempty"`
+}
+
+// Job is a job record as read back.
+type Job struct {
+	ID   string
+	Spec JobSpec
+	// State as stored, except that a running job with a stale heartbeat reads
+	// JobAbandoned.
+	State     JobState
+	Progress  JobProgress
+	Instance  string // the runner's instance ("" while queued)
+	Claims    int    // how many times a runner took it (more than 1: resumed)
+	Created   int64  // unix ms
+	Updated   int64
+	Heartbeat int64
+}
+
+func (s *Store) jobKey(id string) string {
+	return fmt.Sprintf("%s:{%s}:job:%s", s.opt.Prefix, s.opt.Cluster, id)
+}
+func (s *Store) jobsKey() string { return fmt.Sprintf("%s:{%s}:jobs", s.opt.Prefix, s.opt.Cluster) }
+func (s *Store) activeKey() string {
+	return fmt.Sprintf("%s:{%s}:jobs:active", s.opt.Prefix, s.opt.Cluster)
+}
+
+var (
+	jobClaimScript  = &script{name: "job_claim", Script: redis.NewScript(lua.JobClaim)}
+	jobSaveScript   = &script{name: "job_save", Script: redis.NewScript(lua.JobSave)}
+	jobCancelScript = &script{name: "job_cancel", Script: redis.NewScript(lua.JobCancel)}
+)
+
+// CreateJob validates spec and records a queued job; a runner (any instance) picks it
+// up. Jobs older than JobRetention leave the listing on the way.
+func (s *Store) CreateJob(ctx context.Context, spec JobSpec, now int64) (Job, error) {
+	if err := spec.Validate(); err != nil {
+		return Job{}, err
+	}
+	raw, err := json.Marshal(spec)
+	if err != nil {
+		return Job{}, fmt.Errorf("scheduler: encode job: %w", err)
+	}
+	var r [8]byte
+	_, _ = rand.Read(r[:])
+	id := strconv.FormatInt(now, 36) + "-" + hex.EncodeToString(r[:])
+	pipe := s.rdb.TxPipeline()
+	pipe.HSet(ctx, s.jobKey(id), "kind", string(spec.Kind), "spec", string(raw), "state", string(JobQueued),
+		"created", now, "updated", now, "heartbeat", 0, "matched", 0, "done", 0, "skipped", 0, "failed", 0)
+	pipe.ZAdd(ctx, s.jobsKey(), redis.Z{Score: float64(now), Member: id})
+	pipe.SAdd(ctx, s.activeKey(), id)
+	pipe.ZRemRangeByScore(ctx, s.jobsKey(), "-inf", "("+strconv.FormatInt(now-JobRetention.Milliseconds(), 10))
+	if _, err := pipe.Exec(ctx); err != nil {
+		return Job{}, fmt.Errorf("scheduler: create job: %w", err)
+	}
+	return Job{ID: id, Spec: spec, State: JobQueued, Created: now, Updated: now}, nil
+}
+
+// GetJob reads a job. now decides whether a running job reads JobAbandoned.
+func (s *Store) GetJob(ctx context.Context, id string, now int64) (Job, error) {
+	m, err := s.rdb.HGetAll(ctx, s.jobKey(id)).Result()
+	if err != nil {
+		return Job{}, fmt.Errorf("scheduler: get job %q: %w", id, err)
+	}
+	if len(m) == 0 {
+		return Job{}, fmt.Errorf("%w: %q", ErrJobNotFound, id)
+	}
+	return parseJob(id, m, now)
+}
+
+func parseJob(id string, m map[string]string, now int64) (Job, error) {
+	j := Job{ID: id, State: JobState(m["state"]), Instance: m["instance"]}
+	if err := json.Unmarshal([]byte(m["spec"]), &j.Spec); err != nil {
+		return Job{}, fmt.Errorf("scheduler: job %q: spec: %w", id, err)
+	}
+	num := func(k string) int64 { n, _ := strconv.ParseInt(m[k], 10, 64); return n }
+	j.Created, j.Updated, j.Heartbeat, j.Claims = num("created"), num("updated"), num("heartbeat"), int(num("claims"))
+	p := &j.Progress
+	p.Matched, p.Done, p.Skipped, p.Failed = num("matched"), num("done"), num("skipped"), num("failed")
+	p.Cursor, p.LastError, p.Exact = m["cursor"], m["error"], m["exact"] == "1"
+	if v := m["sample"]; v != "" {
+		if err := json.Unmarshal([]byte(v), &p.Sample); err != nil {
+			return Job{}, fmt.Errorf("scheduler: job %q: sample: %w", id, err)
+		}
+	}
+	if j.State == JobRunning && j.Heartbeat < now-JobStaleAfter.Milliseconds() {
+		j.State = JobAbandoned
+	}
+	return j, nil
+}
+
+// ListJobs returns up to limit jobs, newest first.
+func (s *Store) ListJobs(ctx context.Context, limit int, now int64) ([]Job, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	ids, err := s.rdb.ZRevRange(ctx, s.jobsKey(), 0, int64(limit-1)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: list jobs: %w", err)
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.MapStringStringCmd, len(ids))
+	for i, id := range ids {
+		cmds[i] = pipe.HGetAll(ctx, s.jobKey(id))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && len(ids) > 0 {
+		return nil, fmt.Errorf("scheduler: list jobs: %w", err)
+	}
+	out := make([]Job, 0, len(ids))
+	for i, c := range cmds {
+		if len(c.Val()) == 0 {
+			continue // expired
+		}
+		j, err := parseJob(ids[i], c.Val(), now)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, j)
+	}
+	return out, nil
+}
+
+// ActiveJobs lists the ids of queued and running jobs (what runners poll).
+func (s *Store) ActiveJobs(ctx context.Context) ([]string, error) {
+	ids, err := s.rdb.SMembers(ctx, s.activeKey()).Result()
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: active jobs: %w", err)
+	}
+	return ids, nil
+}
+
+// ClaimJob makes instance the runner of a queued job, or of an abandoned one (its
+// heartbeat older than JobStaleAfter), and returns the job; ok is false when someone
+// else runs it or it has finished.
+func (s *Store) ClaimJob(ctx context.Context, id, instance string, now int64) (Job, bool, error) {
+	stale := now - JobStaleAfter.Milliseconds()
+	n, err := s.eval(ctx, jobClaimScript, []string{s.jobKey(id), s.activeKey()}, id, instance, now, stale).Int64()
+	if err != nil {
+		return Job{}, false, fmt.Errorf("scheduler: claim job %q: %w", id, err)
+	}
+	if n != 1 {
+		return Job{}, false, nil
+	}
+	j, err := s.GetJob(ctx, id, now)
+	return j, err == nil, err
+}
+
+// ErrJobLost: the runner no longer runs the job (an operator cancelled it, or another
+// instance took it over after a missed heartbeat, or it expired). The runner stops.
+var ErrJobLost = errors.New("scheduler: job no longer run by this instance")
+
+// SaveJob records a running job's progress and heartbeat; with final set (JobDone,
+// JobFailed) it also ends the job. It fails with ErrJobLost when instance no longer
+// runs the job; nothing is written then.
+func (s *Store) SaveJob(ctx context.Context, id, instance string, p JobProgress, final JobState, now int64) error {
+	args := []any{id, instance, now, string(final), JobRetention.Milliseconds(),
+		"matched", p.Matched, "done", p.Done, "skipped", p.Skipped, "failed", p.Failed,
+		"cursor", p.Cursor, "error", p.LastError}
+	if p.Exact {
+		args = append(args, "exact", "1")
+	}
+	if len(p.Sample) > 0 {
+		raw, err := json.Marshal(p.Sample)
+		if err != nil {
+			return fmt.Errorf("scheduler: encode job sample: %w", err)
+		}
+		args = append(args, "sample", string(raw))
+	}
+	v, err := s.eval(ctx, jobSaveScript, []string{s.jobKey(id), s.activeKey()}, args...).Text()
+	if err != nil {
+		return fmt.Errorf("scheduler: save job %q: %w", id, err)
+	}
+	if v != "ok" {
+		return fmt.Errorf("%w: job %q is %q", ErrJobLost, id, v)
+	}
+	return nil
+}
+
+// CancelJob stops a queued or running job (its runner stops at its next batch; what it
+// did stays done) and returns the state it was in; a finished job is left as it is.
+func (s *Store) CancelJob(ctx context.Context, id string, now int64) (JobState, error) {
+	v, err := s.eval(ctx, jobCancelScript, []string{s.jobKey(id), s.activeKey()}, id, now, JobRetention.Milliseconds()).Text()
+	if err != nil {
+		return "", fmt.Errorf("scheduler: cancel job %q: %w", id, err)
+	}
+	if v == "" {
+		return "", fmt.Errorf("%w: %q", ErrJobNotFound, id)
+	}
+	return JobState(v), nil
+}
