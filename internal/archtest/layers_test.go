@@ -48,6 +48,7 @@ var layers = []struct {
 	{3, "egress/kafka", "Kafka sink (kafka-go)"},
 	{3, "egress/amqp", "RabbitMQ sink (amqp091-go)"},
 	{3, "scheduler", "ownership, pumps, completer, credits, intake"},
+	{3, "scheduler/jobs", "bulk jobs: the runner (cancel, reschedule, requeue, purge over a filter)"},
 	{4, "internal/metrics", "the Prometheus observer and collectors"},
 	{5, "internal/app", "wiring: builds and runs the pieces from a Config"},
 	{6, "cmd/bridge/...", "the binary: run, dev, ctl, check-config, version"},

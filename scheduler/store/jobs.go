@@ -62,6 +62,9 @@ const (
 	JobSampleMax = 100
 )
 
+// maxShift bounds a reschedule's shift (100 years in ms), far from int64 overflow.
+const maxShift = 100 * 365 * 24 * 3600 * 1000
+
 // ErrJobNotFound: no job with that id (never created, or expired after JobRetention).
 var ErrJobNotFound = errors.New("scheduler: job not found")
 
@@ -121,6 +124,9 @@ func (sp *JobSpec) Validate() error {
 		}
 		if sp.DueAt < 0 {
 			return fmt.Errorf("%w: due_at %d is negative", ErrInvalid, sp.DueAt)
+		}
+		if sp.ShiftMs > maxShift || sp.ShiftMs < -maxShift {
+			return fmt.Errorf("%w: shift_ms %d is beyond ±%d (100 years)", ErrInvalid, sp.ShiftMs, maxShift)
 		}
 	case JobRequeueDead, JobPurgeDead:
 		if f.State == "" {
