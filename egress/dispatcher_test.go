@@ -167,7 +167,7 @@ func TestDispatcherUnknownRouteIsPermanent(t *testing.T) {
 	}
 	stop()
 	if !fault.IsPermanent(got) {
-		t.Fatalf("unknown route error %v, want ErrPermanent", got)
+		t.Fatalf("unknown route error %v, want it marked fault.Permanent", got)
 	}
 }
 

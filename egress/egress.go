@@ -41,26 +41,6 @@ type Sink interface {
 // letters), and the publish outcomes fault.ErrUnreachable, fault.ErrRejected,
 // fault.ErrUnroutable and fault.ErrUnknownOutcome (see fault.ReasonOf).
 
-// ErrPermanent is fault.ErrPermanent.
-//
-// Deprecated: mark with fault.Permanent and test with fault.IsPermanent; kept until
-// no caller names it.
-var ErrPermanent = fault.ErrPermanent
-
-// Deprecated aliases of the publish outcomes in internal/fault, kept until no caller
-// names them.
-var (
-	ErrUnreachable    = fault.ErrUnreachable    // Deprecated: use fault.ErrUnreachable.
-	ErrRejected       = fault.ErrRejected       // Deprecated: use fault.ErrRejected.
-	ErrUnroutable     = fault.ErrUnroutable     // Deprecated: use fault.ErrUnroutable.
-	ErrUnknownOutcome = fault.ErrUnknownOutcome // Deprecated: use fault.ErrUnknownOutcome.
-)
-
-// UnknownOutcome reports whether err says the message may have reached the broker.
-//
-// Deprecated: use fault.IsUnknownOutcome.
-func UnknownOutcome(err error) bool { return fault.IsUnknownOutcome(err) }
-
 // failReasons maps fault's publish failure reasons to the observe.Fail* metric labels.
 var failReasons = map[fault.Reason]string{
 	fault.ReasonTimeout:     observe.FailTimeout,
