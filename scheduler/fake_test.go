@@ -1,0 +1,368 @@
+package scheduler_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/delaybridge/delay-bridge/internal/clock"
+	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/internal/fault"
+	"github.com/delaybridge/delay-bridge/internal/testkit/memstore"
+	"github.com/delaybridge/delay-bridge/scheduler"
+	"github.com/delaybridge/delay-bridge/scheduler/store"
+)
+
+func shardsOf(owners []string, name string) []int {
+	var out []int
+	for i, o := range owners {
+		if o == name {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// Two instances split the shards as Owners says; when one leaves, the other takes
+// every shard over, and every message is published once.
+func TestOwnershipSplitsAndTakesOverOnLeave(t *testing.T) {
+	w := newWorld(t, 8)
+	a := w.start(w.options("a"), nil)
+	b := w.start(w.options("b"), nil)
+	owners := scheduler.Owners([]string{"a", "b"}, 8)
+	w.drive("a and b split the shards", 10*time.Second, func() bool {
+		return slices.Equal(a.s.OwnedShards(), shardsOf(owners, "a")) && slices.Equal(b.s.OwnedShards(), shardsOf(owners, "b"))
+	})
+	msgs := ids("m", 40)
+	w.park(msgs, w.fc.Now().Add(2*time.Second))
+	b.stop()
+	if got := b.s.OwnedShards(); len(got) != 0 {
+		t.Fatalf("b still owns %v after stopping", got)
+	}
+	w.drive("a owns all 8 shards", 10*time.Second, func() bool { return len(a.s.OwnedShards()) == 8 })
+	w.drive("all published", 10*time.Second, func() bool { return len(a.disp.published()) == len(msgs) })
+	w.advance(time.Second)
+	for _, id := range msgs {
+		if n := a.disp.published()[id] + b.disp.published()[id]; n != 1 {
+			t.Errorf("%s published %d times", id, n)
+		}
+		if st, _, _ := w.state(id); st != store.StateDelivered {
+			t.Errorf("%s: %s, want delivered", id, st)
+		}
+	}
+}
+
+// Fencing: an instance whose leases another holder took stops firing what it had
+// claimed, drops it from the wheel without writing, and leaves it in flight for the
+// new owner.
+func TestLostLeaseStopsFiring(t *testing.T) {
+	w := newWorld(t, 4)
+	opt := w.options("a")
+	opt.Lookahead = 5 * time.Second
+	a := w.start(opt, nil)
+	w.drive("a owns all shards", 10*time.Second, func() bool { return len(a.s.OwnedShards()) == 4 })
+	msgs := ids("f", 20)
+	due := w.fc.Now().Add(3 * time.Second)
+	w.park(msgs, due)
+	w.drive("claimed into the wheel", 10*time.Second, func() bool { return a.s.InMemory().Wheel == len(msgs) })
+	ctx := context.Background()
+	for sh := 0; sh < 4; sh++ {
+		w.ms.ExpireLease(sh)
+	}
+	tokens, err := w.ms.AcquireLeases(ctx, []int{0, 1, 2, 3}, "intruder#1", time.Hour)
+	if err != nil || slices.Contains(tokens, 0) {
+		t.Fatalf("intruder acquire: %v %v", tokens, err)
+	}
+	w.drive("a notices the lost leases", 10*time.Second, func() bool { return len(a.s.OwnedShards()) == 0 })
+	if n := a.s.InMemory().Wheel; n != 0 {
+		t.Fatalf("%d messages of lost shards still in the wheel", n)
+	}
+	w.fc.Set(due.Add(2 * time.Second))
+	w.advance(time.Second)
+	if got := a.disp.published(); len(got) != 0 {
+		t.Fatalf("a published %d messages of shards it lost", len(got))
+	}
+	if _, inflight, _ := w.totals(); inflight != int64(len(msgs)) {
+		t.Fatalf("in flight %d, want %d left for the new owner", inflight, len(msgs))
+	}
+	if m := a.s.InMemory(); m.FreeCredits != opt.MaxInMemory {
+		t.Fatalf("credits %d free, want %d", m.FreeCredits, opt.MaxInMemory)
+	}
+}
+
+// The pump claims what is due within the lookahead and nothing later, sleeps until the
+// next message is half a lookahead from due (no claims meanwhile), and a park through
+// the intake of something earlier wakes it at once.
+func TestPumpClaimsWithinLookaheadSleepsAndIsWoken(t *testing.T) {
+	w := newWorld(t, 1)
+	w.step = 50 * time.Millisecond
+	opt := w.options("a")
+	opt.Lookahead, opt.SafetyScan = time.Second, time.Hour
+	start := w.fc.Now()
+	w.park([]string{"soon"}, start.Add(300*time.Millisecond))
+	w.park([]string{"later"}, start.Add(10*time.Second))
+	a := w.start(opt, nil)
+	w.drive("soon claimed", 5*time.Second, func() bool { st, _, _ := w.state("soon"); return st != store.StatePending })
+	if st, _, _ := w.state("later"); st != store.StatePending {
+		t.Fatalf("later: %s, claimed beyond the lookahead", st)
+	}
+	w.drive("soon published", 5*time.Second, func() bool { return a.disp.published()["soon"] == 1 })
+	if p := a.disp.tries("soon"); p[0].at.Before(start.Add(300 * time.Millisecond)) {
+		t.Fatalf("soon published at %s, before its due time", p[0].at.Sub(start))
+	}
+	claims := w.ms.Calls(memstore.OpClaim)
+	w.advance(start.Add(8 * time.Second).Sub(w.fc.Now()))
+	if n := w.ms.Calls(memstore.OpClaim); n != claims {
+		t.Fatalf("%d claims while nothing was due within the lookahead, want none", n-claims)
+	}
+	// A park through the intake wakes the pump without the clock moving; its claim
+	// takes what is due within the lookahead (woken), not later.
+	env := &envelope.Envelope{ID: "woken", Route: "r", DueAt: w.fc.Now().Add(100 * time.Millisecond).UnixMilli(), Payload: []byte("p")}
+	if _, err := a.s.Park(context.Background(), []*envelope.Envelope{env}, nil); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for st, _, _ := w.state("woken"); st == store.StatePending; st, _, _ = w.state("woken") {
+		if time.Now().After(deadline) {
+			t.Fatal("the park did not wake the pump")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if st, _, _ := w.state("later"); st != store.StatePending {
+		t.Fatalf("later: %s after the wake-up claim, want pending", st)
+	}
+	// later is claimed half a lookahead before due, not earlier.
+	w.drive("later claimed", 5*time.Second, func() bool { st, _, _ := w.state("later"); return st != store.StatePending })
+	if at := w.fc.Now().Sub(start); at < 9500*time.Millisecond {
+		t.Fatalf("later claimed at %s, want ≥ 9.5s (due 10s, half a lookahead)", at)
+	}
+	w.drive("later published", 5*time.Second, func() bool { return a.disp.published()["later"] == 1 })
+}
+
+// Published acknowledges: the id is delivered, memory and credits come back.
+func TestCompleterAcksOnPublish(t *testing.T) {
+	w := newWorld(t, 2)
+	opt := w.options("a")
+	a := w.start(opt, nil)
+	msgs := ids("ack", 10)
+	w.park(msgs, w.fc.Now().Add(time.Second))
+	w.drive("all delivered", 10*time.Second, func() bool {
+		for _, id := range msgs {
+			if st, _, _ := w.state(id); st != store.StateDelivered {
+				return false
+			}
+		}
+		return true
+	})
+	for _, id := range msgs {
+		if n := a.disp.published()[id]; n != 1 {
+			t.Errorf("%s published %d times", id, n)
+		}
+	}
+	w.drive("credits back", time.Second, func() bool { return a.s.InMemory().FreeCredits == opt.MaxInMemory })
+}
+
+// A failed publish goes back to pending at fail time + AttemptBackoff(attempt), with
+// the attempt counted, and is published again then.
+func TestCompleterRetriesWithAttemptBackoff(t *testing.T) {
+	w := newWorld(t, 1)
+	opt := w.options("a")
+	var mu sync.Mutex
+	fails := 2
+	a := w.start(opt, func(*envelope.Envelope) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if fails > 0 {
+			fails--
+			return errors.New("broker said no")
+		}
+		return nil
+	})
+	w.park([]string{"x"}, w.fc.Now().Add(time.Second))
+	w.drive("x delivered", 20*time.Second, func() bool { st, _, _ := w.state("x"); return st == store.StateDelivered })
+	tries := a.disp.tries("x")
+	if len(tries) != 3 {
+		t.Fatalf("%d attempts, want 3", len(tries))
+	}
+	for i := 1; i < 3; i++ {
+		if tries[i].attempt != int32(i) {
+			t.Errorf("attempt %d published with Attempt %d", i+1, tries[i].attempt)
+		}
+		wait := clock.AttemptBackoff(i, opt.BackoffInitial, opt.BackoffMax)
+		if gap := tries[i].at.Sub(tries[i-1].at); gap < wait {
+			t.Errorf("retry %d after %s, before its backoff %s", i, gap, wait)
+		}
+	}
+}
+
+// After MaxAttempts failures a message is dead (with its reason) and handed to
+// OnDead; a permanent failure is dead at once.
+func TestCompleterDeadAfterMaxAttemptsOrPermanent(t *testing.T) {
+	w := newWorld(t, 1)
+	opt := w.options("a")
+	var mu sync.Mutex
+	var dead []string
+	opt.OnDead = func(envs []*envelope.Envelope) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, e := range envs {
+			dead = append(dead, e.ID)
+		}
+	}
+	a := w.start(opt, func(env *envelope.Envelope) error {
+		if env.ID == "perm" {
+			return fault.Permanent(errors.New("no such target"))
+		}
+		return errors.New("broker said no")
+	})
+	w.park([]string{"perm", "tries"}, w.fc.Now().Add(time.Second))
+	w.drive("both dead", 20*time.Second, func() bool {
+		p, _, _ := w.state("perm")
+		q, _, _ := w.state("tries")
+		return p == store.StateDead && q == store.StateDead
+	})
+	if n := len(a.disp.tries("perm")); n != 1 {
+		t.Errorf("perm: %d attempts, want 1", n)
+	}
+	if n := len(a.disp.tries("tries")); n != opt.MaxAttempts {
+		t.Errorf("tries: %d attempts, want %d", n, opt.MaxAttempts)
+	}
+	_, _, env := w.state("tries")
+	if env == nil || !strings.Contains(env.Reason, "after 3 attempt(s)") {
+		t.Errorf("dead letter reason %+v", env)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	slices.Sort(dead)
+	if !slices.Equal(dead, []string{"perm", "tries"}) {
+		t.Errorf("OnDead got %v", dead)
+	}
+}
+
+// A broker that cannot be reached is never a reason to dead-letter: far more failures
+// than MaxAttempts, the message keeps being retried, and is delivered once it is back.
+func TestCompleterNeverDeadForUnreachable(t *testing.T) {
+	w := newWorld(t, 1)
+	opt := w.options("a")
+	opt.MaxAttempts, opt.BackoffMax = 2, 200*time.Millisecond
+	var mu sync.Mutex
+	down := true
+	a := w.start(opt, func(*envelope.Envelope) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if down {
+			return fault.Unreachable(errors.New("connection refused"))
+		}
+		return nil
+	})
+	w.park([]string{"u"}, w.fc.Now().Add(time.Second))
+	w.drive("six attempts", 30*time.Second, func() bool { return len(a.disp.tries("u")) >= 6 })
+	if st, _, _ := w.state("u"); st == store.StateDead {
+		t.Fatal("dead-lettered for an unreachable broker")
+	}
+	mu.Lock()
+	down = false
+	mu.Unlock()
+	w.drive("delivered", 10*time.Second, func() bool { st, _, _ := w.state("u"); return st == store.StateDelivered })
+	if _, _, dead := w.totals(); dead != 0 {
+		t.Fatalf("%d dead letters", dead)
+	}
+}
+
+// A publish whose outcome is unknown is not re-sent at once: the message stays in
+// flight and fires again only after its in-flight lease passed.
+func TestCompleterUnknownOutcomeStaysInFlight(t *testing.T) {
+	w := newWorld(t, 1)
+	w.step = 50 * time.Millisecond
+	opt := w.options("a")
+	opt.InflightLease = 4 * time.Second
+	var mu sync.Mutex
+	first := true
+	a := w.start(opt, func(*envelope.Envelope) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if first {
+			first = false
+			return fault.UnknownOutcome(errors.New("no answer"))
+		}
+		return nil
+	})
+	w.park([]string{"q"}, w.fc.Now().Add(time.Second))
+	w.drive("first attempt", 10*time.Second, func() bool { return len(a.disp.tries("q")) == 1 })
+	w.advance(time.Second)
+	if st, _, _ := w.state("q"); st != store.StateInflight {
+		t.Fatalf("q: %s after an unknown outcome, want inflight", st)
+	}
+	w.drive("delivered", 20*time.Second, func() bool { st, _, _ := w.state("q"); return st == store.StateDelivered })
+	tries := a.disp.tries("q")
+	if len(tries) != 2 {
+		t.Fatalf("%d attempts, want 2", len(tries))
+	}
+	if gap := tries[1].at.Sub(tries[0].at); gap < opt.InflightLease-opt.Lookahead {
+		t.Fatalf("re-sent after %s, before the in-flight lease (%s, claimed up to %s ahead)", gap, opt.InflightLease, opt.Lookahead)
+	}
+}
+
+// Store failures (claims, acks, retries failing, an ack whose reply was lost) are
+// retried with backoff on the clock: every message is delivered, none twice.
+func TestStoreFailuresRetriedNothingLost(t *testing.T) {
+	w := newWorld(t, 4)
+	opt := w.options("a")
+	var mu sync.Mutex
+	failed := map[string]bool{}
+	a := w.start(opt, func(env *envelope.Envelope) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if strings.HasSuffix(env.ID, "7") && !failed[env.ID] {
+			failed[env.ID] = true
+			return errors.New("broker said no")
+		}
+		return nil
+	})
+	w.drive("a owns all shards", 10*time.Second, func() bool { return len(a.s.OwnedShards()) == 4 })
+	w.ms.FailNext(memstore.OpClaim, 5, nil)
+	w.ms.FailNext(memstore.OpAck, 3, nil)
+	w.ms.LoseReplyNext(memstore.OpAck, 1, nil)
+	w.ms.FailNext(memstore.OpRetry, 2, nil)
+	msgs := ids("s", 60)
+	w.park(msgs, w.fc.Now().Add(time.Second))
+	w.drive("all delivered", 30*time.Second, func() bool {
+		pending, inflight, _ := w.totals()
+		return pending == 0 && inflight == 0
+	})
+	pub := a.disp.published()
+	for _, id := range msgs {
+		if st, _, _ := w.state(id); st != store.StateDelivered {
+			t.Errorf("%s: %s", id, st)
+		}
+		if pub[id] != 1 {
+			t.Errorf("%s published %d times", id, pub[id])
+		}
+	}
+	if _, _, dead := w.totals(); dead != 0 {
+		t.Errorf("%d dead letters", dead)
+	}
+}
+
+func TestNewFillsDefaultsAndValidates(t *testing.T) {
+	w := newWorld(t, 2)
+	if _, err := scheduler.New(scheduler.Options{Store: w.ms, Instance: "a"}); err != nil {
+		t.Fatalf("zero options but store and instance: %v", err)
+	}
+	for name, opt := range map[string]scheduler.Options{
+		"no store":           {Instance: "a"},
+		"no instance":        {Store: w.ms},
+		"negative tick":      {Store: w.ms, Instance: "a", Tick: -time.Millisecond},
+		"negative lookahead": {Store: w.ms, Instance: "a", Lookahead: -time.Second},
+		"backoff max < init": {Store: w.ms, Instance: "a", BackoffInitial: time.Second, BackoffMax: time.Millisecond},
+		"lease ttl too low":  {Store: w.ms, Instance: "a", LeaseTTL: time.Millisecond},
+	} {
+		if _, err := scheduler.New(opt); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+}
