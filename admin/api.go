@@ -53,12 +53,6 @@ type CancelConflict struct {
 	PriorState string `json:"prior_state"`
 }
 
-// DeadList is the answer of GET /v1/dead.
-type DeadList struct {
-	Messages []Message `json:"messages"`
-	Count    int       `json:"count"`
-}
-
 // PurgeResult is the answer of DELETE /v1/dead.
 type PurgeResult struct {
 	Purged int64 `json:"purged"`

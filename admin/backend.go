@@ -11,10 +11,17 @@
 //	                                                        nothing recorded), 409 {error,
 //	                                                        id, prior_state}
 //	POST   /v1/messages/{id}/reschedule new due time        200 {id, due_at}, 404, 409
+//	GET    /v1/messages?filter…         browse              200 {messages, count, next_cursor}
 //	GET    /v1/stats                    shard/route counts  200
-//	GET    /v1/dead?limit=N             dead letters        200 {messages: [...]}
+//	GET    /v1/routes                   per-route state     200
+//	GET    /v1/lateness?window=D        delivery lateness   200 p50/p99 per route
+//	GET    /v1/dead?filter…             dead letters        200 {messages, count, next_cursor}
 //	POST   /v1/dead/{id}/requeue        dead -> due now     200 {id, due_at}, 404
-//	DELETE /v1/dead                     purge dead letters  200 {purged: n}
+//	DELETE /v1/dead?route=R             purge dead letters  200 {purged: n}
+//	POST   /v1/jobs                     bulk job            202 job, 200 dry-run preview
+//	GET    /v1/jobs, /v1/jobs/{id}      job state           200, 404
+//	GET    /v1/openapi.json             this API            OpenAPI 3 document
+//	GET    /ui/                         web console         HTML, JS, CSS
 //	GET    /healthz                     alive               200 while the process serves
 //	GET    /readyz                      Backend.Ready       200, or 503 {error: reason}
 //	GET    /metrics                     Prometheus          text exposition
@@ -22,8 +29,10 @@
 // With a token configured every /v1/ route needs "Authorization: Bearer <token>" (401
 // otherwise); /healthz, /readyz and /metrics stay open so probes and scrapers need no
 // secret — put the admin listener on a private address or network policy if metrics
-// are sensitive. Backend failures map to status codes by sentinel error: ErrInvalid
-// 400, ErrNotFound 404, ErrConflict 409, ErrUnavailable 503, anything else 500.
+// are sensitive. /v1/openapi.json and the console's static files (/ui/) are open too:
+// they hold no data, and the console sends the token on every API call it makes.
+// Backend failures map to status codes by sentinel error: ErrInvalid 400, ErrNotFound
+// 404, ErrConflict 409, ErrNotImplemented 501, ErrUnavailable 503, anything else 500.
 package admin
 
 import (
@@ -62,6 +71,9 @@ var (
 	// ErrUnavailable: a dependency (Redis) cannot be reached; the client may retry.
 	// HTTP 503.
 	ErrUnavailable = errors.New("unavailable")
+	// ErrNotImplemented: this backend does not do the operation yet (wrap it with a
+	// sentence saying what is missing). HTTP 501, so nothing silently succeeds.
+	ErrNotImplemented = errors.New("not implemented")
 )
 
 // InvalidError is an ErrInvalid naming the offending request field (JSON name, such as
@@ -133,6 +145,23 @@ type Message struct {
 	DeadAt       int64             `json:"dead_at,omitempty"` // dead letters: when
 	Headers      map[string]string `json:"headers,omitempty"` // values rendered as text
 	PayloadSize  int               `json:"payload_size"`
+	RoutingKey   string            `json:"routing_key,omitempty"` // AMQP routing key
+	// Key is the Kafka key as text when it is valid UTF-8, else KeyBase64 (standard
+	// base64); both empty = no key. The server fills them from RawKey.
+	Key       string `json:"key,omitempty"`
+	KeyBase64 string `json:"key_base64,omitempty"`
+	// Payload (valid UTF-8) or PayloadBase64 (anything else) shows the payload by id
+	// (GET /v1/messages/{id}), at most Options.PayloadCap bytes of it; PayloadTruncated
+	// says the cap cut it (PayloadSize is the full size). The server fills them from
+	// RawPayload; lists carry neither.
+	Payload          *string `json:"payload,omitempty"`
+	PayloadBase64    *string `json:"payload_base64,omitempty"`
+	PayloadTruncated bool    `json:"payload_truncated,omitempty"`
+
+	// RawKey and RawPayload are what a Backend fills (Get: both; Browse: RawKey, and
+	// RawPayload may be nil); they are never sent as such.
+	RawKey     []byte `json:"-"`
+	RawPayload []byte `json:"-"`
 }
 
 // Counts are message counts in one scope.
@@ -161,11 +190,12 @@ type Stats struct {
 	Members  []string `json:"members,omitempty"`
 }
 
-// Backend is what the admin API drives. *bridge.Bridge implements it. Every method must
+// Backend is what the admin API drives. *app.Bridge implements it. Every method must
 // be safe for concurrent use, honour ctx (each HTTP request has a deadline), and report
 // failures with the sentinel errors above: ErrInvalid (through Invalid, naming the
 // field) for bad input, ErrNotFound, ErrConflict, ErrUnavailable when Redis cannot be
-// reached; any other error is reported as an internal error (500).
+// reached, ErrNotImplemented for an operation it does not do yet (501); any other error
+// is reported as an internal error (500).
 type Backend interface {
 	// Schedule parks one message on req.Route's shard, exactly as if it had arrived on
 	// the route's source, with SourceBroker "http" and Source "http". It validates what
@@ -196,17 +226,55 @@ type Backend interface {
 	// Stats reports counts per shard (and per route when cheap) and shard owners.
 	Stats(ctx context.Context) (Stats, error)
 
-	// ListDead returns up to limit dead letters (1 <= limit <= 1000), oldest
-	// dead-lettered first, across all shards.
-	ListDead(ctx context.Context, limit int) ([]Message, error)
+	// Browse lists messages matching q.Filter (see Filter for each field), q.Limit at
+	// most (1 <= Limit <= MaxBrowseLimit; the server checks), after q.Cursor ("" = from
+	// the start), across all shards. Pending and in-flight messages are ordered by due
+	// time, dead letters by the time they were dead-lettered (oldest first); ties by id.
+	// GET /v1/messages calls it with Filter.State "" replaced by "pending"; GET /v1/dead
+	// with State "dead".
+	//
+	// Cost: one page must be bounded whatever is stored (10M pending): bounded range reads
+	// per shard, merged, never a scan of everything per page. So a page may hold fewer
+	// than Limit messages — even none — while NextCursor is non-empty (filters such as
+	// IDPrefix and KeyPrefix are applied to what the bounded reads return); a client pages
+	// until NextCursor is "". NextCursor is opaque, valid with the same Filter; a
+	// malformed or foreign cursor is Invalid("cursor", …). A filter the backend cannot
+	// apply is Invalid naming that field (HTTP 400) — never silently ignored. An unknown
+	// Route is Invalid("route", …). Messages carry what Get returns, except the payload
+	// (PayloadSize only; RawPayload may be left nil).
+	Browse(ctx context.Context, q Query) (Page, error)
 
 	// RequeueDead moves one dead letter back to pending, due now, with its attempt
 	// count reset and its reason cleared. ErrNotFound if there is no dead letter with
 	// that id.
 	RequeueDead(ctx context.Context, id string) (Scheduled, error)
 
-	// PurgeDead deletes every dead letter and returns how many it deleted.
-	PurgeDead(ctx context.Context) (int64, error)
+	// PurgeDead deletes the dead letters of route f.Route ("" = every route) and
+	// returns how many it deleted. Only Route is set by the server (DELETE /v1/dead
+	// accepts no other filter; a filtered purge of other kinds is a job, purge_dead).
+	// A route filter the backend cannot apply is Invalid("route", …).
+	PurgeDead(ctx context.Context, f Filter) (int64, error)
+
+	// PreviewJob is a dry run of spec (validated by the server: see JobSpec): it
+	// counts the messages spec.Filter matches now and returns up to sample of them
+	// (sample <= MaxJobSample), changing nothing. Counting may read every matching
+	// entry, in bounded batches; it must not block Redis (no single long script).
+	PreviewJob(ctx context.Context, spec JobSpec, sample int) (JobPreview, error)
+
+	// StartJob records spec as a new job (state queued) and returns at once; the job
+	// runs in the background in bounded batches, so a job over a million messages never
+	// blocks Redis or starves firing. Job state lives in Redis: any instance answers
+	// GetJob, and a job whose instance died is reported as JobAbandoned (or resumed),
+	// never lost. Each matched message counts once in Matched, then in Done or Failed
+	// (a message that changed state meanwhile — fired, cancelled — is Failed with a
+	// reason in Errors, not an error of the job).
+	StartJob(ctx context.Context, spec JobSpec) (Job, error)
+
+	// GetJob returns a job by id; ErrNotFound if unknown (or expired).
+	GetJob(ctx context.Context, id string) (Job, error)
+
+	// ListJobs returns up to limit recent jobs, newest first (1 <= limit <= MaxJobList).
+	ListJobs(ctx context.Context, limit int) ([]Job, error)
 
 	// Ready returns nil when the instance can do its job (Redis reachable, shard
 	// ownership established, every route's ingress consuming and its egress broker
@@ -282,6 +350,11 @@ type RouteStatus struct {
 	Egress  EgressStatus  `json:"egress"`
 	// Ready is true when the ingress is consuming and the egress broker is reachable.
 	Ready bool `json:"ready"`
+	// Counts and NextDue (unix ms, 0 = nothing pending) are the route's messages
+	// cluster-wide, when the backend keeps them incrementally (never by a full scan);
+	// nil / 0 when it does not.
+	Counts  *Counts `json:"counts,omitempty"`
+	NextDue int64   `json:"next_due,omitempty"`
 }
 
 // RoutesResponse is the body of GET /v1/routes.

@@ -61,6 +61,8 @@ func (e *APIError) Unwrap() error {
 		return ErrUnavailable
 	case http.StatusUnauthorized:
 		return ErrUnauthorized
+	case http.StatusNotImplemented:
+		return ErrNotImplemented
 	}
 	return nil
 }
@@ -147,14 +149,35 @@ func (c *Client) Stats(ctx context.Context) (Stats, error) {
 	return out, err
 }
 
-// ListDead lists dead letters (GET /v1/dead); limit <= 0 = the server's default.
-func (c *Client) ListDead(ctx context.Context, limit int) (DeadList, error) {
-	path := "/v1/dead"
-	if limit > 0 {
-		path += "?limit=" + strconv.Itoa(limit)
+// queryPath is path with q's filter, limit (if > 0) and cursor as parameters.
+func queryPath(path string, q Query) string {
+	v := q.Filter.Values()
+	if q.Limit > 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
 	}
+	if q.Cursor != "" {
+		v.Set("cursor", q.Cursor)
+	}
+	if len(v) == 0 {
+		return path
+	}
+	return path + "?" + v.Encode()
+}
+
+// Browse lists one page of messages (GET /v1/messages): q.Filter, q.Limit (<= 0 = the
+// server's default) and q.Cursor (a previous NextCursor). Page until NextCursor is "";
+// a page may be short while more follow.
+func (c *Client) Browse(ctx context.Context, q Query) (MessageList, error) {
+	var out MessageList
+	err := c.do(ctx, http.MethodGet, queryPath("/v1/messages", q), nil, &out)
+	return out, err
+}
+
+// ListDead lists one page of dead letters (GET /v1/dead), oldest first, with the same
+// filter and paging as Browse (Filter.State must be "" or dead).
+func (c *Client) ListDead(ctx context.Context, q Query) (DeadList, error) {
 	var out DeadList
-	err := c.do(ctx, http.MethodGet, path, nil, &out)
+	err := c.do(ctx, http.MethodGet, queryPath("/v1/dead", q), nil, &out)
 	return out, err
 }
 
@@ -165,10 +188,63 @@ func (c *Client) RequeueDead(ctx context.Context, id string) (Scheduled, error) 
 	return out, err
 }
 
-// PurgeDead deletes every dead letter (DELETE /v1/dead).
-func (c *Client) PurgeDead(ctx context.Context) (PurgeResult, error) {
+// PurgeDead deletes the dead letters of route ("" = every route) (DELETE /v1/dead).
+func (c *Client) PurgeDead(ctx context.Context, route string) (PurgeResult, error) {
+	path := "/v1/dead"
+	if route != "" {
+		path += "?route=" + url.QueryEscape(route)
+	}
 	var out PurgeResult
-	err := c.do(ctx, http.MethodDelete, "/v1/dead", nil, &out)
+	err := c.do(ctx, http.MethodDelete, path, nil, &out)
+	return out, err
+}
+
+// PreviewJob is a dry run of a bulk job (POST /v1/jobs with dry_run): how many
+// messages it would touch and a sample of them. b.DryRun is set for you.
+func (c *Client) PreviewJob(ctx context.Context, b JobBody) (JobPreview, error) {
+	b.DryRun = true
+	var out JobPreview
+	err := c.do(ctx, http.MethodPost, "/v1/jobs", b, &out)
+	return out, err
+}
+
+// StartJob starts a bulk job (POST /v1/jobs; 202). b.DryRun must be false.
+func (c *Client) StartJob(ctx context.Context, b JobBody) (Job, error) {
+	if b.DryRun {
+		return Job{}, Invalid("dry_run", "StartJob with dry_run set: use PreviewJob")
+	}
+	var out Job
+	err := c.do(ctx, http.MethodPost, "/v1/jobs", b, &out)
+	return out, err
+}
+
+// GetJob fetches a job (GET /v1/jobs/{id}).
+func (c *Client) GetJob(ctx context.Context, id string) (Job, error) {
+	var out Job
+	err := c.do(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(id), nil, &out)
+	return out, err
+}
+
+// ListJobs lists recent jobs, newest first (GET /v1/jobs); limit <= 0 = the default.
+func (c *Client) ListJobs(ctx context.Context, limit int) ([]Job, error) {
+	path := "/v1/jobs"
+	if limit > 0 {
+		path += "?limit=" + strconv.Itoa(limit)
+	}
+	var out JobList
+	err := c.do(ctx, http.MethodGet, path, nil, &out)
+	return out.Jobs, err
+}
+
+// Lateness fetches delivery lateness per route over window (GET /v1/lateness);
+// window 0 = the server's default (5m).
+func (c *Client) Lateness(ctx context.Context, window time.Duration) (Lateness, error) {
+	path := "/v1/lateness"
+	if window > 0 {
+		path += "?window=" + url.QueryEscape(window.String())
+	}
+	var out Lateness
+	err := c.do(ctx, http.MethodGet, path, nil, &out)
 	return out, err
 }
 

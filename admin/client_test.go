@@ -63,7 +63,7 @@ func TestClientAgainstServer(t *testing.T) {
 		t.Errorf("Stats = %+v, %v", st, err)
 	}
 
-	dl, err := c.ListDead(ctx, 10)
+	dl, err := c.ListDead(ctx, Query{Limit: 10})
 	if err != nil || dl.Count != 1 || dl.Messages[0].ID != "d1" || f.lastLim != 10 {
 		t.Errorf("ListDead = %+v, %v", dl, err)
 	}
@@ -74,7 +74,7 @@ func TestClientAgainstServer(t *testing.T) {
 		t.Errorf("RequeueDead again = %v", err)
 	}
 	f.msgs["d9"] = &Message{ID: "d9", State: StateDead}
-	if p, err := c.PurgeDead(ctx); err != nil || p.Purged != 1 {
+	if p, err := c.PurgeDead(ctx, ""); err != nil || p.Purged != 1 {
 		t.Errorf("PurgeDead = %+v, %v", p, err)
 	}
 

@@ -19,6 +19,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/delaybridge/delay-bridge/internal/clock"
 )
 
 // Options configure a Server.
@@ -43,6 +45,11 @@ type Options struct {
 	// ShutdownTimeout is how long Run waits for requests in progress when its context
 	// ends before cutting them off; default 10s.
 	ShutdownTimeout time.Duration
+	// PayloadCap bounds the payload GET /v1/messages/{id} shows; default
+	// DefaultPayloadCap (64 KiB).
+	PayloadCap int
+	// Clock tells the time for GET /v1/lateness; nil = the wall clock.
+	Clock clock.Clock
 }
 
 // Server is the admin HTTP API. It is an http.Handler; Run and Serve listen.
@@ -51,12 +58,14 @@ type Server struct {
 	log       *slog.Logger
 	mux       *http.ServeMux
 	tokenHash [sha256.Size]byte
+	patterns  []string // every mux pattern, for the OpenAPI coverage test
+	lateness  *latenessWindow
 }
 
-// Default limits of the dead-letter listing.
+// Default limits of the dead-letter listing (the browse limits).
 const (
-	DefaultDeadLimit = 100
-	MaxDeadLimit     = 1000
+	DefaultDeadLimit = DefaultBrowseLimit
+	MaxDeadLimit     = MaxBrowseLimit
 )
 
 // NewServer builds a Server. It panics if opts.Backend is nil.
@@ -79,41 +88,65 @@ func NewServer(opts Options) *Server {
 	if opts.ShutdownTimeout <= 0 {
 		opts.ShutdownTimeout = 10 * time.Second
 	}
+	if opts.PayloadCap <= 0 {
+		opts.PayloadCap = DefaultPayloadCap
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.Real{}
+	}
 	s := &Server{opt: opts, log: opts.Logger, mux: http.NewServeMux()}
 	s.tokenHash = sha256.Sum256([]byte(opts.Token))
 
-	s.mux.HandleFunc("POST /v1/messages", s.handleSchedule)
-	// Without this, GET /v1/messages would be redirected to the {id...} pattern below.
-	s.mux.HandleFunc("/v1/messages", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Allow", http.MethodPost)
-		writeError(w, http.StatusMethodNotAllowed, "method not allowed", "")
-	})
+	s.lateness = newLatenessWindow(opts.Gatherer, opts.Clock)
+	s.handle("POST /v1/messages", s.handleSchedule)
+	s.handle("GET /v1/messages", s.handleBrowse)
 	// {id...}: ids derived from Kafka positions contain "/" (topic/partition/offset).
 	// Clients should percent-encode them (%2F), which every route accepts; GET and
 	// DELETE also accept them unencoded.
-	s.mux.HandleFunc("GET /v1/messages/{id...}", s.handleGet)
-	s.mux.HandleFunc("DELETE /v1/messages/{id...}", s.handleCancel)
-	s.mux.HandleFunc("POST /v1/messages/{id}/reschedule", s.handleReschedule)
-	s.mux.HandleFunc("GET /v1/stats", s.handleStats)
-	s.mux.HandleFunc("GET /v1/routes", s.handleRoutes)
-	s.mux.HandleFunc("GET /v1/dead", s.handleListDead)
-	s.mux.HandleFunc("POST /v1/dead/{id}/requeue", s.handleRequeue)
-	s.mux.HandleFunc("DELETE /v1/dead", s.handlePurge)
-	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+	s.handle("GET /v1/messages/{id...}", s.handleGet)
+	s.handle("DELETE /v1/messages/{id...}", s.handleCancel)
+	s.handle("POST /v1/messages/{id}/reschedule", s.handleReschedule)
+	s.handle("GET /v1/stats", s.handleStats)
+	s.handle("GET /v1/routes", s.handleRoutes)
+	s.handle("GET /v1/lateness", s.handleLateness)
+	s.handle("GET /v1/dead", s.handleListDead)
+	s.handle("POST /v1/dead/{id}/requeue", s.handleRequeue)
+	s.handle("DELETE /v1/dead", s.handlePurge)
+	s.handle("POST /v1/jobs", s.handleCreateJob)
+	s.handle("GET /v1/jobs", s.handleListJobs)
+	s.handle("GET /v1/jobs/{id}", s.handleGetJob)
+	s.handle("GET /v1/openapi.json", handleOpenAPI)
+	s.handle("GET /ui/", handleConsole)
+	s.handle("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/ui/", http.StatusFound)
+	})
+	s.handle("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
-	s.mux.HandleFunc("GET /readyz", s.handleReady)
+	s.handle("GET /readyz", s.handleReady)
 	if opts.Gatherer != nil {
 		s.mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{
 			ErrorLog: slog.NewLogLogger(opts.Logger.Handler(), slog.LevelError),
 		}))
+		s.patterns = append(s.patterns, "GET /metrics")
 	}
 	return s
 }
 
-// openPath reports whether a path is served without the token.
+func (s *Server) handle(pattern string, h http.HandlerFunc) {
+	s.mux.HandleFunc(pattern, h)
+	s.patterns = append(s.patterns, pattern)
+}
+
+// openPath reports whether a path is served without the token: the probes, the
+// scraper, the API description and the console's static files (which hold no data;
+// the console sends the token with every API call).
 func openPath(p string) bool {
-	return p == "/healthz" || p == "/readyz" || p == "/metrics"
+	switch p {
+	case "/healthz", "/readyz", "/metrics", "/v1/openapi.json", "/":
+		return true
+	}
+	return strings.HasPrefix(p, "/ui/") || p == "/ui"
 }
 
 // ServeHTTP authenticates, then routes. Unknown paths and methods get JSON 404/405.
@@ -191,6 +224,17 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	s.log.Info("admin API listening", "addr", ln.Addr().String(), "auth", s.opt.Token != "")
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
+	if s.opt.Gatherer != nil {
+		// Lateness snapshots, so GET /v1/lateness covers the recent minutes even when
+		// nobody asked before; stopped and waited for before Serve returns.
+		sampCtx, stopSampling := context.WithCancel(ctx)
+		sampled := make(chan struct{})
+		go func() {
+			defer close(sampled)
+			s.lateness.run(sampCtx, func(err error) { s.log.Debug("lateness snapshot failed", "err", err) })
+		}()
+		defer func() { stopSampling(); <-sampled }()
+	}
 	select {
 	case err := <-errc:
 		return fmt.Errorf("admin: serve: %w", err)
@@ -341,21 +385,6 @@ func (s *Server) handleSchedule(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, res)
 }
 
-func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
-	if r.PathValue("id") == "" {
-		writeError(w, http.StatusNotFound, "not found: no message id in the path", "")
-		return
-	}
-	ctx, cancel := s.call(r)
-	defer cancel()
-	m, err := s.opt.Backend.Get(ctx, r.PathValue("id"))
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, m)
-}
-
 func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 	if r.PathValue("id") == "" {
 		writeError(w, http.StatusNotFound, "not found: no message id in the path", "")
@@ -411,51 +440,6 @@ func (s *Server) handleStats(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, st)
 }
 
-func (s *Server) handleListDead(w http.ResponseWriter, r *http.Request) {
-	limit := DefaultDeadLimit
-	if v := r.URL.Query().Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > MaxDeadLimit {
-			s.fail(w, r, Invalid("limit", "want an integer between 1 and %d, got %q", MaxDeadLimit, v))
-			return
-		}
-		limit = n
-	}
-	ctx, cancel := s.call(r)
-	defer cancel()
-	msgs, err := s.opt.Backend.ListDead(ctx, limit)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	if msgs == nil {
-		msgs = []Message{}
-	}
-	writeJSON(w, http.StatusOK, DeadList{Messages: msgs, Count: len(msgs)})
-}
-
-func (s *Server) handleRequeue(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := s.call(r)
-	defer cancel()
-	res, err := s.opt.Backend.RequeueDead(ctx, r.PathValue("id"))
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, res)
-}
-
-func (s *Server) handlePurge(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := s.call(r)
-	defer cancel()
-	n, err := s.opt.Backend.PurgeDead(ctx)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, PurgeResult{Purged: n})
-}
-
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), s.opt.ReadyTimeout)
 	defer cancel()
@@ -505,6 +489,8 @@ func StatusOf(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, ErrConflict):
 		return http.StatusConflict
+	case errors.Is(err, ErrNotImplemented):
+		return http.StatusNotImplemented
 	case errors.Is(err, ErrUnavailable), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return http.StatusServiceUnavailable
 	}
@@ -518,7 +504,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.As(err, &ie) {
 		field = ie.Field
 	}
-	if status >= 500 {
+	if status >= 500 && status != http.StatusNotImplemented {
 		s.log.Warn("admin API request failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
 	}
 	writeError(w, status, err.Error(), field)

@@ -153,7 +153,7 @@ var ctlCommands = map[string]ctlCommand{
 			if *limit < 1 || *limit > admin.MaxDeadLimit {
 				return usageErr("--limit must be between 1 and %d", admin.MaxDeadLimit)
 			}
-			l, err := c.ListDead(ctx, *limit)
+			l, err := c.ListDead(ctx, admin.Query{Limit: *limit})
 			return printJSON(out, l, err)
 		}
 	}},
@@ -165,7 +165,7 @@ var ctlCommands = map[string]ctlCommand{
 	}},
 	"purge-dead": {"", 0, func(*pflag.FlagSet) ctlFunc {
 		return func(ctx context.Context, c *admin.Client, _ []string, out io.Writer) error {
-			r, err := c.PurgeDead(ctx)
+			r, err := c.PurgeDead(ctx, "")
 			return printJSON(out, r, err)
 		}
 	}},

@@ -20,11 +20,12 @@ import (
 // ctlBackend is a small in-memory admin.Backend, so ctl is tested against the real admin
 // server and client.
 type ctlBackend struct {
-	mu       sync.Mutex
-	sched    []admin.ScheduleRequest
-	resched  map[string]admin.When
-	deadLim  int
-	notReady error
+	admin.Unimplemented // bulk jobs: 501
+	mu                  sync.Mutex
+	sched               []admin.ScheduleRequest
+	resched             map[string]admin.When
+	deadLim             int
+	notReady            error
 }
 
 func (b *ctlBackend) Schedule(_ context.Context, r admin.ScheduleRequest) (admin.Scheduled, error) {
@@ -72,11 +73,11 @@ func (b *ctlBackend) Stats(context.Context) (admin.Stats, error) {
 	}, nil
 }
 
-func (b *ctlBackend) ListDead(_ context.Context, limit int) ([]admin.Message, error) {
+func (b *ctlBackend) Browse(_ context.Context, q admin.Query) (admin.Page, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.deadLim = limit
-	return []admin.Message{{ID: "d1", State: admin.StateDead, Reason: "bad_delay"}}, nil
+	b.deadLim = q.Limit
+	return admin.Page{Messages: []admin.Message{{ID: "d1", State: admin.StateDead, Reason: "bad_delay"}}}, nil
 }
 
 func (b *ctlBackend) RequeueDead(_ context.Context, id string) (admin.Scheduled, error) {
@@ -86,7 +87,7 @@ func (b *ctlBackend) RequeueDead(_ context.Context, id string) (admin.Scheduled,
 	return admin.Scheduled{ID: id, DueAt: 1000}, nil
 }
 
-func (b *ctlBackend) PurgeDead(context.Context) (int64, error) { return 4, nil }
+func (b *ctlBackend) PurgeDead(context.Context, admin.Filter) (int64, error) { return 4, nil }
 
 func (b *ctlBackend) Routes(context.Context) (admin.RoutesResponse, error) {
 	return admin.RoutesResponse{Instance: "pod-a-1", Routes: []admin.RouteStatus{{

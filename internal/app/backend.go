@@ -148,6 +148,7 @@ func messageOf(env *envelope.Envelope, st store.State) admin.Message {
 		ID: env.ID, State: string(st), DueAt: env.DueAt, Route: env.Route, Source: env.Source,
 		SourceBroker: env.SourceBroker, Target: env.Target, ReceivedAt: env.ReceivedAt,
 		Attempt: int(env.Attempt), Reason: env.Reason, PayloadSize: len(env.Payload),
+		RoutingKey: env.RoutingKey, RawKey: env.Key, RawPayload: append([]byte{}, env.Payload...),
 	}
 	if len(env.Headers) > 0 {
 		m.Headers = make(map[string]string, len(env.Headers))
@@ -237,23 +238,6 @@ func (b *Bridge) Stats(ctx context.Context) (admin.Stats, error) {
 	return out, nil
 }
 
-// ListDead implements admin.Backend.
-func (b *Bridge) ListDead(ctx context.Context, limit int) ([]admin.Message, error) {
-	shardStore, _, err := b.parts()
-	if err != nil {
-		return nil, err
-	}
-	envs, err := shardStore.ListDead(ctx, limit)
-	if err != nil {
-		return nil, storeErr(err)
-	}
-	out := make([]admin.Message, 0, len(envs))
-	for _, env := range envs {
-		out = append(out, messageOf(env, store.StateDead))
-	}
-	return out, nil
-}
-
 // RequeueDead implements admin.Backend.
 func (b *Bridge) RequeueDead(ctx context.Context, id string) (admin.Scheduled, error) {
 	shardStore, sched, err := b.parts()
@@ -266,14 +250,4 @@ func (b *Bridge) RequeueDead(ctx context.Context, id string) (admin.Scheduled, e
 	}
 	sched.Wake(ctx, map[int]int64{shardStore.ShardOf(id): due})
 	return admin.Scheduled{ID: id, DueAt: due}, nil
-}
-
-// PurgeDead implements admin.Backend.
-func (b *Bridge) PurgeDead(ctx context.Context) (int64, error) {
-	shardStore, _, err := b.parts()
-	if err != nil {
-		return 0, err
-	}
-	n, err := shardStore.PurgeDead(ctx)
-	return n, storeErr(err)
 }
