@@ -155,20 +155,22 @@ func (l *latenessWindow) sample() error {
 	return nil
 }
 
-// run samples until ctx ends.
+// run samples every latenessEvery until ctx ends. The first sample waits a period: a
+// gather at startup would ask the count collectors before the bridge runs (their cache
+// would then serve nothing to /metrics for a while).
 func (l *latenessWindow) run(ctx context.Context, log func(error)) {
 	t := l.clk.NewTimer(latenessEvery)
 	defer t.Stop()
 	for {
-		if err := l.sample(); err != nil {
-			log(err)
-		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C():
-			t.Reset(latenessEvery)
 		}
+		if err := l.sample(); err != nil {
+			log(err)
+		}
+		t.Reset(latenessEvery)
 	}
 }
 

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"context"
 	"encoding/json"
 	"math"
 	"net/http"
@@ -88,4 +89,37 @@ func TestLatenessSnapshotsBounded(t *testing.T) {
 	if b, ok := l.baseline(clk.Now().Add(-MaxLatenessWindow)); !ok || clk.Now().Sub(b.at) < MaxLatenessWindow {
 		t.Errorf("no baseline an hour back: %v %v", b.at, ok)
 	}
+}
+
+// The sampler takes nothing at start (see run), one snapshot per period after, and
+// stops with its context.
+func TestLatenessSampler(t *testing.T) {
+	clk := clock.NewFake(time.UnixMilli(1_700_000_000_000))
+	l := newLatenessWindow(prometheus.NewRegistry(), clk)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); l.run(ctx, func(err error) { t.Error(err) }) }()
+	count := func() int { l.mu.Lock(); defer l.mu.Unlock(); return len(l.snaps) }
+	for range 3 {
+		waitFor(t, func() bool { return clk.Timers() == 1 })
+		if n := count(); n != int(clk.Now().Sub(time.UnixMilli(1_700_000_000_000))/latenessEvery) {
+			t.Fatalf("%d snapshots at %v", n, clk.Now())
+		}
+		clk.Advance(latenessEvery)
+		want := int(clk.Now().Sub(time.UnixMilli(1_700_000_000_000)) / latenessEvery)
+		waitFor(t, func() bool { return count() == want })
+	}
+	cancel()
+	<-done
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for range 5000 {
+		if cond() {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatal("condition not reached")
 }
