@@ -295,7 +295,7 @@ func (s *Store) envelopesOf(ctx context.Context, cands []candidate) ([]*envelope
 		cmds[sh] = pipe.HMGet(ctx, s.keys[sh].msg, ids...)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("scheduler: browse envelopes: %w", err)
+		return nil, fmt.Errorf("scheduler: browse envelopes: %w", redisErr(err))
 	}
 	for sh, idx := range byShard {
 		for j, v := range cmds[sh].Val() {

@@ -155,7 +155,7 @@ func (s *Store) Heartbeat(ctx context.Context, instance string, now int64) error
 		return err
 	}
 	if err := s.rdb.ZAdd(ctx, s.membersKey, redis.Z{Score: float64(now), Member: instance}).Err(); err != nil {
-		return fmt.Errorf("scheduler: heartbeat: %w", err)
+		return fmt.Errorf("scheduler: heartbeat: %w", redisErr(err))
 	}
 	return nil
 }
@@ -191,7 +191,7 @@ func (s *Store) LiveMembers(ctx context.Context, now int64, maxAge time.Duration
 	pipe.ZRemRangeByScore(ctx, s.membersKey, "-inf", "("+strconv.FormatInt(now-10*age, 10))
 	live := pipe.ZRangeByScoreWithScores(ctx, s.membersKey, &redis.ZRangeBy{Min: strconv.FormatInt(now-age, 10), Max: "+inf"})
 	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, fmt.Errorf("scheduler: members: %w", err)
+		return nil, fmt.Errorf("scheduler: members: %w", redisErr(err))
 	}
 	out := make([]Member, 0, len(live.Val()))
 	for _, z := range live.Val() {
@@ -206,7 +206,7 @@ func (s *Store) LiveMembers(ctx context.Context, now int64, maxAge time.Duration
 // take its shards over without waiting for its heartbeat to age out.
 func (s *Store) Leave(ctx context.Context, instance string) error {
 	if err := s.rdb.ZRem(ctx, s.membersKey, instance).Err(); err != nil {
-		return fmt.Errorf("scheduler: leave: %w", err)
+		return fmt.Errorf("scheduler: leave: %w", redisErr(err))
 	}
 	return nil
 }

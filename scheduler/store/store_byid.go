@@ -14,10 +14,6 @@ import (
 
 // By id: cancel, reschedule, get.
 
-// ErrOtherRoute: a cancel scoped to a route named a message of another route; nothing
-// was changed.
-var ErrOtherRoute = errors.New("scheduler: message belongs to another route")
-
 func (s *Store) idKeys(id string) []string {
 	k := s.keys[s.ShardOf(id)]
 	return []string{k.due, k.msg, k.inflight, k.dead, k.done, k.cancelled}
@@ -225,7 +221,7 @@ func (s *Store) Envelopes(ctx context.Context, ids []string) ([]*envelope.Envelo
 		gets[i] = pipe.HGet(ctx, s.keys[s.ShardOf(id)].msg, id)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("scheduler: read envelopes: %w", err)
+		return nil, fmt.Errorf("scheduler: read envelopes: %w", redisErr(err))
 	}
 	for i, g := range gets {
 		raw, err := g.Bytes()

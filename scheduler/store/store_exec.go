@@ -13,11 +13,15 @@ import (
 // Script execution: EVALSHA with the EVAL fallback, pipelines, WAIT.
 
 // eval runs one script call with EVALSHA, falling back to EVAL when Redis lost its
-// script cache (restart, failover to a replica that never saw SCRIPT LOAD, FLUSH).
+// script cache (restart, failover to a replica that never saw SCRIPT LOAD, FLUSH). The
+// command's error, if any, is classified (redisErr).
 func (s *Store) eval(ctx context.Context, sc *script, keys []string, args ...any) *redis.Cmd {
 	start := time.Now()
 	cmd := sc.Run(ctx, s.rdb, keys, args...)
 	s.obs.ScriptDuration(sc.name, time.Since(start))
+	if err := cmd.Err(); err != nil {
+		cmd.SetErr(redisErr(err))
+	}
 	return cmd
 }
 
@@ -35,7 +39,8 @@ func isNoScript(err error) bool {
 // routes each call by its slot) and returns one result per call. A call that met
 // NOSCRIPT did nothing, so it is re-sent with EVAL in a second round trip. With wait,
 // the pipeline ends with WAIT so the writes are on MinReplicas replicas when it returns.
-// The returned error is the first failure; results of calls that succeeded are valid.
+// The returned error is the first failure, classified (redisErr); results of calls
+// that succeeded are valid.
 func (s *Store) evalPipelined(ctx context.Context, calls []call, wait bool) ([]*redis.Cmd, error) {
 	if len(calls) == 0 {
 		return nil, nil
@@ -56,7 +61,7 @@ func (s *Store) evalPipelined(ctx context.Context, calls []call, wait bool) ([]*
 			s.obs.ScriptDuration(c.sc.name, took)
 		}
 	}
-	return cmds, err
+	return cmds, redisErr(err)
 }
 
 func (s *Store) pipelineOnce(ctx context.Context, c redis.Cmdable, calls []call, wait bool) ([]*redis.Cmd, error) {

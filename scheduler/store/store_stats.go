@@ -27,7 +27,7 @@ func (s *Store) ListDead(ctx context.Context, limit int) ([]*envelope.Envelope, 
 		ranges[i] = pipe.ZRangeWithScores(ctx, k.dead, 0, int64(limit-1))
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, fmt.Errorf("scheduler: list dead letters: %w", err)
+		return nil, fmt.Errorf("scheduler: list dead letters: %w", redisErr(err))
 	}
 	type ref struct {
 		shard int
@@ -51,7 +51,7 @@ func (s *Store) ListDead(ctx context.Context, limit int) ([]*envelope.Envelope, 
 		gets[i] = pipe.HGet(ctx, s.keys[r.shard].msg, r.id)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("scheduler: list dead letters: %w", err)
+		return nil, fmt.Errorf("scheduler: list dead letters: %w", redisErr(err))
 	}
 	out := make([]*envelope.Envelope, 0, len(refs))
 	for i, g := range gets {
@@ -130,7 +130,7 @@ func (s *Store) ShardStats(ctx context.Context) ([]ShardStat, error) {
 		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("scheduler: shard stats: %w", err)
+		return nil, fmt.Errorf("scheduler: shard stats: %w", redisErr(err))
 	}
 	out := make([]ShardStat, len(s.keys))
 	for i, c := range cs {

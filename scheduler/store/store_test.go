@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/internal/fault"
 	"github.com/delaybridge/delay-bridge/internal/observe"
 	"github.com/delaybridge/delay-bridge/internal/testkit"
 	"github.com/delaybridge/delay-bridge/lua"
@@ -237,7 +238,7 @@ func TestStoreShardCountRefused(t *testing.T) {
 		t.Fatalf("same count again: %v", err)
 	}
 	_, err := New(ctx, c, Options{Shards: 16, Cluster: "prod"})
-	if !errors.Is(err, ErrShardCount) || IsRetryable(err) || !strings.Contains(err.Error(), "shards") {
+	if !errors.Is(err, ErrShardCount) || fault.IsTransient(err) || !strings.Contains(err.Error(), "shards") {
 		t.Fatalf("different count: %v, want a permanent ErrShardCount naming shards", err)
 	}
 	// Another bridge cluster in the same Redis records its own count.
@@ -261,10 +262,10 @@ func TestStoreRedisRestartNoScript(t *testing.T) {
 
 	r.Restart()
 	// The first calls after a restart may meet a dead pooled connection; callers retry
-	// on IsRetryable errors, and so does this test.
+	// on transient errors (fault.IsTransient), and so does this test.
 	var err error
 	for range 5 {
-		if _, _, _, err = s.Get(ctx, "before"); err == nil || !IsRetryable(err) {
+		if _, _, _, err = s.Get(ctx, "before"); err == nil || !fault.IsTransient(err) {
 			break
 		}
 	}
@@ -306,21 +307,30 @@ func TestStoreErrorsRetryable(t *testing.T) {
 	}
 	r.Kill()
 	_, _, err = s.Park(ctx, []*envelope.Envelope{env("down", t0)})
-	if err == nil || !IsRetryable(err) {
-		t.Fatalf("park with Redis down: %v (retryable %v)", err, IsRetryable(err))
+	if err == nil || !fault.IsTransient(err) {
+		t.Fatalf("park with Redis down: %v (retryable %v)", err, fault.IsTransient(err))
 	}
-	if _, _, err := s.Recover(ctx, 0, t0, 10); err == nil || !IsRetryable(err) {
+	if _, _, err := s.Recover(ctx, 0, t0, 10); err == nil || !fault.IsTransient(err) {
 		t.Fatalf("recover with Redis down: %v", err)
 	}
+	// Marked by the store itself (redisErr), not only recognised by fault's fallback.
+	if err := s.Heartbeat(ctx, "i1", t0); !errors.Is(err, fault.ErrTransient) {
+		t.Fatalf("heartbeat with Redis down: %v, want marked transient", err)
+	}
+	for _, e := range []error{ErrShardCount, ErrInvalid} {
+		if !fault.IsPermanent(fmt.Errorf("wrapped: %w", e)) {
+			t.Fatalf("%v not permanent", e)
+		}
+	}
 	for _, e := range []error{ErrFenced, ErrShardCount, ErrInvalid, envelope.ErrCorrupt, context.Canceled, nil} {
-		if IsRetryable(fmt.Errorf("wrapped: %w", e)) && e != nil {
+		if fault.IsTransient(fmt.Errorf("wrapped: %w", e)) && e != nil {
 			t.Fatalf("%v classified retryable", e)
 		}
 	}
 	for _, e := range []error{ErrNotReplicated, context.DeadlineExceeded, errors.New("x")} {
 		want := e != nil && e.Error() != "x"
-		if IsRetryable(fmt.Errorf("wrapped: %w", e)) != want {
-			t.Fatalf("IsRetryable(%v) != %v", e, want)
+		if fault.IsTransient(fmt.Errorf("wrapped: %w", e)) != want {
+			t.Fatalf("fault.IsTransient(%v) != %v", e, want)
 		}
 	}
 }
@@ -511,7 +521,7 @@ func TestStoreOnCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	parked, _, err = s2.Park(ctx, []*envelope.Envelope{env("w-1", t0), env("w-2", t0)})
-	if !errors.Is(err, ErrNotReplicated) || !IsRetryable(err) || !slices.Equal(parked, []bool{true, true}) {
+	if !errors.Is(err, ErrNotReplicated) || !fault.IsTransient(err) || !slices.Equal(parked, []bool{true, true}) {
 		t.Fatalf("Park with an unmet MinReplicas on cluster = %v %v", parked, err)
 	}
 }
@@ -528,6 +538,10 @@ func TestStoreMinReplicas(t *testing.T) {
 			t.Fatal("replica did not connect")
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	// A replica refuses writes (READONLY): transient, a failover may be under way.
+	if _, err := New(ctx, rc, Options{Shards: 4}); !redis.IsReadOnlyError(err) || !errors.Is(err, fault.ErrTransient) {
+		t.Fatalf("New on a replica: %v, want READONLY marked transient", err)
 	}
 	c := primary.Client()
 	s, err := New(ctx, c, Options{Shards: 4, MinReplicas: 1, DoneWindow: time.Hour})
@@ -561,7 +575,7 @@ func TestStoreMinReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 	parked, minDue, err := s2.Park(ctx, []*envelope.Envelope{env("rep-y", t0+7)})
-	if !errors.Is(err, ErrNotReplicated) || !IsRetryable(err) {
+	if !errors.Is(err, ErrNotReplicated) || !fault.IsTransient(err) {
 		t.Fatalf("Park wanting 2 replicas: %v, want retryable ErrNotReplicated", err)
 	}
 	if !parked[0] || len(minDue) != 1 {

@@ -35,7 +35,7 @@ func (s *Store) PublishWake(ctx context.Context, minDue map[int]int64) error {
 		return nil
 	}
 	if err := s.rdb.Publish(ctx, s.wakeCh, FormatWake(minDue)).Err(); err != nil {
-		return fmt.Errorf("scheduler: publish wake-up: %w", err)
+		return fmt.Errorf("scheduler: publish wake-up: %w", redisErr(err))
 	}
 	return nil
 }
@@ -87,7 +87,7 @@ func ParseWake(payload string) (map[int]int64, error) {
 // claimed it.
 func (s *Store) PublishCancel(ctx context.Context, id string) error {
 	if err := s.rdb.Publish(ctx, s.wakeCh, cancelPrefix+id).Err(); err != nil {
-		return fmt.Errorf("scheduler: publish cancel: %w", err)
+		return fmt.Errorf("scheduler: publish cancel: %w", redisErr(err))
 	}
 	return nil
 }
