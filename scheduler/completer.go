@@ -177,7 +177,7 @@ func (s *Scheduler) retryRedis(ctx context.Context, what string, f func(context.
 	}
 }
 
-// retryable reports whether a store error is worth retrying: marked transient by the
-// store (internal/fault), or one the Redis store knows to be passing (store.IsRetryable:
-// loading, failover, cluster reconfiguration, connection errors).
-func retryable(err error) bool { return fault.IsTransient(err) || store.IsRetryable(err) }
+// retryable reports whether a store error is worth retrying: transient for
+// internal/fault (the Redis store marks loading, failover, cluster reconfiguration and
+// connection errors so).
+func retryable(err error) bool { return fault.IsTransient(err) }

@@ -13,6 +13,7 @@ import (
 	"github.com/delaybridge/delay-bridge/ingress"
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/internal/fault"
 	"github.com/delaybridge/delay-bridge/scheduler"
 	"github.com/delaybridge/delay-bridge/scheduler/store"
 )
@@ -37,7 +38,7 @@ func storeErr(err error) error {
 		return nil
 	case errors.Is(err, store.ErrNotFound):
 		return fmt.Errorf("%w: %w", admin.ErrNotFound, err)
-	case store.IsRetryable(err):
+	case fault.IsTransient(err):
 		return fmt.Errorf("%w: redis: %w", admin.ErrUnavailable, err)
 	}
 	return err

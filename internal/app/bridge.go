@@ -196,7 +196,7 @@ func (b *Bridge) connectStore(ctx context.Context) (*store.Store, error) {
 		if err == nil {
 			return shardStore, nil
 		}
-		if !store.IsRetryable(err) && !fault.IsTransient(err) {
+		if !fault.IsTransient(err) {
 			return nil, fmt.Errorf("redis: %w", err)
 		}
 		b.log.Warn("waiting for redis", "addrs", strings.Join(b.cfg.Redis.Addrs, ","), "err", err)

@@ -13,14 +13,15 @@ import (
 
 	"github.com/delaybridge/delay-bridge/config"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/internal/fault"
 	"github.com/delaybridge/delay-bridge/internal/testkit"
 	"github.com/delaybridge/delay-bridge/scheduler/store"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// retryable runs op until it succeeds, failing the test on an error IsRetryable calls
-// permanent or after limit; it returns how many attempts failed.
+// retryable runs op until it succeeds, failing the test on an error that is not
+// transient (fault.IsTransient) or after limit; it returns how many attempts failed.
 func retryable(t *testing.T, what string, limit time.Duration, op func() error) int {
 	t.Helper()
 	deadline := time.Now().Add(limit)
@@ -29,7 +30,7 @@ func retryable(t *testing.T, what string, limit time.Duration, op func() error) 
 		if err == nil {
 			return failed
 		}
-		if !store.IsRetryable(err) {
+		if !fault.IsTransient(err) {
 			t.Fatalf("%s: %v (not retryable)", what, err)
 		}
 		if time.Now().After(deadline) {
