@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/delaybridge/delay-bridge/internal/clock"
+	"github.com/delaybridge/delay-bridge/internal/fault"
 	"github.com/delaybridge/delay-bridge/scheduler/store"
 )
 
@@ -66,7 +67,7 @@ func (ex *execution) run(ctx context.Context) error {
 		switch {
 		case err == nil:
 			bo.Reset()
-		case errors.Is(err, store.ErrJobLost), !store.IsRetryable(err) || ctx.Err() != nil:
+		case errors.Is(err, store.ErrJobLost), !fault.IsTransient(err) || ctx.Err() != nil:
 			return err
 		default:
 			ex.r.opt.Log.Debug("bulk job step failed, retrying", "job", ex.job.ID, "err", err)

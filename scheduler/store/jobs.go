@@ -223,7 +223,7 @@ func (s *Store) CreateJob(ctx context.Context, spec JobSpec, now int64) (Job, er
 	pipe.SAdd(ctx, s.activeKey(), id)
 	pipe.ZRemRangeByScore(ctx, s.jobsKey(), "-inf", "("+strconv.FormatInt(now-JobRetention.Milliseconds(), 10))
 	if _, err := pipe.Exec(ctx); err != nil {
-		return Job{}, fmt.Errorf("scheduler: create job: %w", err)
+		return Job{}, fmt.Errorf("scheduler: create job: %w", redisErr(err))
 	}
 	return Job{ID: id, Spec: spec, State: JobQueued, Created: now, Updated: now}, nil
 }
@@ -232,7 +232,7 @@ func (s *Store) CreateJob(ctx context.Context, spec JobSpec, now int64) (Job, er
 func (s *Store) GetJob(ctx context.Context, id string, now int64) (Job, error) {
 	m, err := s.rdb.HGetAll(ctx, s.jobKey(id)).Result()
 	if err != nil {
-		return Job{}, fmt.Errorf("scheduler: get job %q: %w", id, err)
+		return Job{}, fmt.Errorf("scheduler: get job %q: %w", id, redisErr(err))
 	}
 	if len(m) == 0 {
 		return Job{}, fmt.Errorf("%w: %q", ErrJobNotFound, id)
@@ -268,7 +268,7 @@ func (s *Store) ListJobs(ctx context.Context, limit int, now int64) ([]Job, erro
 	}
 	ids, err := s.rdb.ZRevRange(ctx, s.jobsKey(), 0, int64(limit-1)).Result()
 	if err != nil {
-		return nil, fmt.Errorf("scheduler: list jobs: %w", err)
+		return nil, fmt.Errorf("scheduler: list jobs: %w", redisErr(err))
 	}
 	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.MapStringStringCmd, len(ids))
@@ -276,7 +276,7 @@ func (s *Store) ListJobs(ctx context.Context, limit int, now int64) ([]Job, erro
 		cmds[i] = pipe.HGetAll(ctx, s.jobKey(id))
 	}
 	if _, err := pipe.Exec(ctx); err != nil && len(ids) > 0 {
-		return nil, fmt.Errorf("scheduler: list jobs: %w", err)
+		return nil, fmt.Errorf("scheduler: list jobs: %w", redisErr(err))
 	}
 	out := make([]Job, 0, len(ids))
 	for i, c := range cmds {
@@ -296,7 +296,7 @@ func (s *Store) ListJobs(ctx context.Context, limit int, now int64) ([]Job, erro
 func (s *Store) ActiveJobs(ctx context.Context) ([]string, error) {
 	ids, err := s.rdb.SMembers(ctx, s.activeKey()).Result()
 	if err != nil {
-		return nil, fmt.Errorf("scheduler: active jobs: %w", err)
+		return nil, fmt.Errorf("scheduler: active jobs: %w", redisErr(err))
 	}
 	return ids, nil
 }

@@ -300,7 +300,7 @@ func (s *Store) CountRange(ctx context.Context, st State, from, to int64) (int64
 		cmds[sh] = pipe.ZCount(ctx, s.setKey(q.State, sh), strconv.FormatInt(q.From, 10), strconv.FormatInt(q.To, 10))
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		return 0, fmt.Errorf("scheduler: count: %w", err)
+		return 0, fmt.Errorf("scheduler: count: %w", redisErr(err))
 	}
 	var n int64
 	for _, c := range cmds {
@@ -328,7 +328,7 @@ func (s *Store) EdgeScore(ctx context.Context, st State, from, to int64, highest
 			ByScore: true, Rev: highest, Count: 1})
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		return 0, false, fmt.Errorf("scheduler: edge score: %w", err)
+		return 0, false, fmt.Errorf("scheduler: edge score: %w", redisErr(err))
 	}
 	best, ok := int64(math.MaxInt64), false
 	if highest {
