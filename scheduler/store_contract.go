@@ -40,7 +40,7 @@ type Store interface {
 
 	// Claim moves up to limit ids due ≤ upTo from pending to in flight (lease deadline
 	// leaseDeadline) and returns their envelopes in due order, DueAt set to the due
-	// score, Attempt as stored. nextDue is the earliest due time left pending (0: none).
+	// score, Attempt as stored. nextDue is the earliest due time left pending (-1: none).
 	// Refused with store.ErrFenced unless token is the shard's current token.
 	Claim(ctx context.Context, shard int, instance string, token int64, upTo, leaseDeadline int64, limit int) (items []*envelope.Envelope, nextDue int64, err error)
 	// AckMany records ids (of any shards) as delivered at now: out of in flight and
