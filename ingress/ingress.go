@@ -5,9 +5,9 @@ package ingress
 
 import (
 	"context"
-	"errors"
 	"time"
 
+	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 )
 
@@ -24,20 +24,25 @@ type Item struct {
 
 // Handler makes a batch durable. It returns nil only once every item is safely in Redis
 // (parked, dead-lettered or cancelled). An error means nothing may be acknowledged; the
-// source must redeliver the whole batch later (parking is idempotent by id, so a partial
+// source hands the whole batch again later (parking is idempotent by id, so a partial
 // success followed by a replay never duplicates).
+//
+// A Handler must not modify the items, nor the envelopes they point to: a failed batch
+// is handed again as the same items, parsed once (see Loop); a handler that needs a
+// changed envelope copies it.
 type Handler func(ctx context.Context, items []Item) error
 
 // Source is one consumer of one delay source.
 //
 // Contract:
 //   - Run consumes until ctx is cancelled (then returns nil) or an unrecoverable error
-//     occurs (returned). Broker disconnects are not unrecoverable: Run reconnects with
-//     backoff by itself.
+//     occurs (returned, marked fault.Permanent). Broker disconnects are not
+//     unrecoverable: Run reconnects with backoff by itself.
 //   - Batches are handed to h in source order, one at a time.
 //   - A record is acknowledged to the broker (offset commit, basic.ack) only after h
 //     returned nil for the batch holding it. When h fails, Run backs off and hands the
-//     same records again (or lets the broker redeliver them); it never skips them.
+//     same items again (or gives the batch back to the broker to be delivered again);
+//     it never skips them. Both sources do this through one Loop.
 //   - Run returns promptly after ctx is cancelled, even while h or the broker blocks,
 //     leaving unacknowledged records to be redelivered. A batch whose h returns nil
 //     within HandlerGrace of the cancel is still acknowledged, so a graceful stop does
@@ -57,6 +62,11 @@ const HandlerGrace = 2 * time.Second
 // HandlerGrace; the goroutine then ends when h does and its result is discarded, so
 // nothing of the batch may be acknowledged.
 func Call(ctx context.Context, h Handler, items []Item) (returned bool, err error) {
+	return call(ctx, clock.Real{}, h, items)
+}
+
+// call is Call with the grace timed on clk.
+func call(ctx context.Context, clk clock.Clock, h Handler, items []Item) (returned bool, err error) {
 	res := make(chan error, 1)
 	go func() { res <- h(ctx, items) }()
 	select {
@@ -64,18 +74,15 @@ func Call(ctx context.Context, h Handler, items []Item) (returned bool, err erro
 		return true, err
 	case <-ctx.Done():
 	}
-	grace := time.NewTimer(HandlerGrace)
+	grace := clk.NewTimer(HandlerGrace)
 	defer grace.Stop()
 	select {
 	case err := <-res:
 		return true, err
-	case <-grace.C:
+	case <-grace.C():
 		return false, nil
 	}
 }
-
-// ErrPermanent marks an error that retrying will not fix (bad config, auth failure).
-var ErrPermanent = errors.New("permanent")
 
 // Ingress states, as reported by Health (and GET /v1/routes, /readyz).
 const (

@@ -30,7 +30,8 @@ type Incoming struct {
 	CancelID string
 }
 
-// Accept makes a batch durable in the store. It returns an error (so the source
+// Accept makes a batch durable in the store, leaving items and their envelopes
+// unchanged (a batch may be handed again after a failure). It returns an error (so the source
 // acknowledges nothing and redelivers) when any part could not be stored. Every item is
 // counted once by its outcome: parked, dead-lettered (and invalid), duplicate (with the
 // state its id was already in), or cancelled; a replay of a batch stored before counts
@@ -46,8 +47,9 @@ func (s *Scheduler) Accept(ctx context.Context, items []Incoming) error {
 			cancels = append(cancels, &envelope.Envelope{ID: it.CancelID, Route: it.Env.Route})
 		case it.Invalid != "":
 			if it.Deliver {
-				it.Env.DueAt = now
-				park, parkInvalid = append(park, it.Env), append(parkInvalid, it.Invalid)
+				e := *it.Env // a copy: Accept leaves its input as it was (ingress.Handler)
+				e.DueAt = now
+				park, parkInvalid = append(park, &e), append(parkInvalid, it.Invalid)
 			} else {
 				bury, buryInvalid = append(bury, it.Env), append(buryInvalid, it.Invalid)
 			}

@@ -39,7 +39,8 @@ func TestDropInPathWithAMQPTools(t *testing.T) {
 	in := manager(t, testkit.AMQPURL())
 	out := manager(t, testkit.AMQPURL())
 	sink := newSink(t, out, map[string]amqp.Route{"billing": {Exchange: target}}, amqp.Options{})
-	src, err := ingressamqp.New(in, from, ingressamqp.Options{Rules: ingress.Rules{Route: "billing", MaxDelay: time.Hour}})
+	src, err := ingressamqp.New(in, ingressamqp.Config{Endpoint: ingressamqp.Endpoint{Queue: from.Queue, Exchange: from.Exchange},
+		Rules: ingress.Rules{Route: "billing", MaxDelay: time.Hour}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,7 +44,6 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/delaybridge/delay-bridge/config"
 	"github.com/delaybridge/delay-bridge/egress"
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
@@ -113,7 +112,7 @@ var (
 // New returns a sink for the brokers of cfg. routes maps each route name that targets
 // Kafka to its default topic (to.kafka.topic). It starts the health probe; records are
 // dialed for on the first Publish.
-func New(cfg config.KafkaConfig, routes map[string]string, opts Options) (*Sink, error) {
+func New(cfg kafkaconn.Config, routes map[string]string, opts Options) (*Sink, error) {
 	tr, err := kafkaconn.Transport(cfg)
 	if err != nil {
 		return nil, fault.Permanent(fmt.Errorf("egress/kafka: %w", err))
@@ -181,7 +180,7 @@ func (s *Sink) Healthy() error {
 }
 
 // probe reads the cluster metadata every interval until ctx ends.
-func (s *Sink) probe(ctx context.Context, cfg config.KafkaConfig, interval time.Duration) {
+func (s *Sink) probe(ctx context.Context, cfg kafkaconn.Config, interval time.Duration) {
 	defer close(s.probeDone)
 	wait := min(interval, 10*time.Second)
 	t := s.clk.NewTimer(0)

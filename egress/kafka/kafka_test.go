@@ -11,10 +11,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/goleak"
 
-	"github.com/delaybridge/delay-bridge/config"
 	kafkaout "github.com/delaybridge/delay-bridge/egress/kafka"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/fault"
+	"github.com/delaybridge/delay-bridge/internal/kafkaconn"
 	"github.com/delaybridge/delay-bridge/internal/testkit"
 	"github.com/delaybridge/delay-bridge/internal/testkit/conformance"
 )
@@ -71,7 +71,7 @@ func received(recs []*kgo.Record) []conformance.Received {
 
 func newSink(t testing.TB, addr string, routes map[string]string, opts kafkaout.Options) *kafkaout.Sink {
 	t.Helper()
-	s, err := kafkaout.New(config.KafkaConfig{Brokers: []string{addr}}, routes, opts)
+	s, err := kafkaout.New(kafkaconn.Config{Brokers: []string{addr}}, routes, opts)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -271,10 +271,10 @@ func TestBrokerGoneFailsWithinDeadline(t *testing.T) {
 }
 
 func TestNewRejectsBadConfig(t *testing.T) {
-	if _, err := kafkaout.New(config.KafkaConfig{}, nil, kafkaout.Options{}); !fault.IsPermanent(err) {
+	if _, err := kafkaout.New(kafkaconn.Config{}, nil, kafkaout.Options{}); !fault.IsPermanent(err) {
 		t.Errorf("no brokers: %v", err)
 	}
-	if _, err := kafkaout.New(config.KafkaConfig{Brokers: []string{"x:1"}}, map[string]string{"r": ""}, kafkaout.Options{}); !fault.IsPermanent(err) {
+	if _, err := kafkaout.New(kafkaconn.Config{Brokers: []string{"x:1"}}, map[string]string{"r": ""}, kafkaout.Options{}); !fault.IsPermanent(err) {
 		t.Errorf("empty topic: %v", err)
 	}
 }

@@ -5,18 +5,19 @@
 // Topology. For a route `from: { amqp: { queue, exchange, exchange_type, binding_key } }`
 // the source declares, on every (re)connection: the exchange (durable, exchange_type
 // default "topic") when set, the durable queue, and the binding (binding_key default "#").
-// exchange_type direct with binding_key "#" is refused (ErrPermanent): "#" is no wildcard
+// exchange_type direct with binding_key "#" is refused (permanent): "#" is no wildcard
 // on a direct exchange, so every message published with another key would be dropped.
-// An existing exchange of another type is a configuration error (ErrPermanent): the
+// An existing exchange of another type is a configuration error (permanent): the
 // plugin's x-delayed-message exchange of the same name must be deleted first. An existing
 // queue with other arguments (quorum queue, length limit...) is used as it is.
 //
 // Delivery. QoS prefetch = amqp.prefetch. Deliveries are batched (up to prefetch, or what
-// arrived within BatchWait of the first), parsed with ingress.Parse and handed to the
-// handler; on success the batch is acknowledged with one multiple basic.ack up to its
-// last delivery tag; on failure the source backs off and hands the same batch again,
-// and after RetryInPlace failures rejects it with basic.nack(multiple, requeue), so the
-// broker delivers it again, in order, to a healthy consumer. Nothing is acknowledged
+// arrived within BatchWait of the first), parsed once with ingress.Parse and handed to
+// ingress.Loop: on success the batch is acknowledged with one multiple basic.ack up to
+// its last delivery tag; on failure the loop backs off on Config.Clock and hands the same
+// items again, and after RetryInPlace failures the source rejects the batch with
+// basic.nack(multiple, requeue), so the broker delivers it again, in order, to a healthy
+// consumer. Nothing is acknowledged
 // that the handler did not accept, and a delivery tag is only ever acknowledged on the
 // channel that delivered it: when the channel or connection drops, the unacknowledged
 // deliveries return to the queue by themselves and the source reconnects with backoff and
@@ -52,7 +53,6 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/delaybridge/delay-bridge/config"
 	"github.com/delaybridge/delay-bridge/ingress"
 	"github.com/delaybridge/delay-bridge/internal/amqpconn"
 	"github.com/delaybridge/delay-bridge/internal/clock"
@@ -64,27 +64,38 @@ import (
 // kept in the message but left out of the content-derived id.
 const HeaderDeliveryCount = "x-delivery-count"
 
-// Options tunes a Source. Zero values take the defaults shown.
-type Options struct {
+// Endpoint is the route's `from.amqp`: the queue consumed and, optionally, the exchange
+// it is bound to.
+type Endpoint struct {
+	Queue        string // the durable queue consumed; required
+	Exchange     string // exchange bound to the queue; "" binds nothing
+	ExchangeType string // default "topic"
+	BindingKey   string // default "#"
+}
+
+// Config is one source. internal/app builds it from the bridge's configuration (the
+// route's from.amqp, amqp.prefetch, limits.*, ingress.*). Zero values take the defaults
+// shown.
+type Config struct {
+	Endpoint Endpoint
 	// Rules are the route's parsing limits; Rules.Route names the route.
 	Rules ingress.Rules
-	// Prefetch is the QoS prefetch count and the largest batch (amqp.prefetch); default 500.
+	// Prefetch is the QoS prefetch count and the largest batch (amqp.prefetch); default
+	// 500, at most 65535.
 	Prefetch int
 	// BatchWait is how long a batch stays open after its first delivery; default 2ms.
 	BatchWait time.Duration
-	// MinBackoff and MaxBackoff bound the waits before reconnecting and before
-	// rejecting a batch the handler failed; defaults 100ms and 5s.
+	// MinBackoff and MaxBackoff bound the waits before reconnecting and between handler
+	// calls for a failed batch; defaults 100ms and 5s.
 	MinBackoff, MaxBackoff time.Duration
-	// RetryInPlace is how many times a failed batch is handed to the handler again on
-	// the same channel (after a backoff each time) before it is rejected back to the
-	// queue with basic.nack(requeue), where any healthy consumer may take it; default 5.
+	// RetryInPlace is how many times a failed batch is handed to the handler on the same
+	// channel (after a backoff each time) before it is rejected back to the queue with
+	// basic.nack(requeue), where any healthy consumer may take it; default 5.
 	RetryInPlace int
 	// ConsumerTag prefix; default "delay-bridge". A random suffix is added.
 	ConsumerTag string
 	Observer    observe.Observer // default observe.Nop
 	Logger      *slog.Logger     // default slog.Default()
-	// Now is the receive clock (default time.Now).
-	Now func() time.Time
 	// LagPeriod bounds how often a consuming source refreshes its queue depth
 	// (Health().Lag, the Observer's IngressLag): every StallTimeout/5 (200ms to 5s), at
 	// most LagPeriod; default DefaultLagPeriod.
@@ -94,15 +105,79 @@ type Options struct {
 	// channel and consumes again (ingress.stall_timeout); it reports stalled after a
 	// third of it. Default DefaultStallTimeout.
 	StallTimeout time.Duration
-	// Clock times the watchdog; default clock.Real.
+	// Clock is every wait (batch window, backoffs, watchdog) and the receive time;
+	// default clock.Real.
 	Clock clock.Clock
+}
+
+func (c Config) withDefaults() Config {
+	if c.Endpoint.ExchangeType == "" {
+		c.Endpoint.ExchangeType = amqp.ExchangeTopic
+	}
+	if c.Endpoint.Exchange != "" && c.Endpoint.BindingKey == "" {
+		c.Endpoint.BindingKey = "#"
+	}
+	if c.Prefetch <= 0 {
+		c.Prefetch = 500
+	}
+	c.Prefetch = min(c.Prefetch, 65535)
+	if c.BatchWait <= 0 {
+		c.BatchWait = 2 * time.Millisecond
+	}
+	if c.MinBackoff <= 0 {
+		c.MinBackoff = 100 * time.Millisecond
+	}
+	if c.MaxBackoff < c.MinBackoff {
+		c.MaxBackoff = max(5*time.Second, c.MinBackoff)
+	}
+	if c.RetryInPlace <= 0 {
+		c.RetryInPlace = 5
+	}
+	if c.ConsumerTag == "" {
+		c.ConsumerTag = "delay-bridge"
+	}
+	if c.Observer == nil {
+		c.Observer = observe.Nop{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.LagPeriod <= 0 {
+		c.LagPeriod = DefaultLagPeriod
+	}
+	if c.StallTimeout <= 0 {
+		c.StallTimeout = DefaultStallTimeout
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real{}
+	}
+	return c
+}
+
+// Validate checks c after defaults; its errors are permanent.
+func (c Config) Validate() error {
+	ep := c.Endpoint
+	switch {
+	case ep.Queue == "":
+		return fault.Permanent(fmt.Errorf("ingress/amqp: route %q: from.amqp.queue is required", c.Rules.Route))
+	case ep.Exchange != "" && ep.ExchangeType == amqp.ExchangeDirect && ep.BindingKey == "#":
+		// A direct exchange matches routing keys exactly: "#" is no wildcard there, and
+		// RabbitMQ would silently drop every message published with another key (a
+		// plugin user's natural config, x-delayed-type being "direct" most often).
+		return fault.Permanent(fmt.Errorf("ingress/amqp: route %q: from.amqp.exchange_type direct with binding_key \"#\" receives only "+
+			"messages published with the routing key \"#\" (a direct exchange has no wildcards; RabbitMQ drops the rest): "+
+			"use exchange_type topic or fanout to take every routing key — the routing key is kept, so the target "+
+			"exchange can be the direct one — or set binding_key to the one key to delay", c.Rules.Route))
+	case c.Prefetch <= 0 || c.BatchWait <= 0 || c.MinBackoff <= 0 || c.RetryInPlace <= 0 || c.StallTimeout <= 0 || c.LagPeriod <= 0:
+		return fault.Permanent(fmt.Errorf("ingress/amqp: route %q: prefetch, batch wait, backoff, retries, stall timeout and lag period must be > 0", c.Rules.Route))
+	}
+	return nil
 }
 
 // Source consumes one AMQP queue. It implements ingress.Source.
 type Source struct {
 	conn    *amqpconn.Manager
-	ep      config.AMQPEndpoint
-	opts    Options
+	cfg     Config
 	log     *slog.Logger
 	running atomic.Bool
 	warned  atomic.Bool
@@ -119,107 +194,55 @@ var (
 	_ ingress.HealthReporter = (*Source)(nil)
 )
 
-// New returns a source for the route's `from.amqp` endpoint. conn is shared and owned by
-// the caller (close it after Run returned). Nothing is dialed before Run.
-func New(conn *amqpconn.Manager, ep config.AMQPEndpoint, opts Options) (*Source, error) {
+// New returns a source for cfg (defaults filled, then validated: errors are permanent).
+// conn is shared and owned by the caller (close it after Run returned). Nothing is
+// dialed before Run.
+func New(conn *amqpconn.Manager, cfg Config) (*Source, error) {
 	if conn == nil {
-		return nil, fmt.Errorf("ingress/amqp: nil connection manager: %w", ingress.ErrPermanent)
+		return nil, fault.Permanent(errors.New("ingress/amqp: nil connection manager"))
 	}
-	if ep.Queue == "" {
-		return nil, fmt.Errorf("ingress/amqp: route %q: from.amqp.queue is required: %w", opts.Rules.Route, ingress.ErrPermanent)
-	}
-	if ep.ExchangeType == "" {
-		ep.ExchangeType = amqp.ExchangeTopic
-	}
-	if ep.Exchange != "" && ep.BindingKey == "" {
-		ep.BindingKey = "#"
-	}
-	if ep.Exchange != "" && ep.ExchangeType == amqp.ExchangeDirect && ep.BindingKey == "#" {
-		// A direct exchange matches routing keys exactly: "#" is no wildcard there, and
-		// RabbitMQ would silently drop every message published with another key (a
-		// plugin user's natural config, x-delayed-type being "direct" most often).
-		return nil, fmt.Errorf("ingress/amqp: route %q: from.amqp.exchange_type direct with binding_key \"#\" receives only "+
-			"messages published with the routing key \"#\" (a direct exchange has no wildcards; RabbitMQ drops the rest): "+
-			"use exchange_type topic or fanout to take every routing key — the routing key is kept, so the target "+
-			"exchange can be the direct one — or set binding_key to the one key to delay: %w", opts.Rules.Route, ingress.ErrPermanent)
-	}
-	if opts.Prefetch <= 0 {
-		opts.Prefetch = 500
-	}
-	if opts.Prefetch > 65535 {
-		opts.Prefetch = 65535
-	}
-	if opts.BatchWait <= 0 {
-		opts.BatchWait = 2 * time.Millisecond
-	}
-	if opts.MinBackoff <= 0 {
-		opts.MinBackoff = 100 * time.Millisecond
-	}
-	if opts.MaxBackoff < opts.MinBackoff {
-		opts.MaxBackoff = max(5*time.Second, opts.MinBackoff)
-	}
-	if opts.RetryInPlace <= 0 {
-		opts.RetryInPlace = 5
-	}
-	if opts.ConsumerTag == "" {
-		opts.ConsumerTag = "delay-bridge"
-	}
-	if opts.Observer == nil {
-		opts.Observer = observe.Nop{}
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	if opts.LagPeriod <= 0 {
-		opts.LagPeriod = DefaultLagPeriod
-	}
-	if opts.StallTimeout <= 0 {
-		opts.StallTimeout = DefaultStallTimeout
-	}
-	if opts.Clock == nil {
-		opts.Clock = clock.Real{}
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	s := &Source{
-		conn: conn,
-		ep:   ep,
-		opts: opts,
-		log:  opts.Logger.With("component", "ingress/amqp", "route", opts.Rules.Route, "queue", ep.Queue),
+		conn:  conn,
+		cfg:   cfg,
+		log:   cfg.Logger.With("component", "ingress/amqp", "route", cfg.Rules.Route, "queue", cfg.Endpoint.Queue),
+		wedge: make(chan struct{}),
 	}
-	s.health = newHealth(opts.Rules.Route, opts.Observer, s.log, opts.Clock.Now)
-	s.stall = newStallWatch(opts.Clock, opts.StallTimeout)
-	s.wedge = make(chan struct{})
+	s.health = newHealth(cfg.Rules.Route, cfg.Observer, s.log, cfg.Clock)
+	s.stall = newStallWatch(cfg.Clock, cfg.StallTimeout)
 	return s, nil
 }
 
 // Name is "amqp:<queue>".
-func (s *Source) Name() string { return "amqp:" + s.ep.Queue }
+func (s *Source) Name() string { return "amqp:" + s.cfg.Endpoint.Queue }
 
 // Run consumes until ctx is cancelled (returns nil) or an unrecoverable error: a
-// permanent configuration or authentication problem (wrapped with ingress.ErrPermanent)
-// or the connection manager being closed. Connection and channel losses are retried with
-// backoff.
+// permanent configuration or authentication problem (fault.Permanent) or the connection
+// manager being closed. Connection and channel losses are retried with backoff. Each
+// session (one channel's lifetime) owns the watchdog goroutine beside it and waits for
+// it before returning.
 func (s *Source) Run(ctx context.Context, h ingress.Handler) error {
 	if !s.running.CompareAndSwap(false, true) {
 		return fmt.Errorf("ingress/amqp: %s: Run called twice", s.Name())
 	}
 	defer s.running.Store(false)
 	defer s.health.set(ingress.StateStopped, "Run returned")
-	bo := clock.NewBackoff(s.opts.Clock, clock.BackoffPolicy{Initial: s.opts.MinBackoff, Max: s.opts.MaxBackoff})
+	bo := clock.NewBackoff(s.cfg.Clock, clock.BackoffPolicy{Initial: s.cfg.MinBackoff, Max: s.cfg.MaxBackoff})
+	loop := ingress.NewLoop(h, ingress.LoopOptions{Clock: s.cfg.Clock, Logger: s.log, GiveUpAfter: s.cfg.RetryInPlace,
+		Backoff: clock.BackoffPolicy{Initial: s.cfg.MinBackoff, Max: s.cfg.MaxBackoff}, Busy: s.stall.busy})
 	for {
-		progressed, err := s.session(ctx, h)
+		progressed, err := s.session(ctx, loop)
 		if ctx.Err() != nil {
 			return nil
 		}
 		switch {
 		case errors.Is(err, amqpconn.ErrClosed):
 			return fmt.Errorf("ingress/amqp: %s: %w", s.Name(), err)
-		case errors.Is(err, ingress.ErrPermanent):
-			return err
-		case fault.IsPermanent(err):
-			return fmt.Errorf("ingress/amqp: %s: %w: %w", s.Name(), err, ingress.ErrPermanent)
+		case fault.IsPermanent(err): // refused topology here, credentials or TLS in amqpconn
+			return fmt.Errorf("ingress/amqp: %s: %w", s.Name(), err)
 		}
 		if progressed {
 			bo.Reset()
@@ -229,12 +252,12 @@ func (s *Source) Run(ctx context.Context, h ingress.Handler) error {
 		d := bo.Next()
 		if errors.Is(err, errStalled) {
 			s.stall.rebuilt()
-			d = s.opts.MinBackoff
+			d = s.cfg.MinBackoff
 			s.log.Info("amqp ingress watchdog: rebuilding the consumer", "reason", err, "rebuilds", s.Health().Rebuilds)
 		} else {
 			s.log.Warn("amqp consumer interrupted; resuming", "err", err, "retry_in", d.Round(time.Millisecond))
 		}
-		if clock.Sleep(ctx, s.opts.Clock, d) != nil {
+		if clock.Sleep(ctx, s.cfg.Clock, d) != nil {
 			return nil
 		}
 		if !s.conn.Connected() { // the manager may notice a lost connection after the channel
@@ -246,7 +269,7 @@ func (s *Source) Run(ctx context.Context, h ingress.Handler) error {
 // session runs one channel's lifetime: declare, consume, batch, ack. It returns when the
 // channel or connection fails (error), or ctx is done. progressed reports whether a batch
 // was acknowledged (which resets the reconnect backoff).
-func (s *Source) session(ctx context.Context, h ingress.Handler) (progressed bool, err error) {
+func (s *Source) session(ctx context.Context, loop *ingress.Loop) (progressed bool, err error) {
 	ch, err := s.setup(ctx)
 	if err != nil {
 		return false, err
@@ -275,12 +298,8 @@ func (s *Source) session(ctx context.Context, h ingress.Handler) (progressed boo
 		<-watched
 	}()
 
-	handlerBackoff := clock.NewBackoff(s.opts.Clock, clock.BackoffPolicy{Initial: s.opts.MinBackoff, Max: s.opts.MaxBackoff})
-	batch := make([]amqp.Delivery, 0, s.opts.Prefetch)
-	recv := make([]time.Time, 0, s.opts.Prefetch)
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	defer timer.Stop()
+	batch := make([]amqp.Delivery, 0, s.cfg.Prefetch)
+	recv := make([]time.Time, 0, s.cfg.Prefetch)
 	lost := channelLost
 	for {
 		batch, recv = batch[:0], recv[:0]
@@ -303,11 +322,11 @@ func (s *Source) session(ctx context.Context, h ingress.Handler) (progressed boo
 			if !ok {
 				return progressed, lost(nil)
 			}
-			batch, recv = append(batch, d), append(recv, s.opts.Now())
+			batch, recv = append(batch, d), append(recv, s.cfg.Clock.Now())
 			s.stall.delivered()
 		}
 		var open bool
-		if batch, recv, open = s.fill(ctx, deliveries, timer, batch, recv); !open {
+		if batch, recv, open = s.fill(ctx, deliveries, batch, recv); !open {
 			if ctx.Err() != nil {
 				return progressed, nil
 			}
@@ -316,10 +335,8 @@ func (s *Source) session(ctx context.Context, h ingress.Handler) (progressed boo
 			return progressed, lost(nil)
 		}
 
-		s.opts.Observer.Received(s.opts.Rules.Route, len(batch))
-		s.stall.handlerBegin()
-		acked, stop, err := s.handle(ctx, ch, h, batch, recv, handlerBackoff)
-		s.stall.handlerEnd()
+		s.cfg.Observer.Received(s.cfg.Rules.Route, len(batch))
+		acked, stop, err := s.handle(ctx, ch, loop, batch, recv)
 		progressed = progressed || acked
 		if stop {
 			return progressed, err
@@ -329,43 +346,39 @@ func (s *Source) session(ctx context.Context, h ingress.Handler) (progressed boo
 
 // consume sets the QoS and registers the consumer.
 func (s *Source) consume(ctx context.Context, ch *amqp.Channel) (<-chan amqp.Delivery, error) {
-	if err := s.conn.Do(ctx, func() error { return ch.Qos(s.opts.Prefetch, 0, false) }); err != nil {
+	if err := s.conn.Do(ctx, func() error { return ch.Qos(s.cfg.Prefetch, 0, false) }); err != nil {
 		return nil, fmt.Errorf("basic.qos: %w", err)
 	}
-	tag := s.opts.ConsumerTag + "-" + strconv.FormatUint(rand.Uint64(), 36)
+	tag := s.cfg.ConsumerTag + "-" + strconv.FormatUint(rand.Uint64(), 36)
 	var deliveries <-chan amqp.Delivery
 	if err := s.conn.Do(ctx, func() error {
 		var err error
-		deliveries, err = ch.Consume(s.ep.Queue, tag, false, false, false, false, nil)
+		deliveries, err = ch.Consume(s.cfg.Endpoint.Queue, tag, false, false, false, false, nil)
 		return err
 	}); err != nil {
-		return nil, fmt.Errorf("basic.consume %s: %w", s.ep.Queue, classify(err))
+		return nil, fmt.Errorf("basic.consume %s: %w", s.cfg.Endpoint.Queue, classify(err))
 	}
 	return deliveries, nil
 }
 
-// fill adds to a batch holding its first delivery what arrives within BatchWait, up to
-// Prefetch deliveries. open is false when the deliveries channel closed (the channel
-// died) or ctx ended.
-func (s *Source) fill(ctx context.Context, deliveries <-chan amqp.Delivery, timer *time.Timer,
+// fill adds to a batch holding its first delivery what arrives within BatchWait (on the
+// clock), up to Prefetch deliveries. open is false when the deliveries channel closed
+// (the channel died) or ctx ended.
+func (s *Source) fill(ctx context.Context, deliveries <-chan amqp.Delivery,
 	batch []amqp.Delivery, recv []time.Time) ([]amqp.Delivery, []time.Time, bool) {
-	timer.Reset(s.opts.BatchWait)
-	defer func() {
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
-		}
-	}()
-	for len(batch) < s.opts.Prefetch {
+	if len(batch) >= s.cfg.Prefetch {
+		return batch, recv, true
+	}
+	timer := s.cfg.Clock.NewTimer(s.cfg.BatchWait)
+	defer timer.Stop()
+	for len(batch) < s.cfg.Prefetch {
 		select {
 		case d, ok := <-deliveries:
 			if !ok {
 				return batch, recv, false
 			}
-			batch, recv = append(batch, d), append(recv, s.opts.Now())
-		case <-timer.C:
+			batch, recv = append(batch, d), append(recv, s.cfg.Clock.Now())
+		case <-timer.C():
 			return batch, recv, true
 		case <-ctx.Done():
 			return batch, recv, false
@@ -381,56 +394,49 @@ func channelLost(e *amqp.Error) error {
 	return fmt.Errorf("channel closed: %w", e)
 }
 
-// handle hands one batch to the handler until it is parked and acknowledged (acked) or
-// rejected back to the queue. stop reports that the session must end: shutdown (nil
-// error) or the channel lost.
-func (s *Source) handle(ctx context.Context, ch *amqp.Channel, h ingress.Handler, batch []amqp.Delivery, recv []time.Time,
-	handlerBackoff *clock.Backoff) (acked, stop bool, err error) {
+// handle parses one batch once and hands it to the delivery loop: acknowledged with one
+// multiple basic.ack once the handler accepted it (acked), or, after RetryInPlace failed
+// calls, rejected back to the queue. stop reports that the session must end: shutdown
+// (nil error) or the channel lost.
+func (s *Source) handle(ctx context.Context, ch *amqp.Channel, loop *ingress.Loop, batch []amqp.Delivery,
+	recv []time.Time) (acked, stop bool, err error) {
 	last := batch[len(batch)-1].DeliveryTag
-	for failures := 1; ; failures++ {
-		// Parsed afresh for every attempt, so a handler that modified the items of a
-		// failed attempt is handed the records as they were.
-		items := make([]ingress.Item, len(batch))
-		for i := range batch {
-			items[i] = ingress.Parse(s.raw(&batch[i], recv[i]), s.opts.Rules)
-		}
-		returned, herr := ingress.Call(ctx, h, items)
-		if !returned {
-			// Shutting down while h is still blocked: closing the channel requeues the
-			// batch; if h did park it, the redelivery is recognised by id and not parked
-			// twice.
-			return false, true, nil
-		}
-		if herr == nil {
-			// Parked: acknowledged even when shutdown began meanwhile, so a graceful stop
-			// leaves nothing it parked to be delivered again.
-			if err := ch.Ack(last, true); err != nil {
-				return false, true, fmt.Errorf("basic.ack: %w", err)
-			}
-			handlerBackoff.Reset()
-			return true, false, nil
-		}
-		if ctx.Err() != nil {
-			return false, true, nil
-		}
-		d := handlerBackoff.Next()
-		requeue := failures >= s.opts.RetryInPlace
-		s.log.Warn("handler failed; batch will be handed over again", "err", herr, "messages", len(batch),
-			"attempt", failures, "requeue", requeue, "retry_in", d.Round(time.Millisecond))
-		if clock.Sleep(ctx, s.opts.Clock, d) != nil {
-			return false, true, nil
-		}
-		if ch.IsClosed() {
-			return false, true, channelLost(nil)
-		}
-		if requeue {
-			// Back to the queue, in order, for whichever consumer is healthy.
-			if err := ch.Nack(last, true, true); err != nil {
-				return false, true, fmt.Errorf("basic.nack: %w", err)
-			}
-			return false, false, nil
-		}
+	items := make([]ingress.Item, len(batch))
+	for i := range batch {
+		items[i] = ingress.Parse(s.raw(&batch[i], recv[i]), s.cfg.Rules)
 	}
+	out, err := loop.Deliver(ctx, ingress.Batch{
+		Items: items,
+		// Acknowledged even when shutdown began meanwhile, so a graceful stop leaves
+		// nothing it parked to be delivered again.
+		Ack: func() error {
+			if err := ch.Ack(last, true); err != nil {
+				return fmt.Errorf("basic.ack: %w", err)
+			}
+			return nil
+		},
+		// A delivery tag is only valid on the channel that delivered it.
+		BeforeRetry: func() error {
+			if ch.IsClosed() {
+				return channelLost(nil)
+			}
+			return nil
+		},
+	})
+	switch out {
+	case ingress.Acked:
+		return true, false, nil
+	case ingress.GaveUp:
+		// Back to the queue, in order, for whichever consumer is healthy; the broker
+		// delivers it again (then it is parsed again, from the broker's copy).
+		if err := ch.Nack(last, true, true); err != nil {
+			return false, true, fmt.Errorf("basic.nack: %w", err)
+		}
+		return false, false, nil
+	}
+	// Stopped: shutdown, or the channel lost. Closing the channel requeues the batch; if
+	// the handler did park it, the redelivery is recognised by id and not parked twice.
+	return false, true, err
 }
 
 // setup opens a channel and declares the topology. A declaration the server refuses
@@ -444,7 +450,7 @@ func (s *Source) setup(ctx context.Context) (*amqp.Channel, error) {
 		s.conn.CloseChannel(ch, time.Second)
 		return nil, fmt.Errorf("%s: %w", what, classify(err))
 	}
-	ep := s.ep
+	ep := s.cfg.Endpoint
 	if ep.Exchange != "" {
 		if err := s.conn.Do(ctx, func() error {
 			return ch.ExchangeDeclare(ep.Exchange, ep.ExchangeType, true, false, false, false, nil)
@@ -486,13 +492,13 @@ func (s *Source) setup(ctx context.Context) (*amqp.Channel, error) {
 }
 
 // classify marks the server's refusals that no retry fixes (inequivalent exchange,
-// access refused) with ingress.ErrPermanent.
+// access refused) as permanent.
 func classify(err error) error {
 	var aerr *amqp.Error
 	if errors.As(err, &aerr) && aerr.Server {
 		switch aerr.Code {
 		case amqp.PreconditionFailed, amqp.AccessRefused, amqp.NotAllowed, amqp.CommandInvalid, amqp.NotImplemented:
-			return fmt.Errorf("%w: %w", err, ingress.ErrPermanent)
+			return fault.Permanent(err)
 		}
 	}
 	return err

@@ -15,12 +15,12 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"go.uber.org/goleak"
 
-	"github.com/delaybridge/delay-bridge/config"
 	"github.com/delaybridge/delay-bridge/ingress"
 	"github.com/delaybridge/delay-bridge/ingress/amqp"
 	"github.com/delaybridge/delay-bridge/internal/amqpconn"
 	"github.com/delaybridge/delay-bridge/internal/amqpconn/tcpproxy"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/internal/fault"
 	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
@@ -98,15 +98,16 @@ func manager(t *testing.T, url string) *amqpconn.Manager {
 	return m
 }
 
-func route(t *testing.T, b *broker) config.AMQPEndpoint {
-	ep := config.AMQPEndpoint{Queue: testkit.Uniq(t, "delay-q"), Exchange: testkit.Uniq(t, "delay-x")}
+func route(t *testing.T, b *broker) amqp.Endpoint {
+	ep := amqp.Endpoint{Queue: testkit.Uniq(t, "delay-q"), Exchange: testkit.Uniq(t, "delay-x")}
 	b.cleanup(ep.Queue, ep.Exchange)
 	return ep
 }
 
-func source(t *testing.T, m *amqpconn.Manager, ep config.AMQPEndpoint, prefetch int, tune ...func(*amqp.Options)) *amqp.Source {
+func source(t *testing.T, m *amqpconn.Manager, ep amqp.Endpoint, prefetch int, tune ...func(*amqp.Config)) *amqp.Source {
 	t.Helper()
-	o := amqp.Options{
+	o := amqp.Config{
+		Endpoint:   ep,
 		Rules:      ingress.Rules{Route: "r", MaxDelay: 24 * time.Hour, MaxPayloadBytes: 1 << 20},
 		Prefetch:   prefetch,
 		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
@@ -114,7 +115,7 @@ func source(t *testing.T, m *amqpconn.Manager, ep config.AMQPEndpoint, prefetch 
 	for _, f := range tune {
 		f(&o)
 	}
-	s, err := amqp.New(m, ep, o)
+	s, err := amqp.New(m, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +279,7 @@ func TestDelayHeaderTypes(t *testing.T) {
 
 // waitBound waits until the source declared and bound its queue (publishing earlier
 // to the exchange would route nowhere).
-func waitBound(t *testing.T, b *broker, ep config.AMQPEndpoint) {
+func waitBound(t *testing.T, b *broker, ep amqp.Endpoint) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
@@ -421,7 +422,7 @@ func TestHandlerFailureRedeliversAndContentID(t *testing.T) {
 				}
 				return nil
 			}
-			run(t, source(t, m, ep, 10, func(o *amqp.Options) { o.RetryInPlace = 1 }), c.handle)
+			run(t, source(t, m, ep, 10, func(o *amqp.Config) { o.RetryInPlace = 1 }), c.handle)
 			waitBound(t, b, ep)
 			b.publish(ep.Exchange, "k", amqp091.Publishing{Body: []byte("same"), Headers: amqp091.Table{"x-delay": int32(1)}})
 			items := c.wait(t, 1, 15*time.Second)
@@ -576,7 +577,7 @@ func TestShutdownWhileHandlerBlocks(t *testing.T) {
 }
 
 // TestExchangeTypeConflictIsPermanent: an existing exchange of another type (as the
-// plugin's x-delayed-message exchange would be) stops Run with ErrPermanent.
+// plugin's x-delayed-message exchange would be) stops Run with a permanent error.
 func TestExchangeTypeConflictIsPermanent(t *testing.T) {
 	b := newBroker(t)
 	ep := route(t, b)
@@ -588,8 +589,8 @@ func TestExchangeTypeConflictIsPermanent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := s.Run(ctx, func(context.Context, []ingress.Item) error { return nil })
-	if !errors.Is(err, ingress.ErrPermanent) || !strings.Contains(err.Error(), ep.Exchange) {
-		t.Fatalf("Run: %v, want ErrPermanent naming the exchange", err)
+	if !fault.IsPermanent(err) || !strings.Contains(err.Error(), ep.Exchange) {
+		t.Fatalf("Run: %v, want a permanent error naming the exchange", err)
 	}
 }
 
@@ -608,10 +609,10 @@ func TestDirectExchangeWithCatchAllKeyIsRefused(t *testing.T) {
 		ok        bool
 	}{{"direct", "", false}, {"direct", "#", false}, {"direct", "invoice", true},
 		{"topic", "", true}, {"fanout", "", true}, {"headers", "", true}} {
-		_, err := amqp.New(m, config.AMQPEndpoint{Queue: "q", Exchange: "x", ExchangeType: c.kind, BindingKey: c.key},
-			amqp.Options{Rules: ingress.Rules{Route: "r"}})
-		if c.ok != (err == nil) || (err != nil && (!errors.Is(err, ingress.ErrPermanent) || !strings.Contains(err.Error(), "topic or fanout"))) {
-			t.Errorf("%s exchange, binding key %q: New error %v, want ok=%v (else ErrPermanent suggesting topic or fanout)", c.kind, c.key, err, c.ok)
+		_, err := amqp.New(m, amqp.Config{Endpoint: amqp.Endpoint{Queue: "q", Exchange: "x", ExchangeType: c.kind, BindingKey: c.key},
+			Rules: ingress.Rules{Route: "r"}})
+		if c.ok != (err == nil) || (err != nil && (!fault.IsPermanent(err) || !strings.Contains(err.Error(), "topic or fanout"))) {
+			t.Errorf("%s exchange, binding key %q: New error %v, want ok=%v (else a permanent error suggesting topic or fanout)", c.kind, c.key, err, c.ok)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaybridge/delay-bridge/ingress"
+	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/observe"
 )
 
@@ -27,16 +28,16 @@ type health struct {
 	route string
 	obs   observe.Observer
 	log   *slog.Logger
-	now   func() time.Time
+	clk   clock.Clock
 
 	mu sync.Mutex
 	h  ingress.Health
 }
 
-func newHealth(route string, obs observe.Observer, log *slog.Logger, now func() time.Time) *health {
+func newHealth(route string, obs observe.Observer, log *slog.Logger, clk clock.Clock) *health {
 	obs.IngressConsuming(route, false)
-	return &health{route: route, obs: obs, log: log, now: now,
-		h: ingress.Health{State: ingress.StateStarting, Detail: "not started", Since: now(), Lag: -1}}
+	return &health{route: route, obs: obs, log: log, clk: clk,
+		h: ingress.Health{State: ingress.StateStarting, Detail: "not started", Since: clk.Now(), Lag: -1}}
 }
 
 func (hs *health) snapshot() ingress.Health {
@@ -55,7 +56,7 @@ func (hs *health) set(state, detail string) {
 	}
 	hs.h.State, hs.h.Detail = state, detail
 	if state != old {
-		hs.h.Since = hs.now()
+		hs.h.Since = hs.clk.Now()
 	}
 	h := hs.h
 	hs.mu.Unlock()
@@ -110,10 +111,10 @@ func (s *Source) queueDepth(ctx context.Context) (int64, error) {
 	var q amqp.Queue
 	if err := s.conn.Do(ctx, func() error {
 		var err error
-		q, err = ch.QueueDeclarePassive(s.ep.Queue, true, false, false, false, nil)
+		q, err = ch.QueueDeclarePassive(s.cfg.Endpoint.Queue, true, false, false, false, nil)
 		return err
 	}); err != nil {
-		return -1, fmt.Errorf("queue depth of %q: %w", s.ep.Queue, err)
+		return -1, fmt.Errorf("queue depth of %q: %w", s.cfg.Endpoint.Queue, err)
 	}
 	return int64(q.Messages), nil
 }

@@ -56,7 +56,7 @@ func TestHealthLagAndQueueDeleted(t *testing.T) {
 	ep := route(t, b)
 	m := manager(t, testkit.AMQPURL())
 	obs := &stateObserver{}
-	src := source(t, m, ep, 10, func(o *amqp.Options) { o.Observer = obs; o.LagPeriod = 50 * time.Millisecond })
+	src := source(t, m, ep, 10, func(o *amqp.Config) { o.Observer = obs; o.LagPeriod = 50 * time.Millisecond })
 	if h := src.Health(); h.State != ingress.StateStarting || h.Lag != -1 {
 		t.Errorf("before Run: %+v, want starting with lag -1", h)
 	}

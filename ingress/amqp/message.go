@@ -22,11 +22,11 @@ func (s *Source) raw(d *amqp.Delivery, received time.Time) ingress.Raw {
 	}
 	id := d.MessageId
 	if id == "" {
-		id = ContentID(s.ep.Queue, d)
+		id = ContentID(s.cfg.Endpoint.Queue, d)
 	}
 	return ingress.Raw{
 		Broker:     envelope.BrokerAMQP,
-		Source:     s.ep.Queue,
+		Source:     s.cfg.Endpoint.Queue,
 		RoutingKey: d.RoutingKey,
 		Payload:    d.Body,
 		Headers:    Headers(d.Headers),

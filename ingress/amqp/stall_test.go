@@ -48,7 +48,7 @@ func TestStalledConsumerIsRebuilt(t *testing.T) {
 	ep := route(t, b)
 	m := manager(t, testkit.AMQPURL())
 	obs, logs := &stateObserver{}, &logBuffer{}
-	src := source(t, m, ep, 10, func(o *amqp.Options) {
+	src := source(t, m, ep, 10, func(o *amqp.Config) {
 		o.Observer, o.Logger, o.StallTimeout = obs, logs.logger(), 2*time.Second
 	})
 	c := newCollector()
@@ -103,7 +103,7 @@ func TestSlowHandlerIsNoStall(t *testing.T) {
 	m := manager(t, testkit.AMQPURL())
 	obs, logs := &stateObserver{}, &logBuffer{}
 	const stall = time.Second
-	src := source(t, m, ep, 10, func(o *amqp.Options) {
+	src := source(t, m, ep, 10, func(o *amqp.Config) {
 		o.Observer, o.Logger, o.StallTimeout = obs, logs.logger(), stall
 	})
 	gate := make(chan struct{})
@@ -150,7 +150,7 @@ func TestStandbyOfSingleActiveConsumerIsNoStall(t *testing.T) {
 	m := manager(t, testkit.AMQPURL())
 	obs, logs := &stateObserver{}, &logBuffer{}
 	const stall = time.Second
-	src := source(t, m, ep, 10, func(o *amqp.Options) {
+	src := source(t, m, ep, 10, func(o *amqp.Config) {
 		o.Observer, o.Logger, o.StallTimeout = obs, logs.logger(), stall
 	})
 	c := newCollector()

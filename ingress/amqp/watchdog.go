@@ -66,7 +66,15 @@ func (w *stallWatch) delivered() {
 	w.progressAt, w.streak = w.clk.Now(), 0
 }
 
-// handlerBegin and handlerEnd bracket the handling of one batch, retries included.
+// busy brackets the handling of one batch, retries included (ingress.LoopOptions.Busy).
+func (w *stallWatch) busy(running bool) {
+	if running {
+		w.handlerBegin()
+	} else {
+		w.handlerEnd()
+	}
+}
+
 func (w *stallWatch) handlerBegin() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -139,9 +147,9 @@ func (w *stallWatch) evaluate() verdict {
 // batch. A failed depth poll is logged at debug level and leaves the lag unknown (-1):
 // the consumer's own channel reports a deleted queue. It returns when ctx ends.
 func (s *Source) watch(ctx context.Context, rebuild chan<- string) {
-	timer := s.opts.Clock.NewTimer(0)
+	timer := s.cfg.Clock.NewTimer(0)
 	defer timer.Stop()
-	period := pollPeriod(s.opts.StallTimeout, s.opts.LagPeriod)
+	period := pollPeriod(s.cfg.StallTimeout, s.cfg.LagPeriod)
 	for {
 		select {
 		case <-ctx.Done():

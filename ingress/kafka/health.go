@@ -154,6 +154,15 @@ func (t *tracker) pastEnd(reader int, line string) {
 	}
 }
 
+// busy brackets the handler calls of one batch (ingress.LoopOptions.Busy).
+func (t *tracker) busy(running bool) {
+	if running {
+		t.handlerBegin()
+	} else {
+		t.handlerEnd()
+	}
+}
+
 // handlerBegin and handlerEnd bracket the handler calls of one batch.
 func (t *tracker) handlerBegin() {
 	t.mu.Lock()

@@ -17,7 +17,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/delaybridge/delay-bridge/config"
 	"github.com/delaybridge/delay-bridge/ingress"
 	kafkain "github.com/delaybridge/delay-bridge/ingress/kafka"
 	"github.com/delaybridge/delay-bridge/internal/observe"
@@ -76,11 +75,10 @@ func newHealthEnvStall(t *testing.T, partitions int, stall time.Duration) *healt
 	e := &healthEnv{topic: testkit.Uniq(t, "delay"), obs: &stateObserver{}, logs: &testkit.Buffer{}, seen: map[string]int{}}
 	var addr string
 	addr, e.kc = testkit.StartKafka(t, partitions, e.topic)
-	cfg := config.KafkaConfig{Brokers: []string{addr}, GroupID: testkit.Uniq(t, "group")}
+	cfg := conf([]string{addr}, testkit.Uniq(t, "group"), e.topic)
 	log := slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	src, err := kafkain.New(cfg, route(e.topic), config.Default().Limits, kafkain.Options{
-		Logger: log, Observer: e.obs, StallTimeout: stall,
-	})
+	cfg.Logger, cfg.Observer, cfg.StallTimeout = log, e.obs, stall
+	src, err := kafkain.New(cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

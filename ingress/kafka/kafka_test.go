@@ -2,7 +2,6 @@ package kafka_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -15,10 +14,12 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 	"go.uber.org/goleak"
 
-	"github.com/delaybridge/delay-bridge/config"
 	"github.com/delaybridge/delay-bridge/ingress"
 	kafkain "github.com/delaybridge/delay-bridge/ingress/kafka"
+	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/internal/fault"
+	"github.com/delaybridge/delay-bridge/internal/kafkaconn"
 	"github.com/delaybridge/delay-bridge/internal/testkit"
 	"github.com/delaybridge/delay-bridge/internal/testkit/conformance"
 )
@@ -52,13 +53,25 @@ func produce(t *testing.T, cl *kgo.Client, topic string, key, payload []byte, he
 	}
 }
 
-func route(topic string) config.Route {
-	return config.Route{
-		Name: "r-" + topic,
-		From: config.Endpoint{Kafka: &config.KafkaEndpoint{Topic: topic}},
-		To:   config.Endpoint{Kafka: &config.KafkaEndpoint{Topic: topic + ".out"}},
+// conf is a source of route "r-<topic>" for topic, in group, with the bridge's default
+// limits (limits.max_delay 8760h, limits.max_payload_bytes 1 MiB).
+func conf(brokers []string, group, topic string) kafkain.Config {
+	return kafkain.Config{
+		Conn:    kafkaconn.Config{Brokers: brokers},
+		GroupID: group,
+		Topic:   topic,
+		Rules:   ingress.Rules{Route: "r-" + topic, MaxDelay: 8760 * time.Hour, MaxPayloadBytes: 1 << 20},
 	}
 }
+
+// fixedNow is the real clock (timers, so the source waits as in production) whose Now
+// is fixed: the receive time the source must stamp.
+type fixedNow struct {
+	clock.Real
+	t time.Time
+}
+
+func (f fixedNow) Now() time.Time { return f.t }
 
 func TestConformance(t *testing.T) {
 	conformance.RunSourceSuite(t, conformance.SourceHarness{
@@ -67,12 +80,12 @@ func TestConformance(t *testing.T) {
 		Fresh: func(t *testing.T) conformance.SourceFixture {
 			topic := testkit.Uniq(t, "delay")
 			addr, _ := testkit.StartKafka(t, 1, topic)
-			cfg := config.KafkaConfig{Brokers: []string{addr}, GroupID: testkit.Uniq(t, "group")}
+			cfg := conf([]string{addr}, testkit.Uniq(t, "group"), topic)
 			cl := producer(t, addr)
 			return conformance.SourceFixture{
 				Source: topic,
 				NewSource: func(t *testing.T) ingress.Source {
-					s, err := kafkain.New(cfg, route(topic), config.Default().Limits, kafkain.Options{})
+					s, err := kafkain.New(cfg)
 					if err != nil {
 						t.Fatalf("New: %v", err)
 					}
@@ -138,8 +151,9 @@ func TestRecordToItem(t *testing.T) {
 		t.Fatal(err)
 	}
 	recv := time.Now().Add(time.Hour) // an injected clock far from the record time
-	src, err := kafkain.New(config.KafkaConfig{Brokers: []string{addr}, GroupID: testkit.Uniq(t, "g")}, route(topic), config.Default().Limits,
-		kafkain.Options{Now: func() time.Time { return recv }})
+	cfg := conf([]string{addr}, testkit.Uniq(t, "g"), topic)
+	cfg.Clock = fixedNow{t: recv}
+	src, err := kafkain.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,10 +188,10 @@ func TestBatchSizeAndOversizedPayload(t *testing.T) {
 		produce(t, cl, topic, nil, []byte("small"), nil)
 	}
 	produce(t, cl, topic, nil, make([]byte, 3000), map[string]string{envelope.HeaderMessageID: "big"})
-	limits := config.Default().Limits
-	limits.MaxPayloadBytes = 2000
-	src, err := kafkain.New(config.KafkaConfig{Brokers: []string{addr}, GroupID: testkit.Uniq(t, "g")}, route(topic), limits,
-		kafkain.Options{BatchSize: 10, BatchWait: 50 * time.Millisecond})
+	cfg := conf([]string{addr}, testkit.Uniq(t, "g"), topic)
+	cfg.Rules.MaxPayloadBytes = 2000
+	cfg.BatchSize, cfg.BatchWait = 10, 50*time.Millisecond
+	src, err := kafkain.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +220,7 @@ func TestMultiplePartitionsAndGroupMembers(t *testing.T) {
 	for i := 0; i < n; i++ {
 		produce(t, cl, topic, []byte(fmt.Sprint("key", i)), []byte(fmt.Sprint(i)), map[string]string{envelope.HeaderMessageID: fmt.Sprint("m", i)})
 	}
-	cfg := config.KafkaConfig{Brokers: []string{addr}, GroupID: testkit.Uniq(t, "g")}
+	cfg := conf([]string{addr}, testkit.Uniq(t, "g"), topic)
 	// Two bridge instances in one group share the partitions; together they see every
 	// record (a rebalance may replay some: at-least-once, same ids).
 	ctx, cancel := context.WithCancel(context.Background())
@@ -216,7 +230,7 @@ func TestMultiplePartitionsAndGroupMembers(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make(chan error, 2)
 	for i := 0; i < 2; i++ {
-		src, err := kafkain.New(cfg, route(topic), config.Default().Limits, kafkain.Options{})
+		src, err := kafkain.New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -264,27 +278,28 @@ func TestBadCredentialsArePermanent(t *testing.T) {
 	}
 	defer c.Close()
 	topic := "delay"
-	cfg := config.KafkaConfig{Brokers: c.ListenAddrs(), GroupID: "g", SASL: config.SASLConfig{Mechanism: "SCRAM-SHA-512", Username: "bridge", Password: "wrong"}}
-	src, err := kafkain.New(cfg, route(topic), config.Default().Limits, kafkain.Options{})
+	cfg := conf(c.ListenAddrs(), "g", topic)
+	cfg.Conn.SASL = kafkaconn.SASL{Mechanism: "SCRAM-SHA-512", Username: "bridge", Password: "wrong"}
+	src, err := kafkain.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	err = src.Run(ctx, func(context.Context, []ingress.Item) error { return nil })
-	if !errors.Is(err, ingress.ErrPermanent) {
-		t.Fatalf("Run with a wrong password: %v, want ErrPermanent", err)
+	if !fault.IsPermanent(err) {
+		t.Fatalf("Run with a wrong password: %v, want a permanent error", err)
 	}
 
 	// The right password consumes through SCRAM.
-	cfg.SASL.Password = "right"
+	cfg.Conn.SASL.Password = "right"
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.AllowAutoTopicCreation(), kgo.SASL(scramAuth("bridge", "right")))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
 	produce(t, cl, topic, nil, []byte("over scram"), nil)
-	src, err = kafkain.New(cfg, route(topic), config.Default().Limits, kafkain.Options{})
+	src, err = kafkain.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,23 +309,24 @@ func TestBadCredentialsArePermanent(t *testing.T) {
 }
 
 func TestNewRejectsBadConfig(t *testing.T) {
-	good := config.KafkaConfig{Brokers: []string{"127.0.0.1:1"}, GroupID: "g"}
-	cases := map[string]struct {
-		cfg config.KafkaConfig
-		r   config.Route
-	}{
-		"no topic":      {good, config.Route{Name: "x", From: config.Endpoint{AMQP: &config.AMQPEndpoint{Queue: "q"}}}},
-		"empty topic":   {good, config.Route{Name: "x", From: config.Endpoint{Kafka: &config.KafkaEndpoint{}}}},
-		"no group":      {config.KafkaConfig{Brokers: good.Brokers}, route("t")},
-		"no brokers":    {config.KafkaConfig{GroupID: "g"}, route("t")},
-		"bad mechanism": {config.KafkaConfig{Brokers: good.Brokers, GroupID: "g", SASL: config.SASLConfig{Mechanism: "KERBEROS"}}, route("t")},
+	good := conf([]string{"127.0.0.1:1"}, "g", "t")
+	with := func(f func(*kafkain.Config)) kafkain.Config {
+		c := good
+		f(&c)
+		return c
+	}
+	cases := map[string]kafkain.Config{
+		"no topic":      with(func(c *kafkain.Config) { c.Topic = ""; c.Rules.Route = "x" }),
+		"no group":      with(func(c *kafkain.Config) { c.GroupID = "" }),
+		"no brokers":    with(func(c *kafkain.Config) { c.Conn.Brokers = nil }),
+		"bad mechanism": with(func(c *kafkain.Config) { c.Conn.SASL.Mechanism = "KERBEROS" }),
 	}
 	for name, c := range cases {
-		if _, err := kafkain.New(c.cfg, c.r, config.Default().Limits, kafkain.Options{}); !errors.Is(err, ingress.ErrPermanent) {
-			t.Errorf("%s: %v, want ErrPermanent", name, err)
+		if _, err := kafkain.New(c); !fault.IsPermanent(err) {
+			t.Errorf("%s: %v, want a permanent error", name, err)
 		}
 	}
-	s, err := kafkain.New(good, route("orders.delay"), config.Default().Limits, kafkain.Options{})
+	s, err := kafkain.New(with(func(c *kafkain.Config) { c.Topic = "orders.delay" }))
 	if err != nil || !strings.HasPrefix(s.Name(), "kafka:orders.delay") {
 		t.Fatalf("New: %v %v", s, err)
 	}
@@ -335,8 +351,9 @@ func TestResumesAfterBrokerRestart(t *testing.T) {
 	c := start()
 	addr := c.ListenAddrs()[0]
 	produce(t, producer(t, addr), topic, nil, []byte("before"), nil)
-	src, err := kafkain.New(config.KafkaConfig{Brokers: []string{addr}, GroupID: "g"}, route(topic), config.Default().Limits,
-		kafkain.Options{StallTimeout: time.Second})
+	cfg := conf([]string{addr}, "g", topic)
+	cfg.StallTimeout = time.Second
+	src, err := kafkain.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -424,7 +441,7 @@ func BenchmarkSource(b *testing.B) {
 			})
 	}
 	wg.Wait()
-	src, err := kafkain.New(config.KafkaConfig{Brokers: []string{addr}, GroupID: testkit.Uniq(b, "g")}, route(topic), config.Default().Limits, kafkain.Options{})
+	src, err := kafkain.New(conf([]string{addr}, testkit.Uniq(b, "g"), topic))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -471,7 +488,7 @@ func TestRecordLargerThanTheFetchLimitStillArrives(t *testing.T) {
 	t.Cleanup(cl.Close)
 	produce(t, cl, topic, nil, make([]byte, 3<<20), map[string]string{envelope.HeaderMessageID: "huge"})
 	produce(t, cl, topic, nil, []byte("after"), map[string]string{envelope.HeaderMessageID: "after"})
-	src, err := kafkain.New(config.KafkaConfig{Brokers: []string{addr}, GroupID: testkit.Uniq(t, "g")}, route(topic), config.Default().Limits, kafkain.Options{})
+	src, err := kafkain.New(conf([]string{addr}, testkit.Uniq(t, "g"), topic))
 	if err != nil {
 		t.Fatal(err)
 	}

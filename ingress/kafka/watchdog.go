@@ -25,17 +25,17 @@ func pollPeriod(stall time.Duration) time.Duration {
 // state and asks Run to rebuild the reader when it has been stuck for the stall timeout
 // (tracker.check). It returns when ctx ends.
 func (s *Source) watch(ctx context.Context) {
-	transport, err := kafkaconn.Transport(s.cfg)
+	transport, err := kafkaconn.Transport(s.cfg.Conn)
 	if err != nil { // New checked the same settings; keep watching without lag
 		s.log.Warn("kafka ingress watchdog: no client for lag polls", "err", err)
 	}
 	var client *kafka.Client
 	if transport != nil {
-		client = &kafka.Client{Addr: kafka.TCP(s.cfg.Brokers...), Timeout: pollTimeout, Transport: transport}
+		client = &kafka.Client{Addr: kafka.TCP(s.cfg.Conn.Brokers...), Timeout: pollTimeout, Transport: transport}
 		defer transport.CloseIdleConnections()
 	}
-	period := pollPeriod(s.opts.StallTimeout)
-	timer := s.opts.Clock.NewTimer(period)
+	period := pollPeriod(s.cfg.StallTimeout)
+	timer := s.cfg.Clock.NewTimer(period)
 	defer timer.Stop()
 	progress := map[int]partitionProgress{}
 	for {
@@ -100,7 +100,7 @@ type stuckPartition struct {
 // group left in a bad state by churn) shows there: this instance cannot fetch it, but
 // rebuilding its own reader forces the rebalance that reassigns it.
 func (s *Source) judge(offsets map[int]partitionOffsets, progress map[int]partitionProgress, joined bool, mine []int) (int64, stuckPartition) {
-	now := s.opts.Clock.Now()
+	now := s.cfg.Clock.Now()
 	var lag int64
 	var worst stuckPartition
 	for p, o := range offsets {
@@ -125,17 +125,17 @@ func (s *Source) judge(offsets map[int]partitionOffsets, progress map[int]partit
 func (s *Source) pollOffsets(ctx context.Context, client *kafka.Client) (map[int]partitionOffsets, error) {
 	ctx, cancel := context.WithTimeout(ctx, pollTimeout)
 	defer cancel()
-	md, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{s.topic}})
+	md, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{s.cfg.Topic}})
 	if err != nil {
 		return nil, fmt.Errorf("metadata: %w", err)
 	}
 	var parts []int
 	for _, t := range md.Topics {
-		if t.Name != s.topic {
+		if t.Name != s.cfg.Topic {
 			continue
 		}
 		if t.Error != nil {
-			return nil, fmt.Errorf("metadata of %s: %w", s.topic, t.Error)
+			return nil, fmt.Errorf("metadata of %s: %w", s.cfg.Topic, t.Error)
 		}
 		for _, p := range t.Partitions {
 			parts = append(parts, p.ID)
@@ -148,7 +148,7 @@ func (s *Source) pollOffsets(ctx context.Context, client *kafka.Client) (map[int
 	// Committed offsets first, end offsets after: a commit never passes the end offset
 	// read after it, so a committed offset above the end means the topic was recreated
 	// or truncated, never a race between the two requests.
-	committed, err := client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: s.cfg.GroupID, Topics: map[string][]int{s.topic: parts}})
+	committed, err := client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: s.cfg.GroupID, Topics: map[string][]int{s.cfg.Topic: parts}})
 	if err == nil && committed.Error != nil && !errors.Is(committed.Error, kafka.GroupIdNotFound) {
 		err = committed.Error // a group that does not exist yet has committed nothing
 	}
@@ -159,19 +159,19 @@ func (s *Source) pollOffsets(ctx context.Context, client *kafka.Client) (map[int
 	for _, p := range parts {
 		reqs = append(reqs, kafka.FirstOffsetOf(p), kafka.LastOffsetOf(p))
 	}
-	ends, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{s.topic: reqs}})
+	ends, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{s.cfg.Topic: reqs}})
 	if err != nil {
 		return nil, fmt.Errorf("list offsets: %w", err)
 	}
 	done := map[int]int64{}
-	for _, p := range committed.Topics[s.topic] {
+	for _, p := range committed.Topics[s.cfg.Topic] {
 		if p.Error == nil {
 			done[p.Partition] = p.CommittedOffset
 		}
 	}
-	for _, p := range ends.Topics[s.topic] {
+	for _, p := range ends.Topics[s.cfg.Topic] {
 		if p.Error != nil {
-			return nil, fmt.Errorf("list offsets of %s/%d: %w", s.topic, p.Partition, p.Error)
+			return nil, fmt.Errorf("list offsets of %s/%d: %w", s.cfg.Topic, p.Partition, p.Error)
 		}
 		c, ok := done[p.Partition]
 		if !ok {

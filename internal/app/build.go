@@ -10,7 +10,6 @@ import (
 	kafkaout "github.com/delaybridge/delay-bridge/egress/kafka"
 	"github.com/delaybridge/delay-bridge/ingress"
 	amqpin "github.com/delaybridge/delay-bridge/ingress/amqp"
-	kafkain "github.com/delaybridge/delay-bridge/ingress/kafka"
 	"github.com/delaybridge/delay-bridge/internal/amqpconn"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 )
@@ -71,7 +70,11 @@ func (b *Bridge) buildSinks(ctx context.Context, conns *connections) (map[string
 	b.dlq = map[string]deadLetterPublisher{}
 	dlTopic := b.cfg.DeadLetter.Kafka.Topic
 	if len(kafkaRoutes) > 0 || dlTopic != "" {
-		ks, err := kafkaout.New(b.cfg.Kafka, kafkaRoutes, kafkaout.Options{Logger: b.log, Clock: b.clk,
+		conn, err := kafkaConn(b.cfg.Kafka)
+		if err != nil {
+			return nil, nil, fmt.Errorf("kafka sink: %w", err)
+		}
+		ks, err := kafkaout.New(conn, kafkaRoutes, kafkaout.Options{Logger: b.log, Clock: b.clk,
 			AnswerTimeout: b.cfg.Scheduler.InflightLease})
 		if err != nil {
 			return nil, nil, fmt.Errorf("kafka sink: %w", err)
@@ -126,8 +129,7 @@ func (b *Bridge) buildSources(conns *connections) ([]ingress.Source, error) {
 	for _, r := range b.cfg.Routes {
 		switch {
 		case r.From.Kafka != nil:
-			s, err := kafkain.New(b.cfg.Kafka, r, b.cfg.Limits, kafkain.Options{Logger: b.log, Observer: b.obs, Now: b.clk.Now,
-				Clock: b.clk, StallTimeout: b.cfg.Ingress.StallTimeout})
+			s, err := b.kafkaSource(r)
 			if err != nil {
 				return nil, fmt.Errorf("route %q: %w", r.Name, err)
 			}
@@ -140,10 +142,7 @@ func (b *Bridge) buildSources(conns *connections) ([]ingress.Source, error) {
 				}
 				conns.amqpIn = m
 			}
-			s, err := amqpin.New(conns.amqpIn, *r.From.AMQP, amqpin.Options{
-				Rules: b.rules[r.Name], Prefetch: b.cfg.AMQP.Prefetch, Observer: b.obs, Logger: b.log, Now: b.clk.Now,
-				Clock: b.clk, StallTimeout: b.cfg.Ingress.StallTimeout,
-			})
+			s, err := amqpin.New(conns.amqpIn, b.amqpSourceConfig(r))
 			if err != nil {
 				return nil, fmt.Errorf("route %q: %w", r.Name, err)
 			}

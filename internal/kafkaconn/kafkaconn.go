@@ -1,8 +1,12 @@
 // Package kafkaconn builds the connection settings shared by the Kafka source
 // (ingress/kafka, a kafka-go Reader that needs a *kafka.Dialer) and the Kafka sink
-// (egress/kafka, a kafka-go Writer that needs a *kafka.Transport) from config.KafkaConfig:
-// TLS (CA, client certificate and key files) and SASL (PLAIN, SCRAM-SHA-256,
-// SCRAM-SHA-512).
+// (egress/kafka, a kafka-go Writer that needs a *kafka.Transport) from its own Config:
+// brokers, TLS (a *tls.Config the caller built) and SASL (PLAIN, SCRAM-SHA-256,
+// SCRAM-SHA-512, through kafka-go's sasl/plain and sasl/scram).
+//
+// Errors retrying cannot fix (a rejected login, an unsupported mechanism, a server
+// certificate that does not verify, an invalid Config) are marked fault.Permanent where
+// they arise.
 package kafkaconn
 
 import (
@@ -18,66 +22,104 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl"
 	"github.com/segmentio/kafka-go/sasl/plain"
+	"github.com/segmentio/kafka-go/sasl/scram"
 
-	"github.com/delaybridge/delay-bridge/config"
+	"github.com/delaybridge/delay-bridge/internal/fault"
 )
 
 // DialTimeout bounds connection establishment including the TLS handshake and SASL.
 const DialTimeout = 10 * time.Second
 
-// SASL mechanism names accepted in kafka.sasl.mechanism (case-insensitive).
+// SASL mechanism names accepted in SASL.Mechanism (case-insensitive).
 const (
 	MechanismPlain       = "PLAIN"
 	MechanismScramSHA256 = "SCRAM-SHA-256"
 	MechanismScramSHA512 = "SCRAM-SHA-512"
 )
 
-// TLSConfig returns the client TLS configuration for c, or nil when c.Enabled is false.
-// CAFile replaces the system roots when set; CertFile and KeyFile (both or neither) give
-// the client certificate for mutual TLS.
-func TLSConfig(c config.TLSConfig) (*tls.Config, error) {
-	if !c.Enabled {
-		return nil, nil
-	}
-	return c.ClientTLS()
+// Config is how to reach the Kafka brokers.
+type Config struct {
+	Brokers []string // at least one host:port
+	// TLS, when not nil, is the client TLS configuration (nil: plaintext).
+	TLS  *tls.Config
+	SASL SASL
+	// ClientID names the client to the brokers; default "delay-bridge".
+	ClientID string
 }
 
-// Mechanism returns the SASL mechanism for c, or nil when c.Mechanism is empty.
-func Mechanism(c config.SASLConfig) (sasl.Mechanism, error) {
+// SASL selects the SASL mechanism; an empty Mechanism disables SASL.
+type SASL struct {
+	Mechanism string // "", PLAIN, SCRAM-SHA-256, SCRAM-SHA-512
+	Username  string
+	Password  string
+}
+
+// Validate checks c (after defaults); its errors are permanent.
+func (c Config) Validate() error {
+	if len(c.Brokers) == 0 {
+		return fault.Permanent(errors.New("kafka.brokers: at least one broker is required"))
+	}
+	if _, err := Mechanism(c.SASL); err != nil {
+		return fmt.Errorf("kafka.%w", err)
+	}
+	return nil
+}
+
+func (c Config) withDefaults() Config {
+	if c.ClientID == "" {
+		c.ClientID = "delay-bridge"
+	}
+	return c
+}
+
+// Mechanism returns the SASL mechanism for c, or nil when c.Mechanism is empty. Its
+// errors, and the errors of the exchanges it runs, are permanent.
+func Mechanism(c SASL) (sasl.Mechanism, error) {
+	var algo scram.Algorithm
 	switch strings.ToUpper(c.Mechanism) {
 	case "":
 		return nil, nil
 	case MechanismPlain:
 		return plain.Mechanism{Username: c.Username, Password: c.Password}, nil
 	case MechanismScramSHA256:
-		return newScram(MechanismScramSHA256, c.Username, c.Password)
+		algo = scram.SHA256
 	case MechanismScramSHA512:
-		return newScram(MechanismScramSHA512, c.Username, c.Password)
+		algo = scram.SHA512
+	default:
+		return nil, fault.Permanent(fmt.Errorf("sasl.mechanism: want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, got %q", c.Mechanism))
 	}
-	return nil, fmt.Errorf("sasl.mechanism: want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, got %q", c.Mechanism)
+	if c.Username == "" {
+		return nil, fault.Permanent(fmt.Errorf("sasl.username: required for %s", algo.Name()))
+	}
+	m, err := scram.Mechanism(algo, c.Username, c.Password)
+	if err != nil {
+		return nil, fault.Permanent(fmt.Errorf("sasl.password: %w", err))
+	}
+	return scramMechanism{m}, nil
 }
 
 // Dialer returns a kafka-go Dialer (for Readers and admin connections) with the TLS and
 // SASL settings of c.
-func Dialer(c config.KafkaConfig) (*kafka.Dialer, error) {
-	tc, mech, err := settings(c)
+func Dialer(c Config) (*kafka.Dialer, error) {
+	c, mech, err := settings(c)
 	if err != nil {
 		return nil, err
 	}
 	return &kafka.Dialer{
-		ClientID:      "delay-bridge",
+		ClientID:      c.ClientID,
 		Timeout:       DialTimeout,
 		DualStack:     true,
 		KeepAlive:     30 * time.Second,
-		TLS:           tc,
+		TLS:           c.TLS,
 		SASLMechanism: mech,
 	}, nil
 }
 
-// Transport returns a kafka-go Transport (for Writers) with the TLS and SASL settings of
-// c. The caller owns it and releases its connections with CloseIdleConnections.
-func Transport(c config.KafkaConfig) (*kafka.Transport, error) {
-	tc, mech, err := settings(c)
+// Transport returns a kafka-go Transport (for Writers and admin clients) with the TLS
+// and SASL settings of c. The caller owns it and releases its connections with
+// CloseIdleConnections.
+func Transport(c Config) (*kafka.Transport, error) {
+	c, mech, err := settings(c)
 	if err != nil {
 		return nil, err
 	}
@@ -85,31 +127,25 @@ func Transport(c config.KafkaConfig) (*kafka.Transport, error) {
 	return &kafka.Transport{
 		Dial:        d.DialContext,
 		DialTimeout: DialTimeout,
-		ClientID:    "delay-bridge",
-		TLS:         tc,
+		ClientID:    c.ClientID,
+		TLS:         c.TLS,
 		SASL:        mech,
 	}, nil
 }
 
-func settings(c config.KafkaConfig) (*tls.Config, sasl.Mechanism, error) {
-	if len(c.Brokers) == 0 {
-		return nil, nil, errors.New("kafka.brokers: at least one broker is required")
-	}
-	tc, err := TLSConfig(c.TLS)
-	if err != nil {
-		return nil, nil, fmt.Errorf("kafka.%w", err)
+func settings(c Config) (Config, sasl.Mechanism, error) {
+	c = c.withDefaults()
+	if err := c.Validate(); err != nil {
+		return c, nil, err
 	}
 	mech, err := Mechanism(c.SASL)
-	if err != nil {
-		return nil, nil, fmt.Errorf("kafka.%w", err)
-	}
-	return tc, mech, nil
+	return c, mech, err
 }
 
 // Ping connects to the brokers of c in turn (TLS handshake and SASL included) and reads
 // the cluster metadata. It returns nil as soon as one broker answers. Errors that
-// retrying will not fix (authentication, certificates) satisfy IsPermanent.
-func Ping(ctx context.Context, c config.KafkaConfig) error {
+// retrying will not fix (authentication, certificates) are marked fault.Permanent.
+func Ping(ctx context.Context, c Config) error {
 	d, err := Dialer(c)
 	if err != nil {
 		return err
@@ -129,7 +165,7 @@ func Ping(ctx context.Context, c config.KafkaConfig) error {
 		if err == nil {
 			return nil
 		}
-		errs = append(errs, fmt.Errorf("kafka broker %s: %w", b, err))
+		errs = append(errs, fmt.Errorf("kafka broker %s: %w", b, classify(err)))
 		if ctx.Err() != nil {
 			break
 		}
@@ -137,24 +173,22 @@ func Ping(ctx context.Context, c config.KafkaConfig) error {
 	return errors.Join(errs...)
 }
 
-// IsPermanent reports whether err is a connection error that retrying will not fix: a
+// classify marks the connection errors that retrying will not fix as permanent: a
 // rejected SASL authentication, an unsupported mechanism or an untrusted certificate.
-func IsPermanent(err error) bool {
-	if err == nil {
-		return false
-	}
+func classify(err error) error {
 	var ke kafka.Error
 	if errors.As(err, &ke) {
 		switch ke {
 		case kafka.SASLAuthenticationFailed, kafka.UnsupportedSASLMechanism, kafka.IllegalSASLState:
-			return true
+			return fault.Permanent(err)
 		}
 	}
-	var scramErr *ScramError
 	var certErr *tls.CertificateVerificationError
 	var unknownAuth x509.UnknownAuthorityError
 	var hostErr x509.HostnameError
 	var invalid x509.CertificateInvalidError
-	return errors.As(err, &scramErr) || errors.As(err, &certErr) || errors.As(err, &unknownAuth) ||
-		errors.As(err, &hostErr) || errors.As(err, &invalid)
+	if errors.As(err, &certErr) || errors.As(err, &unknownAuth) || errors.As(err, &hostErr) || errors.As(err, &invalid) {
+		return fault.Permanent(err)
+	}
+	return err
 }

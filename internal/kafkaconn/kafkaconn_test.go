@@ -8,95 +8,172 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
 	"encoding/pem"
+	"errors"
 	"math/big"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/segmentio/kafka-go/sasl"
 	"github.com/twmb/franz-go/pkg/kfake"
+	xdgscram "github.com/xdg-go/scram"
 	"go.uber.org/goleak"
 
-	"github.com/delaybridge/delay-bridge/config"
+	"github.com/delaybridge/delay-bridge/internal/fault"
 	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// RFC 7677 §3 test vector for SCRAM-SHA-256.
-func TestScramRFC7677Vector(t *testing.T) {
-	m, err := newScram(MechanismScramSHA256, "user", "pencil")
+// scramServer is an RFC 5802 server conversation (xdg-go/scram's, an implementation
+// independent of the exchange under test's wiring) for user with password, salt and
+// iteration count as in the RFC 7677 §3 example.
+func scramServer(t *testing.T, user, password string) *xdgscram.ServerConversation {
+	t.Helper()
+	client, err := xdgscram.SHA256.NewClient(user, password, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &scramSession{m: m.(*scramMechanism), clientNonce: "rOprNGfwEbeRWgbNEkqO"}
-	s.clientFirstBare = "n=user,r=" + s.clientNonce
-	done, resp, err := s.Next(context.Background(), []byte("r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"))
-	if err != nil || done {
-		t.Fatalf("step 1: done=%v err=%v", done, err)
+	salt, _ := base64.StdEncoding.DecodeString("W22ZaJ0SNY7soEsUEjb6gQ==")
+	creds := client.GetStoredCredentials(xdgscram.KeyFactors{Salt: string(salt), Iters: 4096})
+	srv, err := xdgscram.SHA256.NewServer(func(u string) (xdgscram.StoredCredentials, error) {
+		if u != user {
+			return xdgscram.StoredCredentials{}, errors.New("unknown user")
+		}
+		return creds, nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
-	want := "c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="
-	if string(resp) != want {
-		t.Fatalf("client-final\n got %s\nwant %s", resp, want)
+	return srv.NewConversation()
+}
+
+// exchange runs mech against server to the end; it returns the client's error, if any.
+func exchange(t *testing.T, mech sasl.Mechanism, server *xdgscram.ServerConversation) error {
+	t.Helper()
+	ctx := context.Background()
+	sm, msg, err := mech.Start(ctx)
+	if err != nil {
+		return err
 	}
-	done, _, err = s.Next(context.Background(), []byte("v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4="))
-	if err != nil || !done {
-		t.Fatalf("step 2: done=%v err=%v", done, err)
+	for i := 0; i < 3; i++ {
+		challenge, serr := server.Step(string(msg))
+		if serr != nil && challenge == "" {
+			t.Fatalf("server step %d: %v", i, serr)
+		}
+		done, resp, err := sm.Next(ctx, []byte(challenge))
+		if err != nil || done {
+			if err == nil && !server.Valid() {
+				t.Fatal("client done but the server did not accept its proof")
+			}
+			return err
+		}
+		msg = resp
+	}
+	t.Fatal("exchange did not end")
+	return nil
+}
+
+// The RFC 7677 §3 credentials (user "user", password "pencil", its salt, 4096
+// iterations): the client proves the password to a server holding only the stored
+// key, and checks the server's signature; a server with another password's keys is
+// refused, permanently.
+func TestScramRFC7677Credentials(t *testing.T) {
+	m, err := Mechanism(SASL{Mechanism: MechanismScramSHA256, Username: "user", Password: "pencil"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := exchange(t, m, scramServer(t, "user", "pencil")); err != nil {
+		t.Fatalf("exchange: %v", err)
+	}
+	if err := exchange(t, m, scramServer(t, "user", "not pencil")); err == nil || !fault.IsPermanent(err) {
+		t.Fatalf("server with other keys: want a permanent error, got %v", err)
 	}
 }
 
 func TestScramRejectsBadServer(t *testing.T) {
-	m, _ := newScram(MechanismScramSHA512, "u", "p")
+	m, err := Mechanism(SASL{Mechanism: MechanismScramSHA512, Username: "u", Password: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// %s is the client's nonce.
 	cases := map[string]string{
 		"foreign nonce":   "r=other,s=QSXCR+Q6sek8bf92,i=4096",
-		"same nonce":      "r=abc,s=QSXCR+Q6sek8bf92,i=4096",
-		"few iterations":  "r=abcdef,s=QSXCR+Q6sek8bf92,i=1",
-		"bad salt":        "r=abcdef,s=***,i=4096",
+		"same nonce":      "r=%s,s=QSXCR+Q6sek8bf92,i=4096",
+		"few iterations":  "r=%sdef,s=QSXCR+Q6sek8bf92,i=1",
+		"bad salt":        "r=%sdef,s=***,i=4096",
 		"server error":    "e=other-error",
 		"malformed":       "garbage",
-		"extension":       "m=ext,r=abcdef,s=QSXCR+Q6sek8bf92,i=4096",
-		"no iteration":    "r=abcdef,s=QSXCR+Q6sek8bf92",
-		"bad iterations":  "r=abcdef,s=QSXCR+Q6sek8bf92,i=x",
-		"empty attribute": "r=abcdef,,i=4096",
+		"extension":       "m=ext,r=%sdef,s=QSXCR+Q6sek8bf92,i=4096",
+		"no iteration":    "r=%sdef,s=QSXCR+Q6sek8bf92",
+		"bad iterations":  "r=%sdef,s=QSXCR+Q6sek8bf92,i=x",
+		"empty attribute": "r=%sdef,,i=4096",
 	}
-	for name, first := range cases {
-		s := &scramSession{m: m.(*scramMechanism), clientNonce: "abc", clientFirstBare: "n=u,r=abc"}
-		if _, _, err := s.Next(context.Background(), []byte(first)); err == nil {
-			t.Errorf("%s: accepted %q", name, first)
+	start := func() (sasl.StateMachine, string) {
+		sm, first, err := m.Start(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, nonce, ok := strings.Cut(string(first), ",r=")
+		if !strings.HasPrefix(string(first), "n,,n=u,r=") || !ok || nonce == "" {
+			t.Fatalf("client-first %q", first)
+		}
+		return sm, nonce
+	}
+	for name, tmpl := range cases {
+		sm, nonce := start()
+		first := strings.ReplaceAll(tmpl, "%s", nonce)
+		if _, _, err := sm.Next(context.Background(), []byte(first)); err == nil || !fault.IsPermanent(err) {
+			t.Errorf("%s: %q: want a permanent error, got %v", name, first, err)
 		}
 	}
 	// A wrong server signature in the final message is refused.
-	s := &scramSession{m: m.(*scramMechanism), clientNonce: "abc", clientFirstBare: "n=u,r=abc"}
-	if _, _, err := s.Next(context.Background(), []byte("r=abcdef,s=QSXCR+Q6sek8bf92,i=4096")); err != nil {
+	sm, nonce := start()
+	if _, _, err := sm.Next(context.Background(), []byte("r="+nonce+"def,s=QSXCR+Q6sek8bf92,i=4096")); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.Next(context.Background(), []byte("v=AAAA")); err == nil || !IsPermanent(err) {
+	if _, _, err := sm.Next(context.Background(), []byte("v=AAAA")); err == nil || !fault.IsPermanent(err) {
 		t.Fatalf("bad server signature: %v", err)
 	}
 }
 
+// The username is escaped in the client-first message ("=" as "=3D", "," as "=2C").
 func TestSaslName(t *testing.T) {
-	if got := saslName("a=b,c"); got != "a=3Db=2Cc" {
-		t.Fatal(got)
+	m, err := Mechanism(SASL{Mechanism: MechanismScramSHA256, Username: "a=b,c", Password: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, first, err := m.Start(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(string(first), "n,,n=a=3Db=2Cc,r=") {
+		t.Fatal(string(first))
 	}
 }
 
 func TestMechanismConfig(t *testing.T) {
 	for _, name := range []string{"", "plain", "PLAIN", "scram-sha-256", "SCRAM-SHA-512"} {
-		if _, err := Mechanism(config.SASLConfig{Mechanism: name, Username: "u", Password: "p"}); err != nil {
+		if _, err := Mechanism(SASL{Mechanism: name, Username: "u", Password: "p"}); err != nil {
 			t.Errorf("%q: %v", name, err)
 		}
 	}
-	if _, err := Mechanism(config.SASLConfig{Mechanism: "GSSAPI"}); err == nil {
-		t.Error("GSSAPI accepted")
+	if _, err := Mechanism(SASL{Mechanism: "GSSAPI"}); err == nil || !fault.IsPermanent(err) {
+		t.Errorf("GSSAPI accepted: %v", err)
 	}
-	if _, err := Mechanism(config.SASLConfig{Mechanism: "SCRAM-SHA-256"}); err == nil {
-		t.Error("SCRAM without username accepted")
+	if _, err := Mechanism(SASL{Mechanism: "SCRAM-SHA-256"}); err == nil || !fault.IsPermanent(err) {
+		t.Errorf("SCRAM without username accepted: %v", err)
 	}
-	if _, err := Dialer(config.KafkaConfig{}); err == nil {
-		t.Error("no brokers accepted")
+	if _, err := Dialer(Config{}); err == nil || !fault.IsPermanent(err) {
+		t.Errorf("no brokers accepted: %v", err)
+	}
+	if err := (Config{Brokers: []string{"b:9092"}, SASL: SASL{Mechanism: "KERBEROS"}}).Validate(); err == nil || !fault.IsPermanent(err) {
+		t.Errorf("Validate accepted an unknown mechanism: %v", err)
 	}
 }
 
@@ -116,7 +193,7 @@ func TestSASLAgainstBroker(t *testing.T) {
 			addr := startSASL(t, mech, "bridge", "s3cret,=x")
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			good := config.KafkaConfig{Brokers: []string{addr}, SASL: config.SASLConfig{Mechanism: mech, Username: "bridge", Password: "s3cret,=x"}}
+			good := Config{Brokers: []string{addr}, SASL: SASL{Mechanism: mech, Username: "bridge", Password: "s3cret,=x"}}
 			if err := Ping(ctx, good); err != nil {
 				t.Fatalf("good credentials: %v", err)
 			}
@@ -131,11 +208,11 @@ func TestSASLAgainstBroker(t *testing.T) {
 			if err == nil {
 				t.Fatal("wrong password accepted")
 			}
-			if !IsPermanent(err) {
+			if !fault.IsPermanent(err) {
 				t.Fatalf("wrong password is not permanent: %v", err)
 			}
 			none := good
-			none.SASL = config.SASLConfig{}
+			none.SASL = SASL{}
 			if err := Ping(ctx, none); err == nil {
 				t.Fatal("no SASL accepted by a SASL broker")
 			}
@@ -159,32 +236,29 @@ func TestTLSAgainstBroker(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	good := config.KafkaConfig{Brokers: []string{addr}, TLS: config.TLSConfig{Enabled: true, CAFile: caFile, CertFile: clientCertFile, KeyFile: clientKeyFile}}
+	// The TLS settings as internal/app builds them from kafka.tls (config.TLSConfig's
+	// ClientTLS: CA file, client certificate and key files; its file errors are tested
+	// in package config).
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		t.Fatal("CA PEM")
+	}
+	clientPair, err := tls.LoadX509KeyPair(clientCertFile, clientKeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := Config{Brokers: []string{addr}, TLS: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool, Certificates: []tls.Certificate{clientPair}}}
 	if err := Ping(ctx, good); err != nil {
 		t.Fatalf("trusted CA: %v", err)
 	}
-	untrusted := config.KafkaConfig{Brokers: []string{addr}, TLS: config.TLSConfig{Enabled: true}}
+	untrusted := Config{Brokers: []string{addr}, TLS: &tls.Config{MinVersion: tls.VersionTLS12}}
 	err = Ping(ctx, untrusted)
-	if err == nil || !IsPermanent(err) {
+	if err == nil || !fault.IsPermanent(err) {
 		t.Fatalf("untrusted server certificate: want a permanent error, got %v", err)
 	}
-	skip := config.KafkaConfig{Brokers: []string{addr}, TLS: config.TLSConfig{Enabled: true, InsecureSkipVerify: true}}
+	skip := Config{Brokers: []string{addr}, TLS: &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: true}} //nolint:gosec // the test of the option
 	if err := Ping(ctx, skip); err != nil {
 		t.Fatalf("insecure_skip_verify: %v", err)
-	}
-	if _, err := TLSConfig(config.TLSConfig{Enabled: true, CAFile: filepath.Join(dir, "missing.pem")}); err == nil {
-		t.Error("missing CA file accepted")
-	}
-	if _, err := TLSConfig(config.TLSConfig{Enabled: true, CertFile: clientCertFile}); err == nil {
-		t.Error("cert without key accepted")
-	}
-	if tc, err := TLSConfig(config.TLSConfig{CAFile: "ignored"}); tc != nil || err != nil {
-		t.Error("disabled TLS must yield nil")
-	}
-	notPEM := filepath.Join(dir, "not.pem")
-	_ = os.WriteFile(notPEM, []byte("hello"), 0o600)
-	if _, err := TLSConfig(config.TLSConfig{Enabled: true, CAFile: notPEM}); err == nil {
-		t.Error("non-PEM CA accepted")
 	}
 }
 
@@ -192,8 +266,8 @@ func TestPingUnreachableIsNotPermanent(t *testing.T) {
 	addr := net.JoinHostPort("127.0.0.1", itoa(testkit.FreePort(t)))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	err := Ping(ctx, config.KafkaConfig{Brokers: []string{addr}})
-	if err == nil || IsPermanent(err) {
+	err := Ping(ctx, Config{Brokers: []string{addr}})
+	if err == nil || fault.IsPermanent(err) {
 		t.Fatalf("want a retryable error, got %v", err)
 	}
 }

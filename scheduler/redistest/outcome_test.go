@@ -15,12 +15,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/delaybridge/delay-bridge/config"
 	"github.com/delaybridge/delay-bridge/egress"
 	kafkaout "github.com/delaybridge/delay-bridge/egress/kafka"
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/fault"
+	"github.com/delaybridge/delay-bridge/internal/kafkaconn"
 	"github.com/delaybridge/delay-bridge/internal/metrics"
 	"github.com/delaybridge/delay-bridge/internal/testkit"
 	"github.com/delaybridge/delay-bridge/scheduler"
@@ -82,7 +82,7 @@ func TestUnreachableBrokerRetriesWithoutDeadLetters(t *testing.T) {
 	r := testkit.StartRedis(t)
 	target := testkit.Uniq(t, "t")
 	addr, c := testkit.StartKafka(t, 1, target)
-	sink, err := kafkaout.New(config.KafkaConfig{Brokers: []string{addr}}, map[string]string{"r": target},
+	sink, err := kafkaout.New(kafkaconn.Config{Brokers: []string{addr}}, map[string]string{"r": target},
 		kafkaout.Options{ProbeInterval: 50 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

@@ -63,7 +63,9 @@ type SourceFixture struct {
 	// Source created after the first one's Run returned models a restart of the bridge.
 	// The suite runs at most one Source of a fixture at a time. The Source must use
 	// the default limits (config.Default().Limits) and a route without allow_targets:
-	// InvalidAndCancelRecordsAreHandedOver relies on both.
+	// InvalidAndCancelRecordsAreHandedOver relies on both. It must hand a failed batch
+	// again in process (ingress.Loop) at least three times before giving it back to the
+	// broker: FailedBatchIsHandedAgainUnchanged checks those calls get the same items.
 	NewSource func(t *testing.T) ingress.Source
 	// Produce publishes one record to the source and returns once the broker has it.
 	// Records produced one after another must be consumed in that order.

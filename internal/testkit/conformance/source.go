@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -32,6 +33,8 @@ var sourceCases = []struct {
 type collector struct {
 	mu      sync.Mutex
 	batches [][]ingress.Item
+	// copies are deep copies of each batch taken when it was handed over.
+	copies [][]ingress.Item
 	// fail decides the outcome of call n (0-based); nil means success.
 	fail    func(call int, items []ingress.Item) error
 	calls   int
@@ -50,6 +53,7 @@ func (c *collector) handle(ctx context.Context, items []ingress.Item) error {
 	call := c.calls
 	c.calls++
 	c.batches = append(c.batches, append([]ingress.Item(nil), items...))
+	c.copies = append(c.copies, cloneItems(items))
 	c.mu.Unlock()
 	var err error
 	if c.fail != nil {
@@ -61,6 +65,21 @@ func (c *collector) handle(ctx context.Context, items []ingress.Item) error {
 		c.mu.Unlock()
 	}
 	return err
+}
+
+// cloneItems copies items and their envelopes (payload, key, headers).
+func cloneItems(items []ingress.Item) []ingress.Item {
+	out := make([]ingress.Item, len(items))
+	for i, it := range items {
+		out[i] = it
+		if it.Env != nil {
+			e := *it.Env
+			e.Payload, e.Key = bytes.Clone(e.Payload), bytes.Clone(e.Key)
+			e.Headers = append([]envelope.Header(nil), e.Headers...)
+			out[i].Env = &e
+		}
+	}
+	return out
 }
 
 func (c *collector) snapshot() (batches [][]ingress.Item, acked []ingress.Item) {
@@ -348,6 +367,18 @@ func sourceRetriesSameBatch(t *testing.T, h SourceHarness) {
 	for i := 1; i <= 3; i++ {
 		if got := fmt.Sprint(ids(batches[i])); got != first {
 			t.Fatalf("call %d after a failure got %s, want the same records %s (nothing fetched beyond a failed batch)", i, got, first)
+		}
+		// Parsed once (ingress.Loop): the same envelopes, unchanged, not a new parse.
+		c.mu.Lock()
+		same := reflect.DeepEqual(c.copies[i], c.copies[0])
+		c.mu.Unlock()
+		if !same {
+			t.Errorf("call %d after a failure was handed items that differ from the first call's", i)
+		}
+		for k := range batches[i] {
+			if batches[i][k].Env != batches[0][k].Env {
+				t.Fatalf("call %d after a failure: item %d is a new envelope; a failed batch must be handed again as the same items, parsed once", i, k)
+			}
 		}
 	}
 	seen := map[string]int{}
