@@ -54,6 +54,8 @@ var layers = []struct {
 	{6, "cmd/bridge/...", "the binary: run, dev, ctl, check-config, version"},
 	{5, "internal/devmode", "bridge dev: embedded Kafka-protocol broker and Redis"},
 	{7, "internal/testkit/...", "test kits: servers, conformance suites, fakes"},
+	{7, "internal/testkit/memstore", "test kit: the shard store in memory, with failure injection"},
+	{7, "internal/testkit/storetest", "test kit: the shard store conformance suite"},
 	{7, "scheduler/redistest", "tests only: the scheduler on a real redis-server"},
 	{7, "internal/chartgen", "tool: chart values schema and README from config"},
 	{7, "internal/charttest", "tests of the chart, image and examples"},
