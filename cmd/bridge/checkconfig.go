@@ -4,14 +4,13 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/delaybridge/delay-bridge/config"
 )
 
-func init() {
-	register("check-config", "validate a configuration and print it, secrets masked", runCheckConfig)
-}
+func init() { addCommand(newCheckConfigCmd) }
 
 // configFlags are the flags run and check-config share.
 type configFlags struct {
@@ -30,6 +29,11 @@ func (c configFlags) load() (config.Config, error) {
 	return config.Load(config.LoadOptions{File: *c.file, Env: environ(), Set: *c.set})
 }
 
+// configFileCompletion completes -c with YAML files.
+func configFileCompletion(cmd *cobra.Command) {
+	_ = cmd.MarkFlagFilename("config", "yaml", "yml")
+}
+
 // printConfigErrors lists every problem, one per line.
 func printConfigErrors(w io.Writer, prefix string, err error) {
 	fes := config.FieldErrors(err)
@@ -43,8 +47,7 @@ func printConfigErrors(w io.Writer, prefix string, err error) {
 	}
 }
 
-const checkConfigHelp = `
-Load the configuration exactly as 'bridge run' would (defaults < YAML file < DELAYBRIDGE_*
+const checkConfigHelp = `Load the configuration exactly as 'bridge run' would (defaults < YAML file < DELAYBRIDGE_*
 environment < --set flags), validate it, and print the effective configuration as YAML
 with secrets masked (redis.password, redis.sentinel_password, kafka.sasl.password,
 admin.token and the password in amqp.url). On an invalid configuration, list every
@@ -53,37 +56,45 @@ secret (a mistyped one is described by its type). Credentials in redis.addrs or
 kafka.brokers, and an amqp.url without a scheme, are refused. The file may also be given
 as the only argument.`
 
-func runCheckConfig(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("check-config", "[-c FILE | FILE] [--set key=value]...", checkConfigHelp)
-	cf := addConfigFlags(fs)
-	quiet := fs.BoolP("quiet", "q", false, "print nothing on success")
-	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
-		return code
+func newCheckConfigCmd(env *cliEnv) *cobra.Command {
+	cmd := unsorted(&cobra.Command{
+		Use:   "check-config [-c FILE | FILE] [--set key=value]...",
+		Short: "validate a configuration and print it, secrets masked",
+		Long:  checkConfigHelp,
+	})
+	cf := addConfigFlags(cmd.Flags())
+	quiet := cmd.Flags().BoolP("quiet", "q", false, "print nothing on success")
+	configFileCompletion(cmd)
+	cmd.ValidArgsFunction = func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		return []string{"yaml", "yml"}, cobra.ShellCompDirectiveFilterFileExt
 	}
-	switch {
-	case fs.NArg() > 1:
-		return usageError(fs, stderr, "unexpected argument %q", fs.Arg(1))
-	case fs.NArg() == 1 && *cf.file != "":
-		return usageError(fs, stderr, "give the file either with -c or as an argument, not both")
-	case fs.NArg() == 1:
-		*cf.file = fs.Arg(0)
+	cmd.Args = func(cmd *cobra.Command, args []string) error {
+		switch {
+		case len(args) > 1:
+			return usageErrorf(cmd, "unexpected argument %q", args[1])
+		case len(args) == 1 && *cf.file != "":
+			return usageErrorf(cmd, "give the file either with -c or as an argument, not both")
+		}
+		return nil
 	}
-	cfg, err := cf.load()
-	if err != nil {
-		printConfigErrors(stderr, "check-config", err)
-		return exitError
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if len(args) == 1 {
+			*cf.file = args[0]
+		}
+		cfg, err := cf.load()
+		if err != nil {
+			printConfigErrors(env.stderr, "check-config", err)
+			return &exitCodeError{exitError}
+		}
+		if *quiet {
+			return nil
+		}
+		out, err := config.MarshalYAML(config.Redacted(cfg))
+		if err != nil {
+			return err
+		}
+		_, err = env.stdout.Write(out)
+		return err
 	}
-	if *quiet {
-		return exitOK
-	}
-	out, err := config.MarshalYAML(config.Redacted(cfg))
-	if err != nil {
-		fmt.Fprintf(stderr, "check-config: %v\n", err)
-		return exitError
-	}
-	if _, err := stdout.Write(out); err != nil {
-		fmt.Fprintf(stderr, "check-config: %v\n", err)
-		return exitError
-	}
-	return exitOK
+	return cmd
 }

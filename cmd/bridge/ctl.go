@@ -1,240 +1,140 @@
 package main
 
 import (
+	"bufio"
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"os"
-	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 
-	"github.com/spf13/pflag"
+	"github.com/spf13/cobra"
 
 	"github.com/delaybridge/delay-bridge/admin"
 	"github.com/delaybridge/delay-bridge/config"
 )
 
-func init() {
-	register("ctl", "talk to a running bridge through its admin API", runCtl)
-}
+func init() { addCommand(newCtlCmd) }
 
-const ctlHelp = `
-Commands:
-  get ID                         show a message (state: pending, inflight, dead, delivered
-                                 or cancelled; due time, route, attempts...)
-  cancel ID                      cancel a pending, in-flight or dead message (an unknown
-                                 id is an error and leaves nothing behind)
-  reschedule ID (--delay D | --at T)
-                                 give a pending (or dead) message a new due time
-  schedule --route R (--delay D | --at T) [--payload X | --payload-file F]
-           [--key K] [--id ID] [--header k=v]... [--routing-key RK]
-                                 schedule a message over HTTP
-  stats [--json]                 pending/in-flight/dead per shard and route, owners
-  routes [--json]                per route: ingress state, lag, partitions; egress broker
-  dead [--limit N]               list dead letters (oldest first)
-  requeue ID                     move a dead letter back to pending, due now
-  purge-dead                     delete every dead letter
-  ready                          exit 0 if the bridge is ready, 1 with the reason if not
+const ctlHelp = `Talk to a running bridge through its admin API.
 
-D is a Go duration (5s, 1h30m); T is unix milliseconds or RFC 3339. Results are printed
-as JSON (stats as a table unless --json).
+Results are tables by default; -o json prints the API's JSON answer as it is, -o yaml
+the same as YAML. Times are shown in local time (RFC 3339) with how far away they are
+("in 3m12s", "5s ago"). D is a Go duration (5s, 1h30m); T is unix milliseconds or
+RFC 3339. cancel and purge-dead ask for confirmation; --yes skips it (required when
+standard input is not a terminal).
 
 The address and token default to the bridge's own settings: from the file given with
 -c, else from DELAYBRIDGE_ADMIN__LISTEN and DELAYBRIDGE_ADMIN__TOKEN, else
 http://127.0.0.1:8089 without a token.`
 
-type ctlCommand struct {
-	synopsis string
-	args     int // exact number of positional arguments
-	// flags defines the command's flags on fs and returns the function that runs it.
-	flags func(fs *pflag.FlagSet) ctlFunc
+// ctlOpts are the flags every ctl command takes.
+type ctlOpts struct {
+	env     *cliEnv
+	addr    string
+	token   string
+	file    string
+	timeout time.Duration
+	output  string
 }
 
-var ctlCommands = map[string]ctlCommand{
-	"get": {"ID", 1, func(*pflag.FlagSet) ctlFunc {
-		return func(ctx context.Context, c *admin.Client, a []string, out io.Writer) error {
-			m, err := c.Get(ctx, a[0])
-			return printJSON(out, m, err)
+func newCtlCmd(env *cliEnv) *cobra.Command {
+	o := &ctlOpts{env: env}
+	cmd := unsorted(&cobra.Command{
+		Use:   "ctl COMMAND [ARGS] [--addr URL] [--token T] [-c FILE] [-o table|json|yaml]",
+		Short: "talk to a running bridge through its admin API",
+		Long:  ctlHelp,
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return usageErrorf(cmd, "missing COMMAND")
+		},
+	})
+	pf := cmd.PersistentFlags()
+	pf.StringVar(&o.addr, "addr", "", "admin API base `URL` (default from the configuration, else http://127.0.0.1:8089)")
+	pf.StringVar(&o.token, "token", "", "bearer `token` (default from the configuration)")
+	pf.StringVarP(&o.file, "config", "c", "", "read admin.listen and admin.token from this configuration `file`")
+	pf.DurationVar(&o.timeout, "timeout", 30*time.Second, "give up after this `duration`")
+	pf.StringVarP(&o.output, "output", "o", "table", "output `format`: table, json or yaml")
+	_ = cmd.MarkPersistentFlagFilename("config", "yaml", "yml")
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputFormats, cobra.ShellCompDirectiveNoFileComp))
+	cmd.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		if !isOutputFormat(o.output) {
+			return usageErrorf(cmd, "-o %q: want one of %s", o.output, strings.Join(outputFormats, ", "))
 		}
-	}},
-	"cancel": {"ID", 1, func(*pflag.FlagSet) ctlFunc {
-		return func(ctx context.Context, c *admin.Client, a []string, out io.Writer) error {
-			r, err := c.Cancel(ctx, a[0])
-			return printJSON(out, r, err)
-		}
-	}},
-	"reschedule": {"ID (--delay D | --at T)", 1, func(fs *pflag.FlagSet) ctlFunc {
-		w := addWhenFlags(fs)
-		return func(ctx context.Context, c *admin.Client, a []string, out io.Writer) error {
-			delay, at, err := w.parse()
-			if err != nil {
-				return err
-			}
-			r, err := c.Reschedule(ctx, a[0], admin.RescheduleBody{DelayMs: delay, DeliverAt: at})
-			return printJSON(out, r, err)
-		}
-	}},
-	"schedule": {"--route R (--delay D | --at T) [--payload X | --payload-file F] [--header k=v]...", 0, func(fs *pflag.FlagSet) ctlFunc {
-		route := fs.String("route", "", "route `name` (required)")
-		w := addWhenFlags(fs)
-		payload := fs.String("payload", "", "payload `text`")
-		payloadFile := fs.String("payload-file", "", "read the payload from `file` (- = standard input)")
-		key := fs.String("key", "", "Kafka message `key`")
-		id := fs.String("id", "", "message `id` (default: generated by the bridge)")
-		routingKey := fs.String("routing-key", "", "AMQP routing `key`")
-		headers := fs.StringArray("header", nil, "header `k=v` (repeatable)")
-		return func(ctx context.Context, c *admin.Client, _ []string, out io.Writer) error {
-			if *route == "" {
-				return usageErr("--route is required")
-			}
-			delay, at, err := w.parse()
-			if err != nil {
-				return err
-			}
-			body := admin.ScheduleBody{ID: *id, Route: *route, RoutingKey: *routingKey, DelayMs: delay, DeliverAt: at}
-			if fs.Changed("key") {
-				body.Key = key
-			}
-			switch {
-			case fs.Changed("payload") && *payloadFile != "":
-				return usageErr("give --payload or --payload-file, not both")
-			case *payloadFile != "":
-				b, err := readPayload(*payloadFile)
-				if err != nil {
-					return err
-				}
-				body.PayloadBase64 = ptr(base64.StdEncoding.EncodeToString(b))
-			default:
-				body.Payload = payload
-			}
-			for _, h := range *headers {
-				k, v, ok := strings.Cut(h, "=")
-				if !ok || k == "" {
-					return usageErr("--header wants k=v, got %q", h)
-				}
-				if body.Headers == nil {
-					body.Headers = map[string]string{}
-				}
-				body.Headers[k] = v
-			}
-			r, err := c.Schedule(ctx, body)
-			return printJSON(out, r, err)
-		}
-	}},
-	"stats": {"[--json]", 0, func(fs *pflag.FlagSet) ctlFunc {
-		asJSON := fs.Bool("json", false, "print the raw JSON")
-		return func(ctx context.Context, c *admin.Client, _ []string, out io.Writer) error {
-			st, err := c.Stats(ctx)
-			if err != nil || *asJSON {
-				return printJSON(out, st, err)
-			}
-			return printStats(out, st)
-		}
-	}},
-	"routes": {"[--json]", 0, func(fs *pflag.FlagSet) ctlFunc {
-		asJSON := fs.Bool("json", false, "print the raw JSON")
-		return func(ctx context.Context, c *admin.Client, _ []string, out io.Writer) error {
-			rs, err := c.Routes(ctx)
-			if err != nil || *asJSON {
-				return printJSON(out, rs, err)
-			}
-			return printRoutes(out, rs)
-		}
-	}},
-	"dead": {"[--limit N]", 0, func(fs *pflag.FlagSet) ctlFunc {
-		limit := fs.Int("limit", admin.DefaultDeadLimit, fmt.Sprintf("list at most `N` (1..%d)", admin.MaxDeadLimit))
-		return func(ctx context.Context, c *admin.Client, _ []string, out io.Writer) error {
-			if *limit < 1 || *limit > admin.MaxDeadLimit {
-				return usageErr("--limit must be between 1 and %d", admin.MaxDeadLimit)
-			}
-			l, err := c.ListDead(ctx, admin.Query{Limit: *limit})
-			return printJSON(out, l, err)
-		}
-	}},
-	"requeue": {"ID", 1, func(*pflag.FlagSet) ctlFunc {
-		return func(ctx context.Context, c *admin.Client, a []string, out io.Writer) error {
-			r, err := c.RequeueDead(ctx, a[0])
-			return printJSON(out, r, err)
-		}
-	}},
-	"purge-dead": {"", 0, func(*pflag.FlagSet) ctlFunc {
-		return func(ctx context.Context, c *admin.Client, _ []string, out io.Writer) error {
-			r, err := c.PurgeDead(ctx, "")
-			return printJSON(out, r, err)
-		}
-	}},
-	"ready": {"", 0, func(*pflag.FlagSet) ctlFunc {
-		return func(ctx context.Context, c *admin.Client, _ []string, out io.Writer) error {
-			if err := c.Ready(ctx); err != nil {
-				return err
-			}
-			fmt.Fprintln(out, "ready")
-			return nil
-		}
-	}},
+		return nil
+	}
+	for _, build := range ctlCommands {
+		cmd.AddCommand(build(o))
+	}
+	return cmd
 }
 
-type ctlFunc = func(ctx context.Context, c *admin.Client, args []string, out io.Writer) error
-
-// ctlUsageError is a usage error found after parsing (exit 2).
-type ctlUsageError struct{ msg string }
-
-func (e *ctlUsageError) Error() string { return e.msg }
-
-func usageErr(format string, args ...any) error {
-	return &ctlUsageError{fmt.Sprintf(format, args...)}
-}
-
-func runCtl(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("ctl", "[--addr URL] [--token T] [-c FILE] COMMAND [ARGS]", ctlHelp)
-	addr := fs.String("addr", "", "admin API base `URL` (default from the configuration, else http://127.0.0.1:8089)")
-	token := fs.String("token", "", "bearer `token` (default from the configuration)")
-	file := fs.StringP("config", "c", "", "read admin.listen and admin.token from this configuration `file`")
-	timeout := fs.Duration("timeout", 30*time.Second, "give up after this `duration`")
-	fs.SetInterspersed(false) // flags after COMMAND belong to COMMAND
-	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
-		return code
-	}
-	if fs.NArg() == 0 {
-		return usageError(fs, stderr, "missing COMMAND")
-	}
-	name := fs.Arg(0)
-	cc, ok := ctlCommands[name]
-	if !ok {
-		return usageError(fs, stderr, "unknown command %q", name)
-	}
-	sub := newFlags("ctl "+name, cc.synopsis, "See 'bridge ctl --help'.")
-	fn := cc.flags(sub)
-	if code, ok := parseFlags(sub, fs.Args()[1:], stdout, stderr); !ok {
-		return code
-	}
-	if sub.NArg() != cc.args {
-		return usageError(sub, stderr, "want %d argument(s), got %d", cc.args, sub.NArg())
-	}
-
-	base, tok, err := ctlTarget(*file, *addr, *token)
+// client returns the admin API client for the target of the flags.
+func (o *ctlOpts) client() (*admin.Client, error) {
+	base, tok, err := ctlTarget(o.file, o.addr, o.token)
 	if err != nil {
-		fmt.Fprintf(stderr, "bridge ctl: %v\n", err)
-		return exitError
+		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	return admin.NewClient(base, tok, nil), nil
+}
+
+// call runs fn with a client and a context bounded by --timeout; errors are explained
+// (see explain).
+func (o *ctlOpts) call(fn func(ctx context.Context, c *admin.Client) error) error {
+	c, err := o.client()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 	defer cancel()
-	client := admin.NewClient(base, tok, nil)
-	if err := fn(ctx, client, sub.Args(), stdout); err != nil {
-		var ue *ctlUsageError
-		if errors.As(err, &ue) {
-			return usageError(sub, stderr, "%s", ue.msg)
-		}
-		fmt.Fprintf(stderr, "bridge ctl %s: %v\n", name, err)
-		return exitError
+	return explain(fn(ctx, c), o)
+}
+
+// explain adds what to do next to the errors people meet most.
+func explain(err error, o *ctlOpts) error {
+	var ne *net.OpError
+	var ue *usageError
+	switch {
+	case err == nil || errors.As(err, &ue):
+		return err
+	case errors.Is(err, admin.ErrUnauthorized):
+		return fmt.Errorf("%w (give the admin token with --token, or -c with the bridge's configuration)", err)
+	case errors.As(err, &ne) && ne.Op == "dial":
+		return fmt.Errorf("%w (is the bridge running, and is --addr its admin.listen?)", err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%w (no answer within --timeout %v)", err, o.timeout)
 	}
-	return exitOK
+	return err
+}
+
+// confirm asks on the terminal before a destructive action; --yes skips the question.
+// Without a terminal and without --yes it refuses (a usage error: exit 2).
+func (o *ctlOpts) confirm(cmd *cobra.Command, yes bool, question string) error {
+	if yes {
+		return nil
+	}
+	if !o.env.terminal() {
+		return usageErrorf(cmd, "refusing to %s without confirmation: standard input is not a terminal; add --yes", question)
+	}
+	fmt.Fprintf(o.env.stderr, "%s? [y/N] ", upperFirst(question))
+	line, err := bufio.NewReader(o.env.stdin).ReadString('\n')
+	if err != nil && line == "" {
+		return &exitCodeError{exitError}
+	}
+	switch strings.ToLower(strings.TrimSpace(line)) {
+	case "y", "yes":
+		return nil
+	}
+	fmt.Fprintln(o.env.stderr, "not confirmed; nothing changed")
+	return &exitCodeError{exitError}
+}
+
+func upperFirst(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
 }
 
 // ctlTarget works out the API address and token: flags, else the configuration file,
@@ -275,118 +175,4 @@ func ctlTarget(file, addr, token string) (string, string, error) {
 		host = "127.0.0.1"
 	}
 	return "http://" + net.JoinHostPort(host, port), tok, nil
-}
-
-type whenFlags struct {
-	delay *time.Duration
-	at    *string
-	fs    *pflag.FlagSet
-}
-
-func addWhenFlags(fs *pflag.FlagSet) whenFlags {
-	return whenFlags{
-		delay: fs.Duration("delay", 0, "deliver after this `duration` (5s, 1h30m)"),
-		at:    fs.String("at", "", "deliver at this `time` (unix milliseconds or RFC 3339)"),
-		fs:    fs,
-	}
-}
-
-func (w whenFlags) parse() (*int64, *admin.Timestamp, error) {
-	hasDelay, hasAt := w.fs.Changed("delay"), w.fs.Changed("at")
-	switch {
-	case hasDelay && hasAt:
-		return nil, nil, usageErr("give --delay or --at, not both")
-	case hasDelay:
-		return ptr(w.delay.Milliseconds()), nil, nil
-	case hasAt:
-		t, err := admin.ParseTime(*w.at)
-		if err != nil {
-			return nil, nil, usageErr("--at: %v", err)
-		}
-		return nil, &admin.Timestamp{Time: t}, nil
-	}
-	return nil, nil, usageErr("one of --delay or --at is required")
-}
-
-func ptr[T any](v T) *T { return &v }
-
-func readPayload(path string) ([]byte, error) {
-	if path == "-" {
-		return io.ReadAll(os.Stdin)
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("reading the payload: %w", err)
-	}
-	return b, nil
-}
-
-func printJSON(out io.Writer, v any, err error) error {
-	if err != nil {
-		return err
-	}
-	enc := json.NewEncoder(out)
-	enc.SetIndent("", "  ")
-	enc.SetEscapeHTML(false)
-	return enc.Encode(v)
-}
-
-func fmtMs(ms int64) string {
-	if ms == 0 {
-		return "-"
-	}
-	return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z")
-}
-
-// printRoutes prints GET /v1/routes as a table.
-func printRoutes(out io.Writer, rs admin.RoutesResponse) error {
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "ROUTE\tREADY\tINGRESS\tSTATE\tLAG\tPARTITIONS\tREBUILDS\tEGRESS\tREACHABLE\tDETAIL\n")
-	for _, r := range rs.Routes {
-		parts := make([]string, len(r.Ingress.Partitions))
-		for i, p := range r.Ingress.Partitions {
-			parts[i] = fmt.Sprint(p)
-		}
-		lag := "-"
-		if r.Ingress.Lag >= 0 {
-			lag = fmt.Sprint(r.Ingress.Lag)
-		}
-		detail := r.Ingress.Detail
-		if r.Egress.Detail != "" {
-			detail = strings.TrimPrefix(detail+"; ", "; ") + "egress: " + r.Egress.Detail
-		}
-		fmt.Fprintf(tw, "%s\t%t\t%s\t%s\t%s\t%s\t%d\t%s:%s\t%t\t%s\n", r.Name, r.Ready, r.Ingress.Source,
-			r.Ingress.State, lag, strings.Join(parts, ","), r.Ingress.Rebuilds, r.Egress.Broker, r.Egress.Target,
-			r.Egress.Reachable, detail)
-	}
-	return tw.Flush()
-}
-
-func printStats(out io.Writer, st admin.Stats) error {
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "TOTAL\tpending %d\tinflight %d\tdead %d\n", st.Totals.Pending, st.Totals.Inflight, st.Totals.Dead)
-	if st.Instance != "" || len(st.Members) > 0 {
-		fmt.Fprintf(tw, "INSTANCE\t%s\tmembers: %s\n", st.Instance, strings.Join(st.Members, ", "))
-	}
-	if len(st.Routes) > 0 {
-		fmt.Fprintf(tw, "\nROUTE\tPENDING\tINFLIGHT\tDEAD\n")
-		names := make([]string, 0, len(st.Routes))
-		for n := range st.Routes {
-			names = append(names, n)
-		}
-		slices.Sort(names)
-		for _, n := range names {
-			c := st.Routes[n]
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\n", n, c.Pending, c.Inflight, c.Dead)
-		}
-	}
-	fmt.Fprintf(tw, "\nSHARD\tPENDING\tINFLIGHT\tDEAD\tNEXT DUE (UTC)\tOWNER\n")
-	for _, s := range st.Shards {
-		owner := s.Owner
-		if owner == "" {
-			owner = "-"
-		}
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%s\t%s\n", s.Shard, s.Pending, s.Inflight, s.Dead, fmtMs(s.NextDue), owner)
-	}
-	return tw.Flush()
 }

@@ -26,6 +26,7 @@ type ctlBackend struct {
 	resched             map[string]admin.When
 	deadLim             int
 	notReady            error
+	calls               []string // cancel and purge calls made
 }
 
 func (b *ctlBackend) Schedule(_ context.Context, r admin.ScheduleRequest) (admin.Scheduled, error) {
@@ -47,6 +48,9 @@ func (b *ctlBackend) Get(_ context.Context, id string) (admin.Message, error) {
 }
 
 func (b *ctlBackend) Cancel(_ context.Context, id string) (string, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.calls = append(b.calls, "cancel "+id)
 	if id != "m1" {
 		return "", fmt.Errorf("no message %q: %w", id, admin.ErrNotFound)
 	}
@@ -87,7 +91,21 @@ func (b *ctlBackend) RequeueDead(_ context.Context, id string) (admin.Scheduled,
 	return admin.Scheduled{ID: id, DueAt: 1000}, nil
 }
 
-func (b *ctlBackend) PurgeDead(context.Context, admin.Filter) (int64, error) { return 4, nil }
+func (b *ctlBackend) PurgeDead(context.Context, admin.Filter) (int64, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.calls = append(b.calls, "purge")
+	return 4, nil
+}
+
+// called returns the cancel and purge calls made so far and forgets them.
+func (b *ctlBackend) called() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c := b.calls
+	b.calls = nil
+	return c
+}
 
 func (b *ctlBackend) Routes(context.Context) (admin.RoutesResponse, error) {
 	return admin.RoutesResponse{Instance: "pod-a-1", Routes: []admin.RouteStatus{{
@@ -118,6 +136,11 @@ func TestCtl(t *testing.T) {
 		t.Helper()
 		return call(t, append([]string{"ctl", "--addr", url, "--token", "tok"}, args...)...)
 	}
+	// ctlJSON asks for the API's JSON answer (-o json; tables are the default).
+	ctlJSON := func(args ...string) (int, string, string) {
+		t.Helper()
+		return ctl(append(args, "-o", "json")...)
+	}
 	decode := func(out string) map[string]any {
 		t.Helper()
 		var m map[string]any
@@ -127,21 +150,21 @@ func TestCtl(t *testing.T) {
 		return m
 	}
 
-	code, out, errOut := ctl("get", "m1")
+	code, out, errOut := ctlJSON("get", "m1")
 	if code != exitOK || decode(out)["state"] != "pending" || decode(out)["route"] != "orders" {
 		t.Errorf("get: %d %q %q", code, out, errOut)
 	}
-	if code, out, _ := ctl("get", "orders.delay/0/7"); code != exitOK || decode(out)["id"] != "orders.delay/0/7" {
+	if code, out, _ := ctlJSON("get", "orders.delay/0/7"); code != exitOK || decode(out)["id"] != "orders.delay/0/7" {
 		t.Errorf("get slash id: %d %q", code, out)
 	}
 	code, _, errOut = ctl("get", "nope")
 	if code != exitError || !strings.Contains(errOut, "404") || !strings.Contains(errOut, `no message "nope"`) {
 		t.Errorf("get unknown: %d %q", code, errOut)
 	}
-	if code, out, _ := ctl("cancel", "m1"); code != exitOK || decode(out)["prior_state"] != "pending" {
+	if code, out, _ := ctlJSON("cancel", "m1", "--yes"); code != exitOK || decode(out)["prior_state"] != "pending" {
 		t.Errorf("cancel: %d %q", code, out)
 	}
-	if code, out, _ := ctl("reschedule", "m1", "--delay", "1m30s"); code != exitOK || decode(out)["due_at"] != float64(91000) {
+	if code, out, _ := ctlJSON("reschedule", "m1", "--delay", "1m30s"); code != exitOK || decode(out)["due_at"] != float64(91000) {
 		t.Errorf("reschedule: %d %q", code, out)
 	}
 	if code, _, _ := ctl("reschedule", "m1", "--at", "2030-01-02T03:04:05Z"); code != exitOK ||
@@ -163,7 +186,7 @@ func TestCtl(t *testing.T) {
 	if err := os.WriteFile(pf, []byte{0, 1, 2, 0xff}, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	code, out, errOut = ctl("schedule", "--route", "orders", "--delay", "5s", "--payload-file", pf, "--key", "k1",
+	code, out, errOut = ctlJSON("schedule", "--route", "orders", "--delay", "5s", "--payload-file", pf, "--key", "k1",
 		"--id", "x1", "--header", "traceparent=00-abc", "--header", "a=b=c")
 	if code != exitOK || decode(out)["id"] != "x1" || decode(out)["due_at"] != float64(6000) {
 		t.Fatalf("schedule: %d %q %q", code, out, errOut)
@@ -185,7 +208,7 @@ func TestCtl(t *testing.T) {
 	}
 
 	code, out, _ = ctl("stats")
-	for _, want := range []string{"TOTAL", "pending 12", "inflight 3", "ROUTE", "orders", "SHARD", "pod-a-1", "2023-11-14T22:13:20.000Z", "members: pod-a-1, pod-b-1"} {
+	for _, want := range []string{"TOTAL", "pending 12", "inflight 3", "ROUTE", "orders", "SHARD", "pod-a-1", when(1_700_000_000_000), "members: pod-a-1, pod-b-1"} {
 		if code != exitOK || !strings.Contains(out, want) {
 			t.Errorf("stats table lacks %q (exit %d):\n%s", want, code, out)
 		}
@@ -205,19 +228,19 @@ func TestCtl(t *testing.T) {
 		t.Errorf("routes --json: %d %q", code, out)
 	}
 
-	if code, out, _ := ctl("dead", "--limit", "5"); code != exitOK || decode(out)["count"] != float64(1) || b.deadLim != 5 {
+	if code, out, _ := ctlJSON("dead", "--limit", "5"); code != exitOK || decode(out)["count"] != float64(1) || b.deadLim != 5 {
 		t.Errorf("dead: %d %q limit %d", code, out, b.deadLim)
 	}
 	if code, _, _ := ctl("dead", "--limit", "0"); code != exitUsage {
 		t.Errorf("dead --limit 0: %d", code)
 	}
-	if code, out, _ := ctl("requeue", "d1"); code != exitOK || decode(out)["id"] != "d1" {
+	if code, out, _ := ctlJSON("requeue", "d1"); code != exitOK || decode(out)["id"] != "d1" {
 		t.Errorf("requeue: %d %q", code, out)
 	}
 	if code, _, _ := ctl("requeue", "zz"); code != exitError {
 		t.Errorf("requeue unknown: %d", code)
 	}
-	if code, out, _ := ctl("purge-dead"); code != exitOK || decode(out)["purged"] != float64(4) {
+	if code, out, _ := ctlJSON("purge-dead", "--yes"); code != exitOK || decode(out)["purged"] != float64(4) {
 		t.Errorf("purge-dead: %d %q", code, out)
 	}
 	if code, out, _ := ctl("ready"); code != exitOK || out != "ready\n" {
@@ -240,7 +263,7 @@ func TestCtl(t *testing.T) {
 	if code, _, _ := ctl("get"); code != exitUsage {
 		t.Errorf("get without id: %d", code)
 	}
-	if code, out, _ := ctl("get", "--help"); code != exitOK || !strings.Contains(out, "Usage: bridge ctl get ID") {
+	if code, out, _ := ctl("get", "--help"); code != exitOK || !strings.Contains(out, "bridge ctl get ID") {
 		t.Errorf("get --help: %d %q", code, out)
 	}
 

@@ -5,12 +5,15 @@
 //	bridge ctl [--addr URL] [--token T] COMMAND      client of the admin API
 //	bridge check-config -c bridge.yaml               validate and print the configuration
 //	bridge version
+//	bridge completion bash|zsh|fish|powershell       shell completion script
 //
 // Exit codes: 0 success, 1 runtime error (including an invalid configuration), 2 usage
 // error.
 //
-// Subcommands register themselves from their own files (see register), so adding one
-// touches no other file.
+// The command tree is github.com/spf13/cobra's: each subcommand's file adds itself to
+// subcommands from an init function, so adding one touches no other file. `bridge dev`
+// (cmd/bridge/internal/dev, which links an embedded Kafka and Redis) is left out of a
+// binary built with -tags nodev; `bridge run` never reaches it either way.
 package main
 
 import (
@@ -19,9 +22,8 @@ import (
 	"io"
 	"os"
 	"slices"
-	"strings"
 
-	"github.com/spf13/pflag"
+	"github.com/spf13/cobra"
 )
 
 // Exit codes.
@@ -31,124 +33,160 @@ const (
 	exitUsage = 2
 )
 
-// command is one subcommand. run gets the arguments after the subcommand's name and
-// returns the exit code; it writes results to stdout and diagnostics to stderr.
-type command struct {
-	name    string
-	summary string
-	run     func(args []string, stdout, stderr io.Writer) int
-}
+// subcommands build the subcommands; each file appends its own from init (see
+// addCommand). The usage text lists them in the order of order, others after.
+var subcommands []func(env *cliEnv) *cobra.Command
 
-var commands = map[string]command{}
-
-// register adds a subcommand; call it from an init function in the subcommand's file:
-//
-//	func init() { register("dev", "run a self-contained try-out", runDev) }
-func register(name, summary string, run func(args []string, stdout, stderr io.Writer) int) {
-	if _, dup := commands[name]; dup {
-		panic("bridge: subcommand registered twice: " + name)
-	}
-	commands[name] = command{name: name, summary: summary, run: run}
-}
-
-// order lists the well-known subcommands first in the usage text; others follow sorted.
 var order = []string{"run", "dev", "ctl", "check-config", "version"}
 
+func rank(name string) int {
+	if i := slices.Index(order, name); i >= 0 {
+		return i
+	}
+	return len(order)
+}
+
+// addCommand registers a subcommand constructor; call it from an init function.
+func addCommand(build func(env *cliEnv) *cobra.Command) { subcommands = append(subcommands, build) }
+
+// cliEnv is what commands read and write besides their flags; tests replace its parts.
+type cliEnv struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	// terminal reports whether stdin is a terminal a person can answer a prompt on.
+	terminal func() bool
+}
+
 func main() {
-	os.Exit(dispatch(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(execute(os.Args[1:], &cliEnv{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, terminal: stdinIsTerminal}))
 }
 
-func dispatch(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		usage(stderr)
-		return exitUsage
-	}
-	switch args[0] {
-	case "-h", "--help", "help":
-		if len(args) > 1 {
-			if c, ok := commands[args[1]]; ok {
-				return c.run([]string{"--help"}, stdout, stderr)
-			}
-		}
-		usage(stdout)
-		return exitOK
-	case "-v", "--version":
-		args = []string{"version"}
-	}
-	c, ok := commands[args[0]]
-	if !ok {
-		fmt.Fprintf(stderr, "bridge: unknown command %q\n\n", args[0])
-		usage(stderr)
-		return exitUsage
-	}
-	return c.run(args[1:], stdout, stderr)
+// usageError is a usage error (exit 2): the message is printed with the command's usage.
+type usageError struct {
+	cmd *cobra.Command
+	msg string
 }
 
-func usage(w io.Writer) {
-	fmt.Fprintf(w, "delay-bridge: arbitrary per-message delays for Kafka and RabbitMQ.\n\n")
-	fmt.Fprintf(w, "Usage: bridge COMMAND [ARGS]\n\nCommands:\n")
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
-	}
-	slices.SortFunc(names, func(a, b string) int {
-		ia, ib := slices.Index(order, a), slices.Index(order, b)
-		switch {
-		case ia >= 0 && ib >= 0:
-			return ia - ib
-		case ia >= 0:
-			return -1
-		case ib >= 0:
-			return 1
-		}
-		return strings.Compare(a, b)
-	})
-	for _, n := range names {
-		fmt.Fprintf(w, "  %-14s %s\n", n, commands[n].summary)
-	}
-	fmt.Fprintf(w, "\nRun 'bridge COMMAND --help' for a command's flags.\n")
+func (e *usageError) Error() string { return e.msg }
+
+func usageErrorf(cmd *cobra.Command, format string, args ...any) error {
+	return &usageError{cmd: cmd, msg: fmt.Sprintf(format, args...)}
 }
 
-// newFlags returns a flag set for a subcommand whose --help prints synopsis, the
-// description and the flags.
-func newFlags(name, synopsis, description string) *pflag.FlagSet {
-	fs := pflag.NewFlagSet("bridge "+name, pflag.ContinueOnError)
-	fs.SortFlags = false
-	fs.Usage = func() {
-		w := fs.Output()
-		fmt.Fprintf(w, "Usage: bridge %s %s\n\n%s\n", name, synopsis, strings.TrimSpace(description))
-		if fs.HasAvailableFlags() {
-			fmt.Fprintf(w, "\nFlags:\n%s", fs.FlagUsages())
-		}
-	}
-	return fs
-}
+// exitError carries an exit code for an error already reported (exit 1 after printing
+// the configuration problems, say).
+type exitCodeError struct{ code int }
 
-// parseFlags parses args. It returns ok=false with the exit code when the command must
-// stop: 0 after --help (usage on stdout), 2 on a usage error (message and usage on
-// stderr).
-func parseFlags(fs *pflag.FlagSet, args []string, stdout, stderr io.Writer) (code int, ok bool) {
-	fs.SetOutput(io.Discard)
-	err := fs.Parse(args)
+func (e *exitCodeError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// execute runs the command line args and returns the exit code.
+func execute(args []string, env *cliEnv) int {
+	root := newRoot(env)
+	root.SetArgs(args)
+	cmd, err := root.ExecuteC()
+	var ue *usageError
+	var ce *exitCodeError
 	switch {
 	case err == nil:
-		return 0, true
-	case errors.Is(err, pflag.ErrHelp):
-		fs.SetOutput(stdout)
-		fs.Usage()
-		return exitOK, false
+		return exitOK
+	case errors.As(err, &ce):
+		return ce.code
+	case errors.As(err, &ue):
+		if ue.cmd != nil {
+			cmd = ue.cmd
+		}
+		fmt.Fprintf(env.stderr, "%s: %s\n\n", cmd.CommandPath(), ue.msg)
+		cmd.SetOut(env.stderr)
+		_ = cmd.Usage()
+		return exitUsage
 	default:
-		return usageError(fs, stderr, "%v", err), false
+		fmt.Fprintf(env.stderr, "%s: %v\n", cmd.CommandPath(), err)
+		return exitError
 	}
 }
 
-// usageError prints a usage error and the command's usage, and returns exitUsage.
-func usageError(fs *pflag.FlagSet, stderr io.Writer, format string, args ...any) int {
-	fmt.Fprintf(stderr, "%s: %s\n\n", fs.Name(), fmt.Sprintf(format, args...))
-	fs.SetOutput(stderr)
-	fs.Usage()
-	return exitUsage
+const rootLong = `delay-bridge: arbitrary per-message delays for Kafka and RabbitMQ.
+
+Messages with an x-delay (or x-deliver-at) header on a route's delay topic or queue are
+parked in Redis and published to the route's target at their due time.`
+
+func newRoot(env *cliEnv) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "bridge",
+		Short:         "arbitrary per-message delays for Kafka and RabbitMQ",
+		Long:          rootLong,
+		Version:       buildVersion(),
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		Args:          noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return usageErrorf(cmd, "missing command")
+		},
+	}
+	root.SetVersionTemplate(versionText())
+	root.SetIn(env.stdin)
+	root.SetOut(env.stdout)
+	root.SetErr(env.stderr)
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return &usageError{cmd: cmd, msg: err.Error()} })
+	cobra.EnableCommandSorting = false
+	cmds := make([]*cobra.Command, 0, len(subcommands))
+	for _, build := range subcommands {
+		cmds = append(cmds, build(env))
+	}
+	slices.SortStableFunc(cmds, func(a, b *cobra.Command) int { return rank(a.Name()) - rank(b.Name()) })
+	root.AddCommand(cmds...)
+	// cobra's `completion bash|zsh|fish|powershell`; without a known shell, a usage error.
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		if c.Name() == "completion" {
+			c.Args = noArgs
+			c.RunE = func(cmd *cobra.Command, _ []string) error {
+				return usageErrorf(cmd, "missing shell: bash, zsh, fish or powershell")
+			}
+		}
+	}
+	return root
+}
+
+// noArgs refuses any positional argument as a usage error; on a command with
+// subcommands the argument is an unknown subcommand.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	if cmd.HasSubCommands() {
+		msg := fmt.Sprintf("unknown command %q", args[0])
+		cmd.SuggestionsMinimumDistance = 2
+		if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+			msg += fmt.Sprintf(" (did you mean %q?)", s[0])
+		}
+		return usageErrorf(cmd, "%s", msg)
+	}
+	return usageErrorf(cmd, "unexpected argument %q", args[0])
+}
+
+// exactArgs wants n positional arguments (named in the command's Use line).
+func exactArgs(n int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usageErrorf(cmd, "want %d argument(s), got %d", n, len(args))
+		}
+		return nil
+	}
+}
+
+// unsorted keeps a command's flags in the order they were defined.
+func unsorted(cmd *cobra.Command) *cobra.Command {
+	cmd.Flags().SortFlags = false
+	cmd.PersistentFlags().SortFlags = false
+	return cmd
 }
 
 // environ is the environment configuration is loaded from; tests replace it.
 var environ = os.Environ
+
+// stdinIsTerminal reports whether standard input is a character device (a terminal).
+func stdinIsTerminal() bool {
+	fi, err := os.Stdin.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}

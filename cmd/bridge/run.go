@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/spf13/cobra"
+
 	"github.com/delaybridge/delay-bridge/admin"
 	"github.com/delaybridge/delay-bridge/config"
 	"github.com/delaybridge/delay-bridge/ingress"
@@ -20,31 +22,41 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/metrics"
 )
 
-func init() {
-	register("run", "run the bridge service", runRun)
-}
+func init() { addCommand(newRunCmd) }
 
-const runHelp = `
-Run the bridge: consume the routes' delay sources, park messages in Redis, fire them at
+const runHelp = `Run the bridge: consume the routes' delay sources, park messages in Redis, fire them at
 their due time and publish them to the targets; serve the admin API, /metrics, /healthz
 and /readyz on admin.listen (set it to "" to disable). Configuration: defaults < YAML
 file < DELAYBRIDGE_* environment (levels separated by "__", e.g.
 DELAYBRIDGE_REDIS__ADDRS=a:6379,b:6379) < --set flags. SIGINT or SIGTERM shuts down
 gracefully; a second signal exits at once.`
 
-func runRun(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("run", "[-c FILE] [--set key=value]...", runHelp)
-	cf := addConfigFlags(fs)
-	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
-		return code
+func newRunCmd(env *cliEnv) *cobra.Command {
+	cmd := unsorted(&cobra.Command{
+		Use:   "run [-c FILE] [--set key=value]...",
+		Short: "run the bridge service",
+		Long:  runHelp,
+	})
+	cf := addConfigFlags(cmd.Flags())
+	configFileCompletion(cmd)
+	cmd.Args = func(cmd *cobra.Command, args []string) error {
+		if len(args) > 0 {
+			return usageErrorf(cmd, "unexpected argument %q (the configuration file goes after -c)", args[0])
+		}
+		return nil
 	}
-	if fs.NArg() > 0 {
-		return usageError(fs, stderr, "unexpected argument %q (the configuration file goes after -c)", fs.Arg(0))
+	cmd.RunE = func(*cobra.Command, []string) error {
+		return runService(cf, env.stderr)
 	}
+	return cmd
+}
+
+// runService is `bridge run` after its flags are parsed.
+func runService(cf configFlags, stderr io.Writer) error {
 	cfg, err := cf.load()
 	if err != nil {
 		printConfigErrors(stderr, "run", err)
-		return exitError
+		return &exitCodeError{exitError}
 	}
 	logger := newLogger(cfg.Log, stderr)
 	app.RouteRedisLogs(logger)
@@ -56,9 +68,9 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 
 	if err := serve(ctx, cfg, logger); err != nil {
 		logger.Error("bridge stopped with an error", "err", err)
-		return exitError
+		return &exitCodeError{exitError}
 	}
-	return exitOK
+	return nil
 }
 
 // newLogger builds the process logger from log.level and log.format (validated).

@@ -5,14 +5,15 @@ import (
 	"io"
 	"runtime"
 	"runtime/debug"
+	"strings"
+
+	"github.com/spf13/cobra"
 )
 
 // version is set at build time: go build -ldflags "-X main.version=1.2.3".
 var version = "dev"
 
-func init() {
-	register("version", "print the version and the Go version it was built with", runVersion)
-}
+func init() { addCommand(newVersionCmd) }
 
 // buildVersion is version, or the module version when installed with
 // `go install …@vX.Y.Z` and not set by -ldflags.
@@ -51,18 +52,26 @@ func revision() string {
 	return rev
 }
 
-func runVersion(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("version", "", "Print the bridge version, the Go version it was built with, and the commit.")
-	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
-		return code
-	}
-	if fs.NArg() > 0 {
-		return usageError(fs, stderr, "unexpected argument %q", fs.Arg(0))
-	}
-	fmt.Fprintf(stdout, "delay-bridge %s\n", buildVersion())
-	fmt.Fprintf(stdout, "go: %s %s/%s\n", runtime.Version(), runtime.GOOS, runtime.GOARCH)
+// versionText is what `bridge version` and `bridge --version` print.
+func versionText() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "delay-bridge %s\n", buildVersion())
+	fmt.Fprintf(&b, "go: %s %s/%s\n", runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	if rev := revision(); rev != "" {
-		fmt.Fprintf(stdout, "commit: %s\n", rev)
+		fmt.Fprintf(&b, "commit: %s\n", rev)
 	}
-	return exitOK
+	return b.String()
+}
+
+func newVersionCmd(*cliEnv) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "print the version and the Go version it was built with",
+		Long:  "Print the bridge version, the Go version it was built with, and the commit.",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, err := io.WriteString(cmd.OutOrStdout(), versionText())
+			return err
+		},
+	}
 }

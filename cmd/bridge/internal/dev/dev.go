@@ -1,9 +1,9 @@
-// Package devmode is `bridge dev`: the ten-second try-out. In one process it starts an
+// Package dev is `bridge dev`: the ten-second try-out. In one process it starts an
 // embedded Kafka wire-protocol broker (franz-go's kfake), a Redis (a redis-server child
 // when one is on PATH, else the embedded Redis-compatible miniredis, which runs the same
 // Lua scripts), the bridge, and a demo producer/consumer that prints each message's due
 // time and lateness, then a summary.
-package devmode
+package dev
 
 import (
 	"context"
@@ -25,6 +25,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/delaybridge/delay-bridge/config"
+	"github.com/delaybridge/delay-bridge/internal/clock"
 )
 
 // Options configure a dev run.
@@ -74,7 +75,7 @@ func Run(ctx context.Context, o Options) error {
 	defer kc.Close()
 	kaddr := kc.ListenAddrs()[0]
 
-	raddr, stopRedis, how, err := startRedis(o.Embedded)
+	raddr, stopRedis, how, err := startRedis(ctx, o.Embedded)
 	if err != nil {
 		return err
 	}
@@ -168,7 +169,7 @@ func portOr(want int) int {
 
 // startRedis runs redis-server from PATH on a free port in a temp dir, or the embedded
 // miniredis when there is none (or embedded is forced).
-func startRedis(embedded bool) (addr string, stop func(), how string, err error) {
+func startRedis(ctx context.Context, embedded bool) (addr string, stop func(), how string, err error) {
 	if bin, lerr := exec.LookPath("redis-server"); lerr == nil && !embedded {
 		dir, err := os.MkdirTemp("", "delay-bridge-dev-")
 		if err != nil {
@@ -186,18 +187,9 @@ func startRedis(embedded bool) (addr string, stop func(), how string, err error)
 			_ = cmd.Wait()
 			os.RemoveAll(dir)
 		}
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-			if err == nil {
-				c.Close()
-				break
-			}
-			if time.Now().After(deadline) {
-				stop()
-				return "", nil, "", fmt.Errorf("redis-server on %s did not start: %w", addr, err)
-			}
-			time.Sleep(20 * time.Millisecond)
+		if err := awaitListening(ctx, addr, 5*time.Second); err != nil {
+			stop()
+			return "", nil, "", fmt.Errorf("redis-server on %s did not start: %w", addr, err)
 		}
 		return addr, stop, "redis-server " + bin, nil
 	}
@@ -206,6 +198,22 @@ func startRedis(embedded bool) (addr string, stop func(), how string, err error)
 		return "", nil, "", fmt.Errorf("start embedded redis: %w", err)
 	}
 	return m.Addr(), m.Close, "embedded miniredis, no redis-server on PATH", nil
+}
+
+// awaitListening waits until addr accepts a connection, for at most limit.
+func awaitListening(ctx context.Context, addr string, limit time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	var d net.Dialer
+	for {
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			return c.Close()
+		}
+		if serr := clock.Sleep(ctx, clock.Real{}, 20*time.Millisecond); serr != nil {
+			return err
+		}
+	}
 }
 
 // demoDelays are the assorted delays the demo producer cycles through.
