@@ -22,28 +22,67 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
+// served is a bridge running serve in process against real servers.
+type served struct {
+	base string          // http://127.0.0.1:port of its admin API
+	ctx  context.Context // ends at cleanup, which then checks serve returned nil
+}
+
+// startServe loads a configuration from the --set values (plus admin.listen on a free
+// port), runs serve in the background until the test ends, and waits until the admin
+// server answers. At cleanup serve must return nil within 30 s.
+func startServe(t *testing.T, set ...string) *served {
+	t.Helper()
+	port := strconv.Itoa(testkit.FreePort(t))
+	cfg, err := config.Load(config.LoadOptions{Env: []string{}, Set: append(set, "admin.listen=127.0.0.1:"+port)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &served{base: "http://127.0.0.1:" + port, ctx: ctx}
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil))) }()
+	t.Cleanup(func() {
+		http.DefaultClient.CloseIdleConnections()
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("serve = %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("serve did not return after cancel")
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(s.base + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			return s
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("serve returned early: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("admin server not up after 30s: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // TestServeEndToEnd runs the service wiring (config -> bridge -> admin server) against a
 // real redis-server and an in-process Kafka broker, drives it with `bridge ctl`, and
 // checks the message arrives on the target topic and the metrics are exposed.
 func TestServeEndToEnd(t *testing.T) {
 	rds := testkit.StartRedis(t)
 	kaddr, _ := testkit.StartKafka(t, 1, "orders.delay", "orders")
-	port := strconv.Itoa(testkit.FreePort(t))
-	base := "http://127.0.0.1:" + port
-	cfg, err := config.Load(config.LoadOptions{Env: []string{}, Set: []string{
-		"redis.addrs=" + rds.Addr(), "kafka.brokers=" + kaddr, "shards=4",
-		"prefix=" + testkit.Uniq(t, "e2e"), "admin.listen=127.0.0.1:" + port, "admin.token=tok",
-		"routes.0.name=orders", "routes.0.from.kafka.topic=orders.delay", "routes.0.to.kafka.topic=orders",
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	served := make(chan error, 1)
-	go func() { served <- serve(ctx, cfg, logger) }()
-
+	srv := startServe(t, "redis.addrs="+rds.Addr(), "kafka.brokers="+kaddr, "shards=4",
+		"prefix="+testkit.Uniq(t, "e2e"), "admin.token=tok",
+		"routes.0.name=orders", "routes.0.from.kafka.topic=orders.delay", "routes.0.to.kafka.topic=orders")
+	base, ctx := srv.base, srv.ctx
 	ctl := func(args ...string) (int, string, string) {
 		return call(t, append([]string{"ctl", "--addr", base, "--token", "tok", "--timeout", "5s"}, args...)...)
 	}
@@ -56,11 +95,7 @@ func TestServeEndToEnd(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("bridge not ready after 30s: %s", errOut)
 		}
-		select {
-		case err := <-served:
-			t.Fatalf("serve returned early: %v", err)
-		case <-time.After(100 * time.Millisecond):
-		}
+		time.Sleep(100 * time.Millisecond)
 	}
 
 	consumer, err := kgo.NewClient(kgo.SeedBrokers(kaddr), kgo.ConsumeTopics("orders"),
@@ -71,7 +106,7 @@ func TestServeEndToEnd(t *testing.T) {
 	defer consumer.Close()
 
 	code, out, errOut := ctl("schedule", "--route", "orders", "--delay", "300ms", "--id", "e2e-1",
-		"--payload", "hello", "--key", "k", "--header", "traceparent=00-abc")
+		"--payload", "hello", "--key", "k", "--header", "traceparent=00-abc", "-o", "json")
 	if code != exitOK {
 		t.Fatalf("schedule: %d %s %s", code, out, errOut)
 	}
@@ -104,6 +139,25 @@ func TestServeEndToEnd(t *testing.T) {
 		t.Errorf("arrived %d ms before its due time", sched.DueAt-arrived)
 	}
 
+	// The default output is a table: the delivered message, the route, the shards.
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for end := time.Now().Add(20 * time.Second); !cond(); time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatalf("%s: not after 20s", what)
+			}
+		}
+	}
+	waitFor("get e2e-1 shows delivered", func() bool {
+		code, out, _ := ctl("get", "e2e-1")
+		return code == exitOK && strings.Contains(out, "STATE:") && strings.Contains(out, "delivered")
+	})
+	if code, out, _ := ctl("routes"); code != exitOK || !strings.Contains(out, "orders") || !strings.Contains(out, "kafka:orders") {
+		t.Errorf("routes table: %d\n%s", code, out)
+	}
+	if code, out, _ := ctl("stats"); code != exitOK || !strings.Contains(out, "SHARD") || !strings.Contains(out, "TOTAL") {
+		t.Errorf("stats table: %d\n%s", code, out)
+	}
 	if code, out, _ := ctl("stats", "--json"); code != exitOK || !strings.Contains(out, `"shards"`) {
 		t.Errorf("stats: %d %s", code, out)
 	}
@@ -123,17 +177,6 @@ func TestServeEndToEnd(t *testing.T) {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
-	}
-	http.DefaultClient.CloseIdleConnections()
-
-	cancel()
-	select {
-	case err := <-served:
-		if err != nil {
-			t.Errorf("serve = %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("serve did not return after cancel")
 	}
 }
 
@@ -221,33 +264,11 @@ func lateAtLeast(t *testing.T, m *dto.Metric, bound float64) uint64 {
 func TestServeMetricsFromStartAndDeliveryLateness(t *testing.T) {
 	rds := testkit.StartRedis(t)
 	kaddr, _ := testkit.StartKafka(t, 1, "slow.delay", "slow")
-	port := strconv.Itoa(testkit.FreePort(t))
-	base := "http://127.0.0.1:" + port
-	cfg, err := config.Load(config.LoadOptions{Env: []string{}, Set: []string{
-		"redis.addrs=" + rds.Addr(), "kafka.brokers=" + kaddr, "shards=4",
-		"prefix=" + testkit.Uniq(t, "lat"), "admin.listen=127.0.0.1:" + port,
+	srv := startServe(t, "redis.addrs="+rds.Addr(), "kafka.brokers="+kaddr, "shards=4",
+		"prefix="+testkit.Uniq(t, "lat"),
 		"routes.0.name=slow", "routes.0.from.kafka.topic=slow.delay", "routes.0.to.kafka.topic=slow",
-		"routes.0.max_rate=20",
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	served := make(chan error, 1)
-	go func() { served <- serve(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil))) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get(base + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("admin server not up after 30s: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		"routes.0.max_rate=20")
+	base, ctx := srv.base, srv.ctx
 
 	fresh := scrape(t, base)
 	route := map[string]string{"route": "slow"}
@@ -348,15 +369,5 @@ func TestServeMetricsFromStartAndDeliveryLateness(t *testing.T) {
 	}
 	if fire.GetHistogram().GetSampleCount() != n {
 		t.Errorf("fire_lateness_seconds has %d observations, want %d", fire.GetHistogram().GetSampleCount(), n)
-	}
-	http.DefaultClient.CloseIdleConnections()
-	cancel()
-	select {
-	case err := <-served:
-		if err != nil {
-			t.Errorf("serve = %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("serve did not return after cancel")
 	}
 }
