@@ -120,6 +120,7 @@ func (o *ctlOpts) confirm(cmd *cobra.Command, yes bool, question string) error {
 	fmt.Fprintf(o.env.stderr, "%s? [y/N] ", upperFirst(question))
 	line, err := bufio.NewReader(o.env.stdin).ReadString('\n')
 	if err != nil && line == "" {
+		fmt.Fprintln(o.env.stderr, "\nno answer; nothing changed")
 		return &exitCodeError{exitError}
 	}
 	switch strings.ToLower(strings.TrimSpace(line)) {

@@ -260,8 +260,11 @@ func TestCtl(t *testing.T) {
 	if code, _, _ := ctl("explode"); code != exitUsage {
 		t.Errorf("unknown ctl command: %d", code)
 	}
-	if code, _, _ := ctl("get"); code != exitUsage {
-		t.Errorf("get without id: %d", code)
+	if code, _, errOut := ctl("get"); code != exitUsage || !strings.Contains(errOut, "bridge ctl get: missing ID") {
+		t.Errorf("get without id: %d %q", code, errOut)
+	}
+	if code, _, errOut := ctl("stats", "extra"); code != exitUsage || !strings.Contains(errOut, `unexpected argument "extra"`) {
+		t.Errorf("stats extra: %d %q", code, errOut)
 	}
 	if code, out, _ := ctl("get", "--help"); code != exitOK || !strings.Contains(out, "bridge ctl get ID") {
 		t.Errorf("get --help: %d %q", code, out)

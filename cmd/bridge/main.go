@@ -22,6 +22,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -168,11 +169,30 @@ func noArgs(cmd *cobra.Command, args []string) error {
 // exactArgs wants n positional arguments (named in the command's Use line).
 func exactArgs(n int) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
-		if len(args) != n {
-			return usageErrorf(cmd, "want %d argument(s), got %d", n, len(args))
+		switch {
+		case len(args) > n:
+			return usageErrorf(cmd, "unexpected argument %q", args[n])
+		case len(args) < n:
+			return usageErrorf(cmd, "missing %s", strings.Join(argNames(cmd, n)[len(args):], " "))
 		}
 		return nil
 	}
+}
+
+// argNames are the first n positional arguments named in cmd's Use line, the leading
+// upper-case words after the name ("get ID" -> ID); unnamed ones are "ARGUMENT".
+func argNames(cmd *cobra.Command, n int) []string {
+	var names []string
+	for _, f := range strings.Fields(cmd.Use)[1:] {
+		if f != strings.ToUpper(f) || strings.ContainsAny(f[:1], "-[(") {
+			break
+		}
+		names = append(names, f)
+	}
+	for len(names) < n {
+		names = append(names, "ARGUMENT")
+	}
+	return names[:n]
 }
 
 // unsorted keeps a command's flags in the order they were defined.
