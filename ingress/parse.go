@@ -87,25 +87,9 @@ func Parse(r Raw, rules Rules) Item {
 		return Item{Env: env, Invalid: label}
 	}
 
-	var delayV, deliverV, targetV any
-	var hasDelay, hasDeliver, hasTarget bool
-	for _, h := range r.Headers {
-		switch h.Key {
-		case envelope.HeaderMessageID:
-			if s, ok := textOf(h.Value); ok && s != "" {
-				env.ID = s
-			}
-		case envelope.HeaderCancel:
-			if s, ok := textOf(h.Value); ok && s != "" {
-				return Item{Env: env, CancelID: s}
-			}
-		case envelope.HeaderDelay:
-			delayV, hasDelay = h.Value, true
-		case envelope.HeaderDeliverAt:
-			deliverV, hasDeliver = h.Value, true
-		case envelope.HeaderDelayTarget:
-			targetV, hasTarget = h.Value, true
-		}
+	h := scanHeaders(env, r.Headers)
+	if h.cancel != "" {
+		return Item{Env: env, CancelID: h.cancel}
 	}
 	if env.ID == "" || len(env.ID) > MaxIDBytes || !utf8.ValidString(env.ID) {
 		if len(env.ID) > MaxIDBytes {
@@ -119,49 +103,90 @@ func Parse(r Raw, rules Rules) Item {
 	if rules.MaxPayloadBytes > 0 && len(r.Payload) > rules.MaxPayloadBytes {
 		return invalid(InvalidPayloadTooLarge, "payload is %d bytes, limit %d", len(r.Payload), rules.MaxPayloadBytes)
 	}
-	if hasTarget {
-		t, ok := textOf(targetV)
+	if h.hasTarget {
+		t, ok := textOf(h.target)
 		if !ok || !allowed(t, rules.AllowTargets) {
-			return invalid(InvalidTargetNotAllowed, "x-delay-target %v is not in the route's allow_targets", targetV)
+			return invalid(InvalidTargetNotAllowed, "x-delay-target %v is not in the route's allow_targets", h.target)
 		}
 		env.Target = t
 	}
-	maxDelayMs := rules.MaxDelay.Milliseconds()
-	now := recv.UnixMilli()
-	switch {
-	case hasDeliver:
-		at, err := deliverAtOf(deliverV)
-		if errors.Is(err, errOutOfRange) {
-			return invalid(InvalidDelayOutOfRange, "x-deliver-at %v is out of range", deliverV)
-		}
-		if err != nil {
-			return invalid(InvalidBadDeliverAt, "x-deliver-at %v: %v", deliverV, err)
-		}
-		if maxDelayMs > 0 && at-now > maxDelayMs {
-			return invalid(InvalidDelayOutOfRange, "x-deliver-at is %d ms ahead, limit %d ms", at-now, maxDelayMs)
-		}
-		env.DueAt = at
-	case hasDelay:
-		d, err := delayOf(delayV)
-		if errors.Is(err, errOutOfRange) {
-			return invalid(InvalidDelayOutOfRange, "x-delay %v is out of range", delayV)
-		}
-		if err != nil {
-			return invalid(InvalidBadDelay, "x-delay %v: %v", delayV, err)
-		}
-		if d > 0 && d > math.MaxInt64-base.UnixMilli() {
-			return invalid(InvalidDelayOutOfRange, "x-delay %d ms is out of range", d)
-		}
-		if maxDelayMs > 0 && d > maxDelayMs {
-			return invalid(InvalidDelayOutOfRange, "x-delay %d ms exceeds limit %d ms", d, maxDelayMs)
-		}
-		if d <= 0 {
-			env.DueAt = now
-		} else {
-			env.DueAt = base.UnixMilli() + d
+	due, label, reason := h.due(base, recv.UnixMilli(), rules.MaxDelay.Milliseconds())
+	if label != "" {
+		return invalid(label, "%s", reason)
+	}
+	env.DueAt = due
+	return Item{Env: env}
+}
+
+// delayHeaders are the headers Parse acts on, as found on a record.
+type delayHeaders struct {
+	cancel                            string // x-delay-cancel (non-empty text)
+	delay, deliverAt, target          any
+	hasDelay, hasDeliverAt, hasTarget bool
+}
+
+// scanHeaders reads the delay headers and sets env.ID from x-message-id. It stops at a
+// cancel header: the rest of a cancel record is not read.
+func scanHeaders(env *envelope.Envelope, headers []envelope.Header) delayHeaders {
+	var h delayHeaders
+	for _, hd := range headers {
+		switch hd.Key {
+		case envelope.HeaderMessageID:
+			if s, ok := textOf(hd.Value); ok && s != "" {
+				env.ID = s
+			}
+		case envelope.HeaderCancel:
+			if s, ok := textOf(hd.Value); ok && s != "" {
+				h.cancel = s
+				return h
+			}
+		case envelope.HeaderDelay:
+			h.delay, h.hasDelay = hd.Value, true
+		case envelope.HeaderDeliverAt:
+			h.deliverAt, h.hasDeliverAt = hd.Value, true
+		case envelope.HeaderDelayTarget:
+			h.target, h.hasTarget = hd.Value, true
 		}
 	}
-	return Item{Env: env}
+	return h
+}
+
+// due is the due time (unix ms) the headers ask for: x-deliver-at wins over x-delay,
+// which counts from base; neither, or a delay ≤ 0, is now. label and reason are set
+// (and due is not) when the headers are invalid.
+func (h delayHeaders) due(base time.Time, now, maxDelayMs int64) (due int64, label, reason string) {
+	switch {
+	case h.hasDeliverAt:
+		at, err := deliverAtOf(h.deliverAt)
+		if errors.Is(err, errOutOfRange) {
+			return 0, InvalidDelayOutOfRange, fmt.Sprintf("x-deliver-at %v is out of range", h.deliverAt)
+		}
+		if err != nil {
+			return 0, InvalidBadDeliverAt, fmt.Sprintf("x-deliver-at %v: %v", h.deliverAt, err)
+		}
+		if maxDelayMs > 0 && at-now > maxDelayMs {
+			return 0, InvalidDelayOutOfRange, fmt.Sprintf("x-deliver-at is %d ms ahead, limit %d ms", at-now, maxDelayMs)
+		}
+		return at, "", ""
+	case h.hasDelay:
+		d, err := delayOf(h.delay)
+		if errors.Is(err, errOutOfRange) {
+			return 0, InvalidDelayOutOfRange, fmt.Sprintf("x-delay %v is out of range", h.delay)
+		}
+		if err != nil {
+			return 0, InvalidBadDelay, fmt.Sprintf("x-delay %v: %v", h.delay, err)
+		}
+		if d > 0 && d > math.MaxInt64-base.UnixMilli() {
+			return 0, InvalidDelayOutOfRange, fmt.Sprintf("x-delay %d ms is out of range", d)
+		}
+		if maxDelayMs > 0 && d > maxDelayMs {
+			return 0, InvalidDelayOutOfRange, fmt.Sprintf("x-delay %d ms exceeds limit %d ms", d, maxDelayMs)
+		}
+		if d > 0 {
+			return base.UnixMilli() + d, "", ""
+		}
+	}
+	return now, "", ""
 }
 
 func allowed(t string, list []string) bool {

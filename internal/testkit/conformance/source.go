@@ -176,14 +176,59 @@ func ids(items []ingress.Item) []string {
 	return out
 }
 
+// sent is one record sourceDelivers produced.
+type sent struct {
+	key, payload []byte
+	headers      map[string]string
+}
+
+// checkDelivered checks item i against the record w produced for it, received between
+// before and after.
+func checkDelivered(t *testing.T, h SourceHarness, f SourceFixture, i int, it ingress.Item, w sent, before, after time.Time) {
+	t.Helper()
+	if it.CancelID != "" || it.Invalid != "" || it.Env == nil {
+		t.Fatalf("item %d: want a message to park, got %+v", i, it)
+	}
+	e := it.Env
+	if e.ID != w.headers[envelope.HeaderMessageID] {
+		t.Errorf("item %d: id %q, want %q (order must be kept)", i, e.ID, w.headers[envelope.HeaderMessageID])
+	}
+	if !bytes.Equal(e.Payload, w.payload) {
+		t.Errorf("item %d: payload %q, want %q", i, e.Payload, w.payload)
+	}
+	if h.Keys && !bytes.Equal(e.Key, w.key) {
+		t.Errorf("item %d: key %q, want %q", i, e.Key, w.key)
+	}
+	if e.Source != f.Source || e.SourceBroker != h.Broker {
+		t.Errorf("item %d: source %s/%s, want %s/%s", i, e.SourceBroker, e.Source, h.Broker, f.Source)
+	}
+	for k, v := range w.headers {
+		got, ok := e.Header(k)
+		if !ok {
+			t.Errorf("item %d: header %s missing", i, k)
+			continue
+		}
+		if s, ok := hdrText(got); !ok || s != v {
+			t.Errorf("item %d: header %s = %#v, want %q", i, k, got, v)
+		}
+	}
+	// x-delay counts from the record's base time, which lies between before
+	// producing and receiving.
+	if e.DueAt < before.UnixMilli()-5000+60000 || e.DueAt > after.UnixMilli()+60000 {
+		t.Errorf("item %d: due %d not 60 s after a time in [%d, %d]", i, e.DueAt, before.UnixMilli(), after.UnixMilli())
+	}
+	if e.ReceivedAt < before.UnixMilli()-1000 || e.ReceivedAt > after.UnixMilli()+1000 {
+		t.Errorf("item %d: received_at %d outside the run [%d, %d]", i, e.ReceivedAt, before.UnixMilli(), after.UnixMilli())
+	}
+	if e.Route == "" {
+		t.Errorf("item %d: Env.Route is empty", i)
+	}
+}
+
 func sourceDelivers(t *testing.T, h SourceHarness) {
 	f := h.Fresh(t)
 	p := uniq(t)
 	const n = 20
-	type sent struct {
-		key, payload []byte
-		headers      map[string]string
-	}
 	var want []sent
 	for i := 0; i < n; i++ {
 		s := sent{
@@ -215,44 +260,7 @@ func sourceDelivers(t *testing.T, h SourceHarness) {
 		t.Fatalf("got %d items, want %d (duplicates without a failure?): %v", len(acked), n+1, ids(acked))
 	}
 	for i, it := range acked[:n] {
-		w := want[i]
-		if it.CancelID != "" || it.Invalid != "" || it.Env == nil {
-			t.Fatalf("item %d: want a message to park, got %+v", i, it)
-		}
-		e := it.Env
-		if e.ID != w.headers[envelope.HeaderMessageID] {
-			t.Errorf("item %d: id %q, want %q (order must be kept)", i, e.ID, w.headers[envelope.HeaderMessageID])
-		}
-		if !bytes.Equal(e.Payload, w.payload) {
-			t.Errorf("item %d: payload %q, want %q", i, e.Payload, w.payload)
-		}
-		if h.Keys && !bytes.Equal(e.Key, w.key) {
-			t.Errorf("item %d: key %q, want %q", i, e.Key, w.key)
-		}
-		if e.Source != f.Source || e.SourceBroker != h.Broker {
-			t.Errorf("item %d: source %s/%s, want %s/%s", i, e.SourceBroker, e.Source, h.Broker, f.Source)
-		}
-		for k, v := range w.headers {
-			got, ok := e.Header(k)
-			if !ok {
-				t.Errorf("item %d: header %s missing", i, k)
-				continue
-			}
-			if s, ok := hdrText(got); !ok || s != v {
-				t.Errorf("item %d: header %s = %#v, want %q", i, k, got, v)
-			}
-		}
-		// x-delay counts from the record's base time, which lies between before
-		// producing and receiving.
-		if e.DueAt < before.UnixMilli()-5000+60000 || e.DueAt > after.UnixMilli()+60000 {
-			t.Errorf("item %d: due %d not 60 s after a time in [%d, %d]", i, e.DueAt, before.UnixMilli(), after.UnixMilli())
-		}
-		if e.ReceivedAt < before.UnixMilli()-1000 || e.ReceivedAt > after.UnixMilli()+1000 {
-			t.Errorf("item %d: received_at %d outside the run [%d, %d]", i, e.ReceivedAt, before.UnixMilli(), after.UnixMilli())
-		}
-		if e.Route == "" {
-			t.Errorf("item %d: Env.Route is empty", i)
-		}
+		checkDelivered(t, h, f, i, it, want[i], before, after)
 	}
 	last := acked[n]
 	if last.Env == nil || last.Env.ID == "" || last.Invalid != "" || string(last.Env.Payload) != "no id" {
