@@ -196,3 +196,40 @@ func TestListenDeliversInOrder(t *testing.T) {
 		t.Fatal("Listen left its subscription")
 	}
 }
+
+// Every operation name reaches the injection: each call below fails with the injected
+// error, and is counted under its name.
+func TestEveryOpCanFail(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := context.Background()
+	e := []*envelope.Envelope{env("a", t0)}
+	calls := map[string]func() error{
+		memstore.OpPark:         func() error { _, _, err := s.ParkEach(ctx, e); return err },
+		memstore.OpBury:         func() error { _, err := s.Bury(ctx, e, t0); return err },
+		memstore.OpClaim:        func() error { _, _, err := s.Claim(ctx, 0, "i1", 1, t0, t0, 1); return err },
+		memstore.OpAck:          func() error { return s.AckMany(ctx, []string{"a"}, t0) },
+		memstore.OpRetry:        func() error { return s.Retry(ctx, 0, []store.RetryItem{{Env: e[0]}}, t0) },
+		memstore.OpRecover:      func() error { _, _, err := s.RecoverAll(ctx, 0, t0, 1); return err },
+		memstore.OpCancel:       func() error { _, _, err := s.Cancel(ctx, "a", t0, store.CancelOptions{}); return err },
+		memstore.OpReschedule:   func() error { _, err := s.Reschedule(ctx, "a", t0); return err },
+		memstore.OpGet:          func() error { _, _, _, err := s.Get(ctx, "a"); return err },
+		memstore.OpPurgeDead:    func() error { _, err := s.PurgeDead(ctx); return err },
+		memstore.OpStats:        func() error { _, err := s.ShardStats(ctx); return err },
+		memstore.OpLeaseAcquire: func() error { _, err := s.AcquireLeases(ctx, []int{0}, "i1", time.Second); return err },
+		memstore.OpLeaseRenew:   func() error { _, err := s.RenewLeases(ctx, "i1", nil, time.Second); return err },
+		memstore.OpLeaseRelease: func() error { return s.ReleaseLease(ctx, 0, "i1", 1) },
+		memstore.OpHeartbeat:    func() error { return s.Heartbeat(ctx, "i1", t0) },
+		memstore.OpMembers:      func() error { _, err := s.LiveMembers(ctx, t0, time.Second); return err },
+		memstore.OpLeave:        func() error { return s.Leave(ctx, "i1") },
+		memstore.OpPublish:      func() error { return s.PublishCancel(ctx, "a") },
+	}
+	for op, call := range calls {
+		s.FailNext(op, 1, nil)
+		if err := call(); !errors.Is(err, memstore.ErrInjected) {
+			t.Errorf("%s with an injected failure = %v", op, err)
+		}
+		if s.Calls(op) != 1 {
+			t.Errorf("%s counted %d calls, want 1", op, s.Calls(op))
+		}
+	}
+}

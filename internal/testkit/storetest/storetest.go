@@ -99,6 +99,11 @@ type testCase struct {
 var cases []testCase
 
 func register(name string, run func(t *testing.T, newSubject func(Config) Subject)) {
+	for _, c := range cases {
+		if c.name == name {
+			panic("storetest: case " + name + " registered twice")
+		}
+	}
 	cases = append(cases, testCase{name, run})
 }
 
