@@ -54,39 +54,8 @@ import (
 // HeaderDeadReason carries why a message was dead-lettered, on dead-letter copies.
 const HeaderDeadReason = "x-delay-dead-reason"
 
-// Defaults for Options.
-const (
-	DefaultBatchTimeout = time.Millisecond
-	DefaultBatchSize    = 1000
-	DefaultBatchBytes   = 16 << 20
-
-	DefaultAnswerTimeout = 30 * time.Second
-	DefaultProbeInterval = 5 * time.Second
-)
-
 // ErrClosed is returned for messages published after Close.
 var ErrClosed = errors.New("kafka sink closed")
-
-// Options tunes a Sink. Zero values take the defaults.
-type Options struct {
-	Logger *slog.Logger // default slog.Default()
-	// BatchTimeout is how long a partition's batch waits for more messages; default 1ms.
-	BatchTimeout time.Duration
-	// BatchSize is the most messages per partition batch; default 1000.
-	BatchSize int
-	// BatchBytes is the most bytes per partition batch; a single record larger than this
-	// fails permanently. Default 16 MiB (the broker's own message.max.bytes applies too).
-	BatchBytes int64
-	// AnswerTimeout is how long one produce request waits for the broker's answer before
-	// its outcome is unknown; default 30s. Keep it at least the dispatcher's publish
-	// timeout, so a stalled broker is waited for rather than written to again.
-	AnswerTimeout time.Duration
-	// ProbeInterval is the period of the health probe; default 5s. Each probe gives up
-	// after ProbeInterval (at most 10s).
-	ProbeInterval time.Duration
-	// Clock times the probe and the waits between safe retries; default clock.Real.
-	Clock clock.Clock
-}
 
 // Sink publishes to Kafka. It implements egress.Sink and egress.HealthChecker and is
 // safe for concurrent use.
@@ -110,33 +79,17 @@ var (
 )
 
 // New returns a sink for the brokers of cfg. routes maps each route name that targets
-// Kafka to its default topic (to.kafka.topic). It starts the health probe; records are
-// dialed for on the first Publish.
+// Kafka to its default topic (to.kafka.topic). It checks cfg, opts (defaults filled
+// in, then Options.Validate) and routes, errors marked fault.Permanent, and starts the
+// health probe; records are dialed for on the first Publish.
 func New(cfg kafkaconn.Config, routes map[string]string, opts Options) (*Sink, error) {
+	opts = opts.withDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
 	tr, err := kafkaconn.Transport(cfg)
 	if err != nil {
 		return nil, fault.Permanent(fmt.Errorf("egress/kafka: %w", err))
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
-	if opts.BatchTimeout <= 0 {
-		opts.BatchTimeout = DefaultBatchTimeout
-	}
-	if opts.BatchSize <= 0 {
-		opts.BatchSize = DefaultBatchSize
-	}
-	if opts.BatchBytes <= 0 {
-		opts.BatchBytes = DefaultBatchBytes
-	}
-	if opts.AnswerTimeout <= 0 {
-		opts.AnswerTimeout = DefaultAnswerTimeout
-	}
-	if opts.ProbeInterval <= 0 {
-		opts.ProbeInterval = DefaultProbeInterval
-	}
-	if opts.Clock == nil {
-		opts.Clock = clock.Real{}
 	}
 	rt := make(map[string]string, len(routes))
 	for name, topic := range routes {
@@ -168,68 +121,6 @@ func New(cfg kafkaconn.Config, routes map[string]string, opts Options) (*Sink, e
 	s.stopProbe = cancel
 	go s.probe(ctx, cfg, opts.ProbeInterval)
 	return s, nil
-}
-
-// Healthy implements egress.HealthChecker: nil while the brokers answered the latest
-// probe or publish, else what failed.
-func (s *Sink) Healthy() error {
-	if s.closed.Load() {
-		return ErrClosed
-	}
-	return s.health.get()
-}
-
-// probe reads the cluster metadata every interval until ctx ends.
-func (s *Sink) probe(ctx context.Context, cfg kafkaconn.Config, interval time.Duration) {
-	defer close(s.probeDone)
-	wait := min(interval, 10*time.Second)
-	t := s.clk.NewTimer(0)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-		}
-		pctx, cancel := context.WithTimeout(ctx, wait)
-		err := kafkaconn.Ping(pctx, cfg)
-		cancel()
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			err = fmt.Errorf("kafka brokers unreachable: %w", err)
-		}
-		s.health.report(s.log, err)
-		t.Reset(interval)
-	}
-}
-
-// health is the latest reachability result, logged at info when it changes.
-type health struct {
-	mu    sync.Mutex
-	err   error
-	known bool // a probe or publish has reported
-}
-
-func (h *health) get() error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.err
-}
-
-// report records a probe or publish result; a change of state is logged at info.
-func (h *health) report(log *slog.Logger, err error) {
-	h.mu.Lock()
-	was, first := h.err, !h.known
-	h.err, h.known = err, true
-	h.mu.Unlock()
-	switch {
-	case err != nil && (was == nil || first):
-		log.Info("kafka brokers unreachable", "err", err)
-	case err == nil && was != nil && !first:
-		log.Info("kafka brokers reachable again")
-	}
 }
 
 // Publish implements egress.Sink.
@@ -442,37 +333,6 @@ func (s *Sink) write(ctx context.Context, recs []kafka.Message, slots []int, err
 	}
 }
 
-// byTopic groups the indexes of recs by topic, in order of first appearance.
-func byTopic(recs []kafka.Message) [][]int {
-	var groups [][]int
-	at := map[string]int{}
-	for i := range recs {
-		g, ok := at[recs[i].Topic]
-		if !ok {
-			g = len(groups)
-			at[recs[i].Topic] = g
-			groups = append(groups, nil)
-		}
-		groups[g] = append(groups[g], i)
-	}
-	return groups
-}
-
-// removedIndex finds the record kafka-go left out of remaining (recs minus one record,
-// in order), identifying records by their header slice, which publish allocates per
-// record and which always holds the egress headers.
-func removedIndex(recs, remaining []kafka.Message) int {
-	if len(remaining) != len(recs)-1 {
-		return -1
-	}
-	for i := range remaining {
-		if len(recs[i].Headers) == 0 || len(remaining[i].Headers) == 0 || &recs[i].Headers[0] != &remaining[i].Headers[0] {
-			return i
-		}
-	}
-	return len(recs) - 1
-}
-
 // classify marks a publish error with its internal/fault class: permanent (retrying
 // cannot help), unroutable (no such topic), unknown outcome (the request may still be
 // applied: no answer in time on a connection that may live on, or the broker timed out
@@ -527,45 +387,4 @@ func retrySafe(err error) bool {
 	}
 	var kerr kafka.Error
 	return errors.As(err, &kerr) && kerr.Temporary() && !fault.IsUnknownOutcome(err)
-}
-
-// kafkaHeaders renders typed header values as Kafka record headers. Every value is
-// appended to one buffer (sized from the text values, which dominate) and each header
-// gets a capacity-limited slice of it: two allocations per message instead of one or two
-// per header, on the path every fired message takes.
-func kafkaHeaders(hs []envelope.Header) []kafka.Header {
-	size := 0
-	for _, h := range hs {
-		switch v := h.Value.(type) {
-		case string:
-			size += len(v)
-		case []byte:
-			size += len(v)
-		default:
-			size += 20 // a decimal int64
-		}
-	}
-	buf := make([]byte, 0, size)
-	kh := make([]kafka.Header, len(hs))
-	for j, h := range hs {
-		if h.Value == nil {
-			kh[j] = kafka.Header{Key: h.Key}
-			continue
-		}
-		start := len(buf)
-		buf = egress.AppendHeaderBytes(buf, h.Value)
-		kh[j] = kafka.Header{Key: h.Key, Value: buf[start:len(buf):len(buf)]}
-	}
-	return kh
-}
-
-// kafkaKey is the record key: the message's Kafka key; for a message without one that
-// came from AMQP, its routing key, so messages published with the same routing key keep
-// their order on one partition (the reverse of the AMQP sink, which routes a Kafka
-// message by its key).
-func kafkaKey(env *envelope.Envelope) []byte {
-	if env.Key == nil && env.RoutingKey != "" {
-		return []byte(env.RoutingKey)
-	}
-	return env.Key
 }
