@@ -125,17 +125,11 @@ func (b *Bridge) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	sc := b.cfg.Scheduler
-	sched, err := scheduler.New(scheduler.Options{
-		Store: shardStore, Clock: b.clk, Instance: b.cfg.Instance,
-		Tick: sc.Tick, Lookahead: sc.Lookahead, ClaimBatch: sc.ClaimBatch, InflightLease: sc.InflightLease,
-		LeaseTTL: sc.LeaseTTL, SafetyScan: sc.SafetyScan, MaxInMemory: sc.MaxInMemory,
-		MaxAttempts: b.cfg.Retry.MaxAttempts, BackoffInitial: b.cfg.Retry.Backoff.Initial, BackoffMax: b.cfg.Retry.Backoff.Max,
-		OnDead: b.publishDead, Observer: b.obs, Logger: b.log,
-	})
+	sched, err := b.newScheduler(shardStore)
 	if err != nil {
 		return err
 	}
+	sc := b.cfg.Scheduler
 	disp := egress.NewDispatcher(egress.DispatcherOptions{
 		Routes: routeSinks, Completer: sched, AtMostOnce: b.cfg.Delivery == config.DeliveryAtMostOnce,
 		Owned: sched.Owns, Observer: b.obs, Logger: b.log, Clock: b.clk,
@@ -181,6 +175,18 @@ func (b *Bridge) Run(ctx context.Context) error {
 	b.mu.Unlock()
 	b.log.Info("stopped")
 	return runErr
+}
+
+// newScheduler builds the scheduler from the configuration.
+func (b *Bridge) newScheduler(shardStore *store.Store) (*scheduler.Scheduler, error) {
+	sc := b.cfg.Scheduler
+	return scheduler.New(scheduler.Options{
+		Store: shardStore, Clock: b.clk, Instance: b.cfg.Instance,
+		Tick: sc.Tick, Lookahead: sc.Lookahead, ClaimBatch: sc.ClaimBatch, InflightLease: sc.InflightLease,
+		LeaseTTL: sc.LeaseTTL, SafetyScan: sc.SafetyScan, MaxInMemory: sc.MaxInMemory,
+		MaxAttempts: b.cfg.Retry.MaxAttempts, BackoffInitial: b.cfg.Retry.Backoff.Initial, BackoffMax: b.cfg.Retry.Backoff.Max,
+		OnDead: b.publishDead, Observer: b.obs, Logger: b.log,
+	})
 }
 
 // connectStore waits for Redis (logging while it is down, retrying with the clock's
