@@ -2,9 +2,10 @@ package config
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
+	"maps"
 	"net/url"
-	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -140,21 +141,21 @@ func maskAddr(s string) string {
 
 // validateCredentials checks the keys that may carry credentials. usesAMQP says whether a
 // route or the dead-letter store uses RabbitMQ.
-func (c *Config) validateCredentials(usesAMQP bool, bad func(key, format string, args ...any)) {
+func (c *Config) validateCredentials(usesAMQP bool, p *problems) {
 	for i, a := range c.Redis.Addrs {
 		key := fmt.Sprintf("redis.addrs[%d]", i)
 		switch {
 		case strings.Contains(a, "://"):
-			bad(key, "want host:port without a scheme, got %q (set TLS with redis.tls.enabled, the database with redis.db)", maskURL(a))
+			p.add(key, "want host:port without a scheme, got %q (set TLS with redis.tls.enabled, the database with redis.db)", maskURL(a))
 		case strings.Contains(a, "@"):
-			bad(key, "want host:port without credentials, got %q (set them in redis.username and redis.password)", maskAddr(a))
+			p.add(key, "want host:port without credentials, got %q (set them in redis.username and redis.password)", maskAddr(a))
 		case !strings.Contains(a, ":"):
-			bad(key, "want host:port, got %q", a)
+			p.add(key, "want host:port, got %q", a)
 		}
 	}
 	for i, b := range c.Kafka.Brokers {
 		if strings.Contains(b, "@") {
-			bad(fmt.Sprintf("kafka.brokers[%d]", i), "want host:port without credentials, got %q (set them in kafka.sasl)", maskAddr(b))
+			p.add(fmt.Sprintf("kafka.brokers[%d]", i), "want host:port without credentials, got %q (set them in kafka.sasl)", maskAddr(b))
 		}
 	}
 	u := c.AMQP.URL
@@ -162,15 +163,15 @@ func (c *Config) validateCredentials(usesAMQP bool, bad func(key, format string,
 		return
 	}
 	if !strings.Contains(u, "://") {
-		bad("amqp.url", "must start with amqp:// or amqps:// (value not shown: it may hold a password)")
+		p.add("amqp.url", "must start with amqp:// or amqps:// (value not shown: it may hold a password)")
 		return
 	}
 	if _, err := url.Parse(u); err != nil {
-		bad("amqp.url", "is not a valid URL, got %q (percent-encode reserved characters such as @ : / # ? %% in the user name and password)", maskURL(u))
+		p.add("amqp.url", "is not a valid URL, got %q (percent-encode reserved characters such as @ : / # ? %% in the user name and password)", maskURL(u))
 		return
 	}
 	if usesAMQP && !strings.HasPrefix(u, "amqp://") && !strings.HasPrefix(u, "amqps://") {
-		bad("amqp.url", "must start with amqp:// or amqps://, got %q", maskURL(u))
+		p.add("amqp.url", "must start with amqp:// or amqps://, got %q", maskURL(u))
 	}
 }
 
@@ -196,6 +197,11 @@ func (s secretSet) addValue(key string, v any) {
 		}
 		return
 	case []any:
+		for _, e := range x {
+			s.addValue(key, e)
+		}
+		return
+	case []string: // a default
 		for _, e := range x {
 			s.addValue(key, e)
 		}
@@ -276,7 +282,7 @@ func scrubYAMLError(msg string) string {
 // longer word is left ("pass" in "password"): a secret shown in a message stands apart
 // from the words around it.
 func (s secretSet) scrub(msg string) string {
-	vals := slices.Collect(mapKeys(s))
+	vals := slices.Collect(maps.Keys(s))
 	slices.SortFunc(vals, func(a, b string) int { return cmp.Or(len(b)-len(a), strings.Compare(a, b)) })
 	for _, v := range vals {
 		msg = replaceWord(msg, v)
@@ -312,14 +318,15 @@ func isWordByte(c byte) bool {
 	return c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= 0x80
 }
 
-// scrubErrors masks secrets in every FieldError of errs.
-func (s secretSet) scrubErrors(errs []error) {
+// joinScrubbed masks secrets in every FieldError of errs and joins them.
+func (s secretSet) joinScrubbed(errs []error) error {
 	for _, e := range errs {
 		for _, fe := range FieldErrors(e) {
 			fe.Msg = s.scrub(fe.Msg)
 			fe.Source = s.scrub(fe.Source)
 		}
 	}
+	return errors.Join(errs...)
 }
 
 // ---- output ----------------------------------------------------------------------
@@ -357,12 +364,4 @@ func maskAll(addrs []string) []string {
 		}
 	}
 	return out
-}
-
-// wantOf names what a key of type t takes, for messages that cannot show the value.
-func wantOf(t reflect.Type) string {
-	if deref(t).Kind() == reflect.String {
-		return "a string"
-	}
-	return "a value of type " + deref(t).String()
 }
