@@ -1,6 +1,8 @@
 // Package config holds the bridge configuration (docs/CONTRACT.md §6): defaults, loading
 // (defaults < YAML file < env DELAYBRIDGE_… with "__" between levels < flags) and
-// validation. Every error names the offending key.
+// validation. Every error names the offending key. Layout: load.go (koanf layers, source
+// tracking), decode.go (the mapstructure hook), keys.go (the key space, did-you-mean),
+// validate*.go (one validator per section), secrets.go (masking), marshal.go (output).
 package config
 
 import "time"
