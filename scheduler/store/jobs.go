@@ -28,7 +28,7 @@ import (
 type JobKind string
 
 const (
-	JobCancel      JobKind = "cancel"       // cancel pending / in-flight messages
+	JobCancel      JobKind = "cancel"       // cancel pending, in-flight or dead messages
 	JobReschedule  JobKind = "reschedule"   // new due time: absolute (DueAt) or shifted (ShiftMs)
 	JobRequeueDead JobKind = "requeue_dead" // dead letters back to pending, due when requeued
 	JobPurgeDead   JobKind = "purge_dead"   // delete dead letters
@@ -109,8 +109,8 @@ func (sp *JobSpec) Validate() error {
 		if f.State == "" {
 			f.State = StatePending
 		}
-		if f.State != StatePending && f.State != StateInflight {
-			return fmt.Errorf("%w: a cancel job selects pending or inflight messages, not %q", ErrInvalid, f.State)
+		if f.State != StatePending && f.State != StateInflight && f.State != StateDead {
+			return fmt.Errorf("%w: a cancel job selects pending, inflight or dead messages, not %q", ErrInvalid, f.State)
 		}
 	case JobReschedule:
 		if f.State == "" {

@@ -105,7 +105,7 @@ func TestJobRecordLifecycle(t *testing.T) {
 func TestJobSpecValidate(t *testing.T) {
 	bad := []JobSpec{
 		{Kind: "explode"},
-		{Kind: JobCancel, Filter: JobFilter{State: StateDead}},
+		{Kind: JobCancel, Filter: JobFilter{State: StateDelivered}},
 		{Kind: JobReschedule},
 		{Kind: JobReschedule, DueAt: 5, ShiftMs: 5},
 		{Kind: JobReschedule, DueAt: 5, Filter: JobFilter{State: StateInflight}},
