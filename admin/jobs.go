@@ -154,6 +154,10 @@ type JobPreview struct {
 	Spec   JobSpec `json:"spec"`
 	// Matched is how many messages the job would touch now.
 	Matched int64 `json:"matched"`
+	// Exact is false when counting stopped at the backend's budget for one request
+	// (a route, id or key filter over very many messages): Matched is then a lower
+	// bound; the job itself still goes through every match.
+	Exact bool `json:"exact"`
 	// Sample is the first matching messages (in browse order).
 	Sample []Message `json:"sample"`
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/fault"
 	"github.com/delaybridge/delay-bridge/internal/observe"
 	"github.com/delaybridge/delay-bridge/scheduler"
+	"github.com/delaybridge/delay-bridge/scheduler/jobs"
 	"github.com/delaybridge/delay-bridge/scheduler/store"
 )
 
@@ -50,6 +51,7 @@ type Bridge struct {
 	routes     map[string]egress.RouteSink
 	dlq        map[string]deadLetterPublisher // by broker
 	conns      *connections
+	jobs       *jobs.Runner
 	running    bool
 }
 
@@ -135,14 +137,20 @@ func (b *Bridge) Run(ctx context.Context) error {
 		Owned: sched.Owns, Observer: b.obs, Logger: b.log, Clock: b.clk,
 		PublishTimeout: PublishTimeout(sc.InflightLease, sc.Lookahead),
 	})
+	runner := b.newJobRunner(shardStore, sched)
 	b.mu.Lock()
 	b.shardStore, b.sched, b.sinks, b.sources, b.conns, b.running = shardStore, sched, sinks, sources, conns, true
-	b.routes = routeSinks
+	b.routes, b.jobs = routeSinks, runner
 	b.mu.Unlock()
 
 	schedCtx, stopSched := context.WithCancel(context.WithoutCancel(ctx))
 	schedDone := make(chan error, 1)
 	go func() { schedDone <- sched.Run(schedCtx, disp) }()
+	// Bulk jobs stop with ingress, before the scheduler; one stopped mid-way is resumed
+	// from its cursor by another instance once its heartbeat is stale.
+	jobsCtx, stopJobs := context.WithCancel(schedCtx)
+	jobsDone := make(chan struct{})
+	go func() { defer close(jobsDone); _ = runner.Run(jobsCtx) }()
 
 	ingressCtx, stopIngress := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -165,6 +173,8 @@ func (b *Bridge) Run(ctx context.Context) error {
 	b.log.Info("shutting down: stopping ingress")
 	stopIngress()
 	wg.Wait()
+	stopJobs()
+	<-jobsDone
 	b.log.Info("shutting down: stopping scheduler")
 	stopSched()
 	if err := <-schedDone; err != nil && runErr == nil {

@@ -2,94 +2,262 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/delaybridge/delay-bridge/admin"
+	"github.com/delaybridge/delay-bridge/internal/clock"
+	"github.com/delaybridge/delay-bridge/scheduler/jobs"
 	"github.com/delaybridge/delay-bridge/scheduler/store"
 )
 
-// Browsing and bulk jobs (admin.Backend, docs/CONTRACT.md §6). What the store cannot do
-// yet is refused — a filter it cannot apply with admin.Invalid naming it (400), a whole
-// operation with admin.ErrNotImplemented (501) — so nothing silently succeeds or
-// silently ignores a filter. Still to build in the store: bounded per-shard range reads
-// for browse with a cursor, filtered purges, and jobs with their state in Redis.
+// Browsing and bulk jobs (admin.Backend, docs/CONTRACT.md §6): browse pages come from
+// the store's Browse (bounded reads per shard, merged), jobs are recorded in Redis by
+// the store and run by the jobs.Runner that Run starts with the bridge.
 
-// Browse implements admin.Backend. Today: the first page of the dead letters, unfiltered
-// (the store's ListDead); pending and in-flight browsing is not built yet.
-func (b *Bridge) Browse(ctx context.Context, q admin.Query) (admin.Page, error) {
-	if q.Filter.State != admin.StateDead {
-		return admin.Page{}, fmt.Errorf("%w: browsing %s messages needs the store's range reads, not built yet", admin.ErrNotImplemented, q.Filter.State)
+// previewMaxScan bounds what a dry run over a route, id or key filter examines within
+// one request; beyond it the preview says its count is not exact.
+const previewMaxScan = 200_000
+
+// jobFilter turns an admin filter into the store's, checking the route.
+func (b *Bridge) jobFilter(f admin.Filter) (store.JobFilter, error) {
+	if f.Route != "" {
+		if _, ok := b.rules[f.Route]; !ok {
+			return store.JobFilter{}, admin.Invalid("route", "no route named %q", f.Route)
+		}
 	}
-	if err := unfilteredDead(q.Filter, "filtering dead letters"); err != nil {
-		return admin.Page{}, err
-	}
-	if q.Cursor != "" {
-		return admin.Page{}, admin.Invalid("cursor", "this bridge does not page dead letters yet (it issued no cursor)")
-	}
-	shardStore, _, err := b.parts()
-	if err != nil {
-		return admin.Page{}, err
-	}
-	envs, err := shardStore.ListDead(ctx, q.Limit)
-	if err != nil {
-		return admin.Page{}, storeErr(err)
-	}
-	out := admin.Page{Messages: make([]admin.Message, 0, len(envs))}
-	for _, env := range envs {
-		out.Messages = append(out.Messages, messageOf(env, store.StateDead))
+	out := store.JobFilter{State: store.State(f.State), Route: f.Route, From: f.DueFrom, IDPrefix: f.IDPrefix, KeyPrefix: f.KeyPrefix}
+	if f.DueTo != 0 {
+		out.To = f.DueTo - 1 // admin's due_to is exclusive, the store's range inclusive
+		if out.To < max(out.From, 1) {
+			return store.JobFilter{}, admin.Invalid("due_to", "due_to %d is not after due_from %d", f.DueTo, f.DueFrom)
+		}
 	}
 	return out, nil
 }
 
-// unfilteredDead refuses every filter field but the state, naming the first one set.
-func unfilteredDead(f admin.Filter, what string) error {
-	for _, c := range []struct {
-		field string
-		set   bool
-	}{
-		{"route", f.Route != ""}, {"due_from", f.DueFrom != 0}, {"due_to", f.DueTo != 0},
-		{"id_prefix", f.IDPrefix != ""}, {"key_prefix", f.KeyPrefix != ""},
-	} {
-		if c.set {
-			return admin.Invalid(c.field, "%s by %s is not supported by this bridge yet", what, c.field)
-		}
+// browseMessage is messageOf for a browse item: the score is the due time (pending),
+// the time dead-lettered (dead) or the lease deadline (inflight); no payload.
+func browseMessage(it store.BrowseItem, st store.State) admin.Message {
+	m := messageOf(it.Envelope, st)
+	m.RawPayload = nil
+	switch st {
+	case store.StatePending:
+		m.DueAt = it.Score
+	case store.StateDead:
+		m.DeadAt = it.Score
 	}
-	return nil
+	return m
 }
 
-// PurgeDead implements admin.Backend: every dead letter (a route filter is refused).
-func (b *Bridge) PurgeDead(ctx context.Context, f admin.Filter) (int64, error) {
-	if err := unfilteredDead(f, "purging dead letters"); err != nil {
-		return 0, err
+// Browse implements admin.Backend.
+func (b *Bridge) Browse(ctx context.Context, q admin.Query) (admin.Page, error) {
+	shardStore, _, err := b.parts()
+	if err != nil {
+		return admin.Page{}, err
 	}
+	f, err := b.jobFilter(q.Filter)
+	if err != nil {
+		return admin.Page{}, err
+	}
+	bq := f.Query()
+	bq.Limit, bq.Cursor = q.Limit, q.Cursor
+	page, err := shardStore.Browse(ctx, bq)
+	switch {
+	case errors.Is(err, store.ErrBadCursor):
+		return admin.Page{}, admin.Invalid("cursor", "%v", err)
+	case errors.Is(err, store.ErrInvalid):
+		return admin.Page{}, admin.Invalid("state", "%v", err)
+	case err != nil:
+		return admin.Page{}, storeErr(err)
+	}
+	out := admin.Page{Messages: make([]admin.Message, 0, len(page.Items)), NextCursor: page.Next}
+	for _, it := range page.Items {
+		out.Messages = append(out.Messages, browseMessage(it, bq.State))
+	}
+	return out, nil
+}
+
+// PurgeDead implements admin.Backend: every dead letter, or those of one route (browse
+// pages of that route's dead letters, each purged by id).
+func (b *Bridge) PurgeDead(ctx context.Context, f admin.Filter) (int64, error) {
 	shardStore, _, err := b.parts()
 	if err != nil {
 		return 0, err
 	}
-	n, err := shardStore.PurgeDead(ctx)
-	return n, storeErr(err)
+	if f.Route == "" {
+		n, err := shardStore.PurgeDead(ctx)
+		return n, storeErr(err)
+	}
+	jf, err := b.jobFilter(admin.Filter{Route: f.Route, State: admin.StateDead})
+	if err != nil {
+		return 0, err
+	}
+	q := jf.Query()
+	q.Limit = store.BrowseMaxLimit
+	var total int64
+	for {
+		page, err := shardStore.Browse(ctx, q)
+		if err != nil {
+			return total, storeErr(err)
+		}
+		items := make([]store.BatchItem, len(page.Items))
+		for i, it := range page.Items {
+			items[i] = store.BatchItem{ID: it.Envelope.ID, Score: it.Score}
+		}
+		flags, err := shardStore.PurgeDeadBatch(ctx, items)
+		if err != nil {
+			return total, storeErr(err)
+		}
+		for _, ok := range flags {
+			if ok {
+				total++
+			}
+		}
+		if page.Next == "" {
+			return total, nil
+		}
+		q.Cursor = page.Next
+	}
 }
 
-func jobsNotBuilt() error {
-	return fmt.Errorf("%w: bulk jobs need job state in Redis, not built yet", admin.ErrNotImplemented)
+// jobSpec turns a validated admin job spec into the store's.
+func (b *Bridge) jobSpec(spec admin.JobSpec) (store.JobSpec, error) {
+	f, err := b.jobFilter(spec.Filter)
+	if err != nil {
+		return store.JobSpec{}, err
+	}
+	out := store.JobSpec{Kind: store.JobKind(spec.Kind), Filter: f, DueAt: spec.DeliverAt, ShiftMs: spec.ShiftMs}
+	if err := out.Validate(); err != nil {
+		return store.JobSpec{}, admin.Invalid("kind", "%v", err)
+	}
+	return out, nil
 }
 
-// PreviewJob implements admin.Backend (not built yet: 501).
-func (b *Bridge) PreviewJob(context.Context, admin.JobSpec, int) (admin.JobPreview, error) {
-	return admin.JobPreview{}, jobsNotBuilt()
+// PreviewJob implements admin.Backend: a dry run within the request (jobs.PreviewFilter).
+func (b *Bridge) PreviewJob(ctx context.Context, spec admin.JobSpec, sample int) (admin.JobPreview, error) {
+	shardStore, _, err := b.parts()
+	if err != nil {
+		return admin.JobPreview{}, err
+	}
+	js, err := b.jobSpec(spec)
+	if err != nil {
+		return admin.JobPreview{}, err
+	}
+	p, err := jobs.PreviewFilter(ctx, shardStore, js.Filter, sample, previewMaxScan)
+	if err != nil {
+		return admin.JobPreview{}, storeErr(err)
+	}
+	out := admin.JobPreview{DryRun: true, Spec: spec, Matched: p.Matched, Exact: p.Exact, Sample: make([]admin.Message, 0, len(p.Sample))}
+	for _, it := range p.Sample {
+		out.Sample = append(out.Sample, browseMessage(it, js.Filter.State))
+	}
+	return out, nil
 }
 
-// StartJob implements admin.Backend (not built yet: 501).
-func (b *Bridge) StartJob(context.Context, admin.JobSpec) (admin.Job, error) {
-	return admin.Job{}, jobsNotBuilt()
+// StartJob implements admin.Backend: the job is recorded queued and this instance's
+// runner is told to look at once (any instance's runner may take it).
+func (b *Bridge) StartJob(ctx context.Context, spec admin.JobSpec) (admin.Job, error) {
+	shardStore, _, err := b.parts()
+	if err != nil {
+		return admin.Job{}, err
+	}
+	js, err := b.jobSpec(spec)
+	if err != nil {
+		return admin.Job{}, err
+	}
+	j, err := shardStore.CreateJob(ctx, js, clock.NowMs(b.clk))
+	if err != nil {
+		return admin.Job{}, storeErr(err)
+	}
+	b.mu.Lock()
+	runner := b.jobs
+	b.mu.Unlock()
+	if runner != nil {
+		runner.Kick()
+	}
+	return jobOf(j), nil
 }
 
-// GetJob implements admin.Backend (not built yet: 501).
-func (b *Bridge) GetJob(context.Context, string) (admin.Job, error) {
-	return admin.Job{}, jobsNotBuilt()
+// GetJob implements admin.Backend.
+func (b *Bridge) GetJob(ctx context.Context, id string) (admin.Job, error) {
+	shardStore, _, err := b.parts()
+	if err != nil {
+		return admin.Job{}, err
+	}
+	j, err := shardStore.GetJob(ctx, id, clock.NowMs(b.clk))
+	if errors.Is(err, store.ErrJobNotFound) {
+		return admin.Job{}, fmt.Errorf("%w: no job %q", admin.ErrNotFound, id)
+	}
+	if err != nil {
+		return admin.Job{}, storeErr(err)
+	}
+	return jobOf(j), nil
 }
 
-// ListJobs implements admin.Backend (not built yet: 501).
-func (b *Bridge) ListJobs(context.Context, int) ([]admin.Job, error) {
-	return nil, jobsNotBuilt()
+// ListJobs implements admin.Backend.
+func (b *Bridge) ListJobs(ctx context.Context, limit int) ([]admin.Job, error) {
+	shardStore, _, err := b.parts()
+	if err != nil {
+		return nil, err
+	}
+	js, err := shardStore.ListJobs(ctx, limit, clock.NowMs(b.clk))
+	if err != nil {
+		return nil, storeErr(err)
+	}
+	out := make([]admin.Job, len(js))
+	for i, j := range js {
+		out[i] = jobOf(j)
+	}
+	return out, nil
+}
+
+// jobOf is a job as the admin API shows it: messages left alone because they changed
+// state before the job reached them count as failed, with a sentence saying so.
+func jobOf(j store.Job) admin.Job {
+	p := j.Progress
+	out := admin.Job{
+		ID: j.ID, State: string(j.State), Matched: p.Matched, Done: p.Done, Failed: p.Failed + p.Skipped,
+		CreatedAt: j.Created, UpdatedAt: j.Updated, Instance: j.Instance,
+		Spec: admin.JobSpec{Kind: string(j.Spec.Kind), DeliverAt: j.Spec.DueAt, ShiftMs: j.Spec.ShiftMs, Filter: admin.Filter{
+			Route: j.Spec.Filter.Route, State: string(j.Spec.Filter.State), DueFrom: j.Spec.Filter.From,
+			IDPrefix: j.Spec.Filter.IDPrefix, KeyPrefix: j.Spec.Filter.KeyPrefix,
+		}},
+	}
+	if j.Spec.Filter.To != 0 {
+		out.Spec.Filter.DueTo = j.Spec.Filter.To + 1
+	}
+	if j.State == store.JobCancelled {
+		out.State = admin.JobFailed
+		out.Errors = append(out.Errors, "cancelled by an operator")
+	}
+	if p.Skipped > 0 {
+		out.Errors = append(out.Errors, fmt.Sprintf("%d messages changed state before the job reached them (fired, cancelled, moved): left alone", p.Skipped))
+	}
+	if p.LastError != "" {
+		out.Errors = append(out.Errors, p.LastError)
+	}
+	return out
+}
+
+// newJobRunner builds the bulk job runner of this instance: in-flight cancels reach the
+// wheel holding the message, reschedules and requeues wake the pumps.
+func (b *Bridge) newJobRunner(shardStore *store.Store, sched interface {
+	CancelLocal(id string) bool
+	BroadcastCancel(ctx context.Context, id string) error
+	Wake(ctx context.Context, minDue map[int]int64)
+}) *jobs.Runner {
+	return jobs.New(shardStore, jobs.Options{
+		Instance: b.cfg.Instance, Clock: b.clk, Log: b.log,
+		OnInflightCancelled: func(ctx context.Context, ids []string) {
+			for _, id := range ids {
+				if !sched.CancelLocal(id) {
+					if err := sched.BroadcastCancel(ctx, id); err != nil {
+						b.log.Warn("broadcast cancel of an in-flight message", "id", id, "err", err)
+					}
+				}
+			}
+		},
+		OnWake: sched.Wake,
+	})
 }
