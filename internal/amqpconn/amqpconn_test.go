@@ -9,10 +9,12 @@ import (
 	"testing"
 	"time"
 
+	amqp091 "github.com/rabbitmq/amqp091-go"
 	"go.uber.org/goleak"
 
 	"github.com/delaybridge/delay-bridge/internal/amqpconn"
 	"github.com/delaybridge/delay-bridge/internal/amqpconn/tcpproxy"
+	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/fault"
 	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
@@ -210,4 +212,44 @@ func TestDoReturnsOnCtx(t *testing.T) {
 		t.Fatalf("Do: %v", err)
 	}
 	close(release) // Close waits for the helper goroutine
+}
+
+// TestRedialWaitsOnTheClock: after a failed dial the next one waits the backoff on the
+// injected clock, so it happens only once that clock has moved on.
+func TestRedialWaitsOnTheClock(t *testing.T) {
+	base := testkit.RequireRabbitMQ(t)
+	p := tcpproxy.Start(t, "127.0.0.1:5672")
+	p.SetDown(true)
+	fake := clock.NewFake(time.Unix(1_000_000, 0))
+	m := newManager(t, amqpconn.Config{URL: p.URL(base), Name: t.Name(), MinBackoff: time.Second, MaxBackoff: time.Second, Clock: fake})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	type result struct {
+		ch  *amqp091.Channel
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		ch, err := m.Channel(ctx)
+		done <- result{ch, err}
+	}()
+	for fake.Timers() == 0 { // the first dial failed; the redial waits on the clock
+		select {
+		case r := <-done:
+			t.Fatalf("Channel returned (%v) while the broker was down", r.err)
+		case <-ctx.Done():
+			t.Fatal("no redial wait armed on the injected clock")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	if m.LastError() == nil {
+		t.Fatal("LastError() = nil after a failed dial")
+	}
+	p.SetDown(false)
+	fake.Advance(2 * time.Second) // beyond the 1s backoff and its jitter
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("Channel after the clock moved past the backoff: %v", r.err)
+	}
+	m.CloseChannel(r.ch, time.Second)
 }
