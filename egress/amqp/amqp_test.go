@@ -328,7 +328,7 @@ func TestMissingExchange(t *testing.T) {
 	defer cancel()
 	_, err := amqp.New(ctx, m, map[string]amqp.Route{"r": {Exchange: missing}}, amqp.Options{})
 	if !fault.IsPermanent(err) || !strings.Contains(err.Error(), missing) {
-		t.Fatalf("New with a missing exchange: %v, want ErrPermanent naming it", err)
+		t.Fatalf("New with a missing exchange: %v, want a permanent error naming it", err)
 	}
 
 	declared := testkit.Uniq(t, "declared-x")
@@ -357,7 +357,7 @@ func TestMissingExchange(t *testing.T) {
 		&envelope.Envelope{ID: "to-gone", Route: "gone"},
 		&envelope.Envelope{ID: "ok-1", Route: "ok"})
 	if !fault.IsPermanent(errs[0]) {
-		t.Errorf("publish to a deleted exchange: %v, want ErrPermanent", errs[0])
+		t.Errorf("publish to a deleted exchange: %v, want a permanent error", errs[0])
 	}
 	// ok-1 shared the channel the broker closed: it may fail, but only retryably.
 	if errs[1] != nil && fault.IsPermanent(errs[1]) {
@@ -383,7 +383,7 @@ func TestDeadLetterPublisher(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := amqp.NewDeadLetter(ctx, m, testkit.Uniq(t, "no-dlx"), amqp.Options{}); !fault.IsPermanent(err) {
-		t.Fatalf("missing dead-letter exchange: %v, want ErrPermanent", err)
+		t.Fatalf("missing dead-letter exchange: %v, want a permanent error", err)
 	}
 	dl, err := amqp.NewDeadLetter(ctx, m, ex, amqp.Options{})
 	if err != nil {

@@ -207,7 +207,7 @@ func TestOversizedRecordIsPermanentAndAlone(t *testing.T) {
 	}
 	for _, i := range []int{1, 3} {
 		if !fault.IsPermanent(errs[i]) {
-			t.Fatalf("oversized record %d: %v, want ErrPermanent", i, errs[i])
+			t.Fatalf("oversized record %d: %v, want a permanent error", i, errs[i])
 		}
 	}
 	got := newReader(t, addr, target).records(t, 3, 30*time.Second)
