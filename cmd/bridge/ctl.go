@@ -22,8 +22,9 @@ const ctlHelp = `Talk to a running bridge through its admin API.
 Results are tables by default; -o json prints the API's JSON answer as it is, -o yaml
 the same as YAML. Times are shown in local time (RFC 3339) with how far away they are
 ("in 3m12s", "5s ago"). D is a Go duration (5s, 1h30m); T is unix milliseconds or
-RFC 3339. cancel and purge-dead ask for confirmation; --yes skips it (required when
-standard input is not a terminal).
+RFC 3339. cancel, purge-dead and the cancel and purge-dead jobs ask for confirmation;
+--yes skips it (required when standard input is not a terminal). ls browses messages by
+due time with filters; jobs runs bulk operations over the same filters.
 
 The address and token default to the bridge's own settings: from the file given with
 -c, else from DELAYBRIDGE_ADMIN__LISTEN and DELAYBRIDGE_ADMIN__TOKEN, else

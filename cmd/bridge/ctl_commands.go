@@ -18,7 +18,8 @@ import (
 
 // ctlCommands build the ctl subcommands, in the order the usage text lists them.
 var ctlCommands = []func(o *ctlOpts) *cobra.Command{
-	ctlGet, ctlCancel, ctlReschedule, ctlSchedule, ctlStats, ctlRoutes, ctlDead, ctlRequeue, ctlPurgeDead, ctlReady,
+	ctlGet, ctlLs, ctlCancel, ctlReschedule, ctlSchedule, ctlStats, ctlRoutes, ctlDead, ctlRequeue, ctlPurgeDead,
+	ctlJobs, ctlReady,
 }
 
 func ctlGet(o *ctlOpts) *cobra.Command {

@@ -27,6 +27,9 @@ type ctlBackend struct {
 	deadLim             int
 	notReady            error
 	calls               []string // cancel and purge calls made
+	browsed             []admin.Query
+	jobs                []admin.JobSpec // started (startedJobs forgets them)
+	lastJob             *admin.JobSpec  // the last started, for GetJob
 }
 
 func (b *ctlBackend) Schedule(_ context.Context, r admin.ScheduleRequest) (admin.Scheduled, error) {
@@ -80,8 +83,19 @@ func (b *ctlBackend) Stats(context.Context) (admin.Stats, error) {
 func (b *ctlBackend) Browse(_ context.Context, q admin.Query) (admin.Page, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.deadLim = q.Limit
-	return admin.Page{Messages: []admin.Message{{ID: "d1", State: admin.StateDead, Reason: "bad_delay"}}}, nil
+	if q.Filter.State == admin.StateDead {
+		b.deadLim = q.Limit
+		return admin.Page{Messages: []admin.Message{{ID: "d1", State: admin.StateDead, Reason: "bad_delay"}}}, nil
+	}
+	// Pending messages in two pages: p1, p2 then p3.
+	b.browsed = append(b.browsed, q)
+	msg := func(id string, due int64) admin.Message {
+		return admin.Message{ID: id, State: admin.StatePending, Route: "orders", DueAt: due, PayloadSize: 3}
+	}
+	if q.Cursor == "" {
+		return admin.Page{Messages: []admin.Message{msg("p1", 5000), msg("p2", 6000)}, NextCursor: "c2"}, nil
+	}
+	return admin.Page{Messages: []admin.Message{msg("p3", 7000)}}, nil
 }
 
 func (b *ctlBackend) RequeueDead(_ context.Context, id string) (admin.Scheduled, error) {
@@ -302,4 +316,46 @@ func TestCtlTargetFromConfig(t *testing.T) {
 	if code, _, errOut := call(t, "ctl", "-c", writeConfig(t, "admin: {listen: \"\"}\n"), "stats"); code != exitError || !strings.Contains(errOut, "disabled") {
 		t.Errorf("disabled admin: %d %q", code, errOut)
 	}
+}
+
+func (b *ctlBackend) PreviewJob(_ context.Context, spec admin.JobSpec, sample int) (admin.JobPreview, error) {
+	p := admin.JobPreview{DryRun: true, Spec: spec, Matched: 3}
+	for i := range min(sample, 3) {
+		p.Sample = append(p.Sample, admin.Message{ID: fmt.Sprintf("p%d", i+1), State: admin.StatePending, Route: "orders", DueAt: 5000})
+	}
+	return p, nil
+}
+
+func (b *ctlBackend) StartJob(_ context.Context, spec admin.JobSpec) (admin.Job, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.jobs = append(b.jobs, spec)
+	b.lastJob = &spec
+	return admin.Job{ID: "j1", Spec: spec, State: admin.JobQueued, Matched: 3, CreatedAt: 1000, UpdatedAt: 1000}, nil
+}
+
+func (b *ctlBackend) GetJob(_ context.Context, id string) (admin.Job, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if id != "j1" || b.lastJob == nil {
+		return admin.Job{}, fmt.Errorf("no job %q: %w", id, admin.ErrNotFound)
+	}
+	return admin.Job{ID: "j1", Spec: *b.lastJob, State: admin.JobDone, Matched: 3, Done: 3, CreatedAt: 1000, UpdatedAt: 2000, Instance: "pod-a-1"}, nil
+}
+
+func (b *ctlBackend) ListJobs(ctx context.Context, _ int) ([]admin.Job, error) {
+	j, err := b.GetJob(ctx, "j1")
+	if err != nil {
+		return nil, nil
+	}
+	return []admin.Job{j}, nil
+}
+
+// startedJobs returns the jobs started so far and forgets them.
+func (b *ctlBackend) startedJobs() []admin.JobSpec {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	j := b.jobs
+	b.jobs = nil
+	return j
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/delaybridge/delay-bridge/admin"
 )
 
 // fixNow pins the time relative times are shown against.
@@ -169,10 +171,13 @@ func TestCompletion(t *testing.T) {
 	}
 	for args, want := range map[string][]string{
 		"":     {"run", "dev", "ctl", "check-config", "version", "completion"},
-		"ctl ": {"get", "cancel", "reschedule", "schedule", "stats", "routes", "dead", "requeue", "purge-dead", "ready"},
+		"ctl ": {"get", "ls", "jobs", "cancel", "reschedule", "schedule", "stats", "routes", "dead", "requeue", "purge-dead", "ready"},
 		"ctl --addr " + url + " --token tok schedule --route ": {"orders"},
 		"ctl --addr " + url + " --token tok requeue ":          {"d1"},
-		"ctl stats -o ": {"table", "json", "yaml"},
+		"ctl stats -o ":   {"table", "json", "yaml"},
+		"ctl jobs ":       {"start", "list", "get"},
+		"ctl jobs start ": {"cancel", "reschedule", "requeue-dead", "purge-dead"},
+		"ctl ls --state ": {"pending", "inflight", "dead"},
 	} {
 		got := complete(strings.Split(args, " ")...)
 		for _, w := range want {
@@ -184,5 +189,92 @@ func TestCompletion(t *testing.T) {
 	// No answer from the API: nothing offered, no error.
 	if got := complete("ctl", "--addr", "http://127.0.0.1:1", "schedule", "--route", ""); len(got) != 0 {
 		t.Errorf("completion without an API: %v", got)
+	}
+}
+
+// TestCtlBrowse: ls sends the filters, shows a page with the cursor of the next, and
+// --all reads every page.
+func TestCtlBrowse(t *testing.T) {
+	b, url := startAdmin(t, "")
+	ctl := func(args ...string) (int, string, string) {
+		t.Helper()
+		return call(t, append([]string{"ctl", "--addr", url}, args...)...)
+	}
+	code, out, errOut := ctl("ls", "--route", "orders", "--state", "pending", "--due-from", "2026-01-01T00:00:00Z",
+		"--due-to", "1800000000000", "--id-prefix", "p", "--key-prefix", "k", "--limit", "2")
+	if code != exitOK || !strings.Contains(out, "p1") || !strings.Contains(out, "p2") || strings.Contains(out, "p3") ||
+		!strings.Contains(out, "2 message(s); more with --cursor c2") {
+		t.Fatalf("ls: %d %q\n%s", code, errOut, out)
+	}
+	want := admin.Query{Filter: admin.Filter{Route: "orders", State: "pending", DueFrom: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli(), DueTo: 1_800_000_000_000, IDPrefix: "p", KeyPrefix: "k"}, Limit: 2}
+	if b.browsed[0] != want {
+		t.Errorf("browse query %+v, want %+v", b.browsed[0], want)
+	}
+	if code, out, _ := ctl("ls", "--cursor", "c2"); code != exitOK || !strings.Contains(out, "p3") || strings.Contains(out, "more with") {
+		t.Errorf("ls --cursor: %d\n%s", code, out)
+	}
+	var all admin.MessageList
+	code, out, _ = ctl("ls", "--all", "-o", "json")
+	if err := json.Unmarshal([]byte(out), &all); err != nil || code != exitOK || all.Count != 3 || all.NextCursor != "" || all.Messages[2].ID != "p3" {
+		t.Errorf("ls --all: %d %v %+v", code, err, all)
+	}
+	if code, _, errOut := ctl("ls", "--due-from", "yesterday"); code != exitUsage || !strings.Contains(errOut, "--due-from") {
+		t.Errorf("ls bad time: %d %q", code, errOut)
+	}
+	if code, _, _ := ctl("ls", "--limit", "0"); code != exitUsage {
+		t.Errorf("ls --limit 0: %d", code)
+	}
+}
+
+// TestCtlJobs: a dry run previews and starts nothing; cancel and purge-dead ask (or
+// need --yes); reschedule takes --shift or --at; --wait follows the job to its end;
+// list and get show it.
+func TestCtlJobs(t *testing.T) {
+	b, url := startAdmin(t, "")
+	run := func(input string, terminal bool, args ...string) (int, string, string) {
+		t.Helper()
+		return callWith(t, input, terminal, append([]string{"ctl", "--addr", url, "jobs"}, args...)...)
+	}
+	code, out, errOut := run("", false, "start", "cancel", "--route", "orders", "--dry-run", "--sample", "2")
+	if code != exitOK || !strings.Contains(out, "cancel would touch 3 message(s) matching route=orders") ||
+		!strings.Contains(out, "p2") || strings.Contains(out, "p3") || len(b.startedJobs()) != 0 {
+		t.Errorf("dry run: %d %q\n%s", code, errOut, out)
+	}
+	if code, _, errOut := run("", false, "start", "cancel", "--route", "orders"); code != exitUsage ||
+		!strings.Contains(errOut, "add --yes") || len(b.startedJobs()) != 0 {
+		t.Errorf("cancel without a terminal: %d %q", code, errOut)
+	}
+	code, out, errOut = run("y\n", true, "start", "purge-dead", "--route", "orders", "--wait")
+	jobs := b.startedJobs()
+	if code != exitOK || !strings.Contains(errOut, "Purge dead 3 message(s) matching route=orders state=dead? [y/N]") ||
+		len(jobs) != 1 || jobs[0].Kind != admin.JobPurgeDead || !strings.Contains(out, "3 done, 0 failed of 3 matched") {
+		t.Errorf("purge-dead confirmed: %d %q %v\n%s", code, errOut, jobs, out)
+	}
+	code, out, _ = run("", false, "start", "reschedule", "--route", "orders", "--shift", "-90s", "-o", "json")
+	jobs = b.startedJobs()
+	if code != exitOK || len(jobs) != 1 || jobs[0].ShiftMs != -90000 || !strings.Contains(out, `"state": "queued"`) {
+		t.Errorf("reschedule --shift: %d %v\n%s", code, jobs, out)
+	}
+	if code, _, _ := run("", false, "start", "reschedule", "--at", "2030-01-01T00:00:00Z"); code != exitOK ||
+		b.startedJobs()[0].DeliverAt != time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli() {
+		t.Errorf("reschedule --at: %d", code)
+	}
+	if code, _, errOut := run("", false, "start", "explode"); code != exitUsage || !strings.Contains(errOut, "requeue-dead") {
+		t.Errorf("unknown kind: %d %q", code, errOut)
+	}
+	if code, _, errOut := run("", false, "start", "reschedule", "--at", "5", "--shift", "1s"); code != exitUsage || !strings.Contains(errOut, "not both") {
+		t.Errorf("--at and --shift: %d %q", code, errOut)
+	}
+	if code, out, _ := run("", false, "list"); code != exitOK || !strings.Contains(out, "j1") || !strings.Contains(out, "reschedule") {
+		t.Errorf("jobs list: %d\n%s", code, out)
+	}
+	if code, out, _ := run("", false, "get", "j1"); code != exitOK || !strings.Contains(out, "STATE:") || !strings.Contains(out, "done") {
+		t.Errorf("jobs get: %d\n%s", code, out)
+	}
+	if code, _, errOut := run("", false, "get", "j9"); code != exitError || !strings.Contains(errOut, "404") {
+		t.Errorf("jobs get unknown: %d %q", code, errOut)
+	}
+	if code, _, _ := run("", false); code != exitUsage {
+		t.Errorf("jobs without a command: %d", code)
 	}
 }
