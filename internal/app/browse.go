@@ -248,7 +248,7 @@ func (b *Bridge) newJobRunner(shardStore *store.Store, sched interface {
 	Wake(ctx context.Context, minDue map[int]int64)
 }) *jobs.Runner {
 	return jobs.New(shardStore, jobs.Options{
-		Instance: b.cfg.Instance, Clock: b.clk, Log: b.log,
+		Instance: b.cfg.Instance, Clock: b.clk, Log: b.log, Observer: b.obs,
 		OnInflightCancelled: func(ctx context.Context, ids []string) {
 			for _, id := range ids {
 				if !sched.CancelLocal(id) {

@@ -87,6 +87,9 @@ func TestJobOverHTTPWhileFiring(t *testing.T) {
 	if job.Matched != 20_000 || job.Done != 20_000 || job.Failed != 0 || job.Instance != tb.cfg.Instance {
 		t.Fatalf("finished job %+v, want 20000 matched and cancelled by this instance", job)
 	}
+	if got := tb.obs.get("cancelled a"); got != 20_000 {
+		t.Errorf("cancelled a = %d, want the job's 20000 counted", got)
+	}
 	if !sawMidway {
 		t.Error("the job was never seen part-way: it did not run in batches")
 	}

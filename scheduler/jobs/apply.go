@@ -77,6 +77,7 @@ func (ex *execution) rescheduleItems(batch []store.BatchItem) []store.Reschedule
 func (ex *execution) count(ctx context.Context, batch []store.BatchItem, res []store.BatchResult, ok store.State) {
 	var inflight []string
 	minDue := map[int]int64{}
+	perRoute := map[string]int{}
 	now := ex.now()
 	for i, r := range res {
 		ex.prog.Matched++
@@ -94,6 +95,7 @@ func (ex *execution) count(ctx context.Context, batch []store.BatchItem, res []s
 			continue
 		}
 		ex.prog.Done++
+		perRoute[r.Route]++
 		switch ex.job.Spec.Kind {
 		case store.JobCancel:
 			if r.Prior == store.StateInflight {
@@ -108,6 +110,14 @@ func (ex *execution) count(ctx context.Context, batch []store.BatchItem, res []s
 			if old, seen := minDue[sh]; !seen || due < old {
 				minDue[sh] = due
 			}
+		}
+	}
+	for route, n := range perRoute {
+		switch ex.job.Spec.Kind {
+		case store.JobCancel:
+			ex.r.opt.Observer.Cancelled(route, n)
+		case store.JobReschedule:
+			ex.r.opt.Observer.Rescheduled(route, n)
 		}
 	}
 	if len(inflight) > 0 {

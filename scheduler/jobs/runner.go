@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/delaybridge/delay-bridge/internal/clock"
+	"github.com/delaybridge/delay-bridge/internal/observe"
 	"github.com/delaybridge/delay-bridge/scheduler/store"
 )
 
@@ -53,6 +54,9 @@ type Options struct {
 	// OnInflightCancelled is told the ids of in-flight messages a cancel job removed,
 	// so that whichever wheel holds them drops them. Default: PublishCancel each.
 	OnInflightCancelled func(ctx context.Context, ids []string)
+	// Observer counts what cancel and reschedule jobs changed (Cancelled,
+	// Rescheduled per route), as the single-id operations do. Default observe.Nop.
+	Observer observe.Observer
 	// OnWake is told the earliest new due time per shard after a batch that
 	// rescheduled or requeued messages (pumps may sleep past it). Default: nothing (the
 	// pumps' periodic scan finds them).
@@ -76,6 +80,9 @@ func New(st *store.Store, opt Options) *Runner {
 	}
 	if opt.Log == nil {
 		opt.Log = slog.New(slog.DiscardHandler)
+	}
+	if opt.Observer == nil {
+		opt.Observer = observe.Nop{}
 	}
 	if opt.Batch <= 0 {
 		opt.Batch = 500
