@@ -128,3 +128,31 @@ func (c coreOnly) RequeueDead(ctx context.Context, id string) (Scheduled, error)
 	return c.f.RequeueDead(ctx, id)
 }
 func (c coreOnly) Ready(ctx context.Context) error { return c.f.Ready(ctx) }
+
+// The console's files and the OpenAPI document are served without the token (they hold
+// no data); the API behind them is not.
+func TestConsoleAssetsOpen(t *testing.T) {
+	s := newTestServer(newFake(), "tok")
+	r := do(t, s, "GET", "/ui/", "")
+	if r.status != http.StatusOK || !strings.Contains(r.raw, "<title>delay-bridge console</title>") ||
+		!strings.Contains(r.header.Get("Content-Security-Policy"), "default-src 'self'") {
+		t.Errorf("/ui/ = %d %q %.200s", r.status, r.header, r.raw)
+	}
+	for _, f := range []string{"app.js", "api.js", "ui.js", "overview.js", "browse.js", "message.js", "jobs.js"} {
+		r := do(t, s, "GET", "/ui/"+f, "")
+		if r.status != http.StatusOK || !strings.Contains(r.header.Get("Content-Type"), "javascript") {
+			t.Errorf("/ui/%s = %d %q", f, r.status, r.header.Get("Content-Type"))
+		}
+	}
+	if r := do(t, s, "GET", "/ui/style.css", ""); r.status != http.StatusOK || !strings.HasPrefix(r.header.Get("Content-Type"), "text/css") {
+		t.Errorf("style.css = %d %q", r.status, r.header.Get("Content-Type"))
+	}
+	if r := do(t, s, "GET", "/", ""); r.status != http.StatusFound || r.header.Get("Location") != "/ui/" {
+		t.Errorf("/ = %d %q", r.status, r.header.Get("Location"))
+	}
+	if r := do(t, s, "GET", "/v1/openapi.json", ""); r.status != http.StatusOK || r.body["openapi"] != "3.0.3" {
+		t.Errorf("openapi.json = %d %.100s", r.status, r.raw)
+	}
+	do(t, s, "GET", "/v1/messages", "").expectError(t, http.StatusUnauthorized, "", "bearer")
+	do(t, s, "GET", "/v1/jobs", "").expectError(t, http.StatusUnauthorized, "", "bearer")
+}
