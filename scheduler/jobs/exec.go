@@ -143,6 +143,12 @@ func (ex *execution) query(ctx context.Context, passes []pass) (store.BrowseQuer
 				ex.cur = cursor{Pass: ex.cur.Pass + 1}
 				continue
 			}
+			// The window is recorded before anything in it moves: a runner resuming
+			// after a crash must walk this window, not choose one again (the highest
+			// or lowest due time may by then be a message this one just moved).
+			if err := ex.save(ctx, true); err != nil {
+				return q, p, false, err
+			}
 		}
 		q.From, q.To = ex.cur.Lo, ex.cur.Hi
 		return q, p, true, nil

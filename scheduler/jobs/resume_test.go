@@ -124,3 +124,50 @@ func TestCancelledJobStops(t *testing.T) {
 		t.Fatalf("save after cancel = %v", err)
 	}
 }
+
+// TestCrashAfterApplyBeforeSave: a runner applies shift batches and dies before it
+// records them (the steps run here without their progress writes); a second runner
+// resumes from what was recorded and every message is still shifted exactly once. The
+// window being walked is recorded before anything in it moves, so the second runner
+// does not choose a window anew around messages the first one moved.
+func TestCrashAfterApplyBeforeSave(t *testing.T) {
+	for _, shift := range []int64{30, -30} {
+		s := newStore(t, 4)
+		msgs := park(t, s, 1500, abRoute, func(i int) int64 { return t0 + int64(i%100) })
+		clk := clock.NewFake(time.UnixMilli(t0 - 3_600_000))
+		ctx := context.Background()
+		j, _ := s.CreateJob(ctx, store.JobSpec{Kind: store.JobReschedule, ShiftMs: shift}, clock.NowMs(clk))
+		j, ok, err := s.ClaimJob(ctx, j.ID, "r1", clock.NowMs(clk))
+		if !ok || err != nil {
+			t.Fatalf("claim: %v %v", ok, err)
+		}
+		r1 := New(s, Options{Instance: "r1", Clock: clk, Batch: 100})
+		ex := &execution{r: r1, job: j, prog: j.Progress}
+		passes := ex.passes()
+		for range 3 { // three batches applied, none of their progress recorded
+			if _, err := ex.step(ctx, passes); err != nil {
+				t.Fatal(err)
+			}
+		}
+		clk.Advance(store.JobStaleAfter + time.Second)
+		r2 := New(s, Options{Instance: "r2", Clock: clk, Batch: 100, Pause: -1, Poll: time.Hour})
+		rctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); _ = r2.Run(rctx) }()
+		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			if end, _ := s.GetJob(ctx, j.ID, clock.NowMs(clk)); end.State == store.JobDone {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("r2 did not finish")
+			}
+		}
+		stop()
+		<-done
+		for id, e := range msgs {
+			if _, due := state(t, s, id); due != e.DueAt+shift {
+				t.Fatalf("shift %d: %s due %d, want %d (shifted once)", shift, id, due, e.DueAt+shift)
+			}
+		}
+	}
+}
