@@ -158,6 +158,26 @@ func TestServeEndToEnd(t *testing.T) {
 	if code, out, _ := ctl("stats"); code != exitOK || !strings.Contains(out, "SHARD") || !strings.Contains(out, "TOTAL") {
 		t.Errorf("stats table: %d\n%s", code, out)
 	}
+	// ls and jobs against the real store: a message an hour out is listed, a dry run
+	// counts it, a cancel job (--yes, --wait) cancels it.
+	if code, out, errOut := ctl("schedule", "--route", "orders", "--delay", "1h", "--id", "later-1", "--payload", "x"); code != exitOK {
+		t.Fatalf("schedule later-1: %d %s %s", code, out, errOut)
+	}
+	if code, out, errOut := ctl("ls", "--route", "orders", "--id-prefix", "later-"); code != exitOK ||
+		!strings.Contains(out, "later-1") || !strings.Contains(out, "(in ") || !strings.Contains(out, "1 message(s)") {
+		t.Errorf("ls: %d %s\n%s", code, errOut, out)
+	}
+	if code, out, errOut := ctl("jobs", "start", "cancel", "--id-prefix", "later-", "--dry-run"); code != exitOK ||
+		!strings.Contains(out, "would touch 1 message(s)") {
+		t.Errorf("jobs dry run: %d %s\n%s", code, errOut, out)
+	}
+	if code, out, errOut := ctl("jobs", "start", "cancel", "--id-prefix", "later-", "--yes", "--wait"); code != exitOK ||
+		!strings.Contains(out, "STATE:") || !strings.Contains(out, "done") || !strings.Contains(out, "1 done, 0 failed of 1 matched") {
+		t.Errorf("jobs cancel --wait: %d %s\n%s", code, errOut, out)
+	}
+	if code, out, _ := ctl("get", "later-1", "-o", "json"); code != exitOK || !strings.Contains(out, `"state": "cancelled"`) {
+		t.Errorf("later-1 after the job: %d %s", code, out)
+	}
 	if code, out, _ := ctl("stats", "--json"); code != exitOK || !strings.Contains(out, `"shards"`) {
 		t.Errorf("stats: %d %s", code, out)
 	}
