@@ -34,24 +34,34 @@ func runCLI(t *testing.T, body string, env []string, args ...string) (code int, 
 	if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	argv := append([]string{args[0], "-c", file}, args[1:]...)
+	return runBinary(t, env, append([]string{args[0], "-c", file}, args[1:]...)...)
+}
+
+// runBinary runs the bridge binary with args and env added to a minimal environment,
+// for at most a minute (a command of the CLI must end by itself; -1 if it did not),
+// and returns the exit code and output. A data race reported fails the test.
+func runBinary(t *testing.T, env []string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bridgeBin, argv...)
+	cmd := exec.CommandContext(ctx, bridgeBin, args...)
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}, env...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
 	var ee *exec.ExitError
 	switch {
+	case ctx.Err() != nil:
+		t.Errorf("bridge %v: still running after a minute", args)
+		code = -1
 	case err == nil:
 	case errors.As(err, &ee):
 		code = ee.ExitCode()
 	default:
-		t.Fatalf("bridge %v: %v", argv, err)
+		t.Fatalf("bridge %v: %v", args, err)
 	}
 	if strings.Contains(errOut.String(), raceMarker) {
-		t.Errorf("bridge %v: data race reported:\n%s", argv, errOut.String())
+		t.Errorf("bridge %v: data race reported:\n%s", args, errOut.String())
 	}
 	return code, out.String(), errOut.String()
 }

@@ -42,15 +42,11 @@ type ctlOpts struct {
 
 func newCtlCmd(env *cliEnv) *cobra.Command {
 	o := &ctlOpts{env: env}
-	cmd := unsorted(&cobra.Command{
+	cmd := unsorted(group(&cobra.Command{
 		Use:   "ctl COMMAND [ARGS] [--addr URL] [--token T] [-c FILE] [-o table|json|yaml]",
 		Short: "talk to a running bridge through its admin API",
 		Long:  ctlHelp,
-		Args:  noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usageErrorf(cmd, "missing COMMAND")
-		},
-	})
+	}))
 	pf := cmd.PersistentFlags()
 	pf.StringVar(&o.addr, "addr", "", "admin API base `URL` (default from the configuration, else http://127.0.0.1:8089)")
 	pf.StringVar(&o.token, "token", "", "bearer `token` (default from the configuration)")

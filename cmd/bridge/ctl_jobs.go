@@ -21,15 +21,11 @@ and a sample) and, for cancel and purge-dead, asks before starting (--yes skips 
 question); --dry-run only previews; --wait follows the job until it ends.`
 
 func ctlJobs(o *ctlOpts) *cobra.Command {
-	cmd := &cobra.Command{
+	cmd := group(&cobra.Command{
 		Use:   "jobs COMMAND",
 		Short: "bulk jobs: start (with a dry run first), list, get",
 		Long:  jobsHelp,
-		Args:  noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usageErrorf(cmd, "missing COMMAND")
-		},
-	}
+	})
 	cmd.AddCommand(ctlJobsStart(o), ctlJobsList(o), ctlJobsGet(o))
 	return cmd
 }

@@ -166,6 +166,14 @@ func noArgs(cmd *cobra.Command, args []string) error {
 	return usageErrorf(cmd, "unexpected argument %q", args[0])
 }
 
+// group makes cmd a command that only holds subcommands: without one (or with an
+// unknown one) it is a usage error.
+func group(cmd *cobra.Command) *cobra.Command {
+	cmd.Args = noArgs
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return usageErrorf(cmd, "missing COMMAND") }
+	return cmd
+}
+
 // exactArgs wants n positional arguments (named in the command's Use line).
 func exactArgs(n int) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
