@@ -115,7 +115,7 @@ func (f *fakeBackend) PreviewJob(_ context.Context, spec JobSpec, sample int) (J
 	if err != nil {
 		return JobPreview{}, err
 	}
-	p := JobPreview{Matched: int64(len(all))}
+	p := JobPreview{Matched: int64(len(all)), Exact: true}
 	for _, m := range all[:min(sample, len(all))] {
 		p.Sample = append(p.Sample, *m)
 	}

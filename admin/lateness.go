@@ -34,8 +34,8 @@ const (
 // Lateness is the body of GET /v1/lateness. Times are unix milliseconds.
 type Lateness struct {
 	WindowMs int64 `json:"window_ms"` // the window asked for
-	// From is where the data starts: the snapshot at or before To - window, else the
-	// oldest one kept; 0 = since the bridge started (no older snapshot yet).
+	// From is where the data starts: the newest snapshot at or before To - window; 0 =
+	// since the server started (its snapshots began less than a window ago).
 	From   int64           `json:"from"`
 	To     int64           `json:"to"`
 	Routes []RouteLateness `json:"routes"`
@@ -130,17 +130,15 @@ func (l *latenessWindow) keep(snap latenessSnap) {
 	l.snaps = l.snaps[drop:]
 }
 
-// baseline is the newest snapshot at or before start, else the oldest one; ok false
-// when there is none.
+// baseline is the newest snapshot at or before start; ok false when there is none (the
+// snapshots began less than a window ago, about when the server started: the answer
+// then covers everything since the start, never a shorter span than the window).
 func (l *latenessWindow) baseline(start time.Time) (latenessSnap, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if len(l.snaps) == 0 {
-		return latenessSnap{}, false
-	}
 	i := sort.Search(len(l.snaps), func(i int) bool { return l.snaps[i].at.After(start) })
 	if i == 0 {
-		return l.snaps[0], true
+		return latenessSnap{}, false
 	}
 	return l.snaps[i-1], true
 }

@@ -54,7 +54,8 @@ function jobBody(kind, filter, whenText) {
 function previewView(p, onRun) {
   const kind = KINDS[p.spec.kind];
   return h('div', { class: 'card' },
-    h('h2', {}, 'Dry run: ', h('span', { id: 'matched' }, `${p.matched} message${p.matched === 1 ? '' : 's'}`), ' would be affected'),
+    h('h2', {}, 'Dry run: ', h('span', { id: 'matched' }, `${p.exact === false ? 'at least ' : ''}${p.matched} message${p.matched === 1 ? '' : 's'}`), ' would be affected'),
+    p.exact === false ? h('p', { class: 'muted' }, 'Counting stopped at the per-request budget; the job itself goes through every match.') : '',
     h('p', { class: 'muted' }, `${kind} over ${describe(p.spec)}. Nothing has changed yet.`),
     p.sample.length ? table('messages sample', ['Id', 'Route', 'State', 'Due', 'Reason'], p.sample.map((m) =>
       h('tr', { 'data-id': m.id }, h('td', {}, h('a', { href: '#/message/' + encodeURIComponent(m.id) }, m.id)),

@@ -57,6 +57,7 @@ var layers = []struct {
 	{7, "internal/testkit/memstore", "test kit: the shard store in memory, with failure injection"},
 	{7, "internal/testkit/storetest", "test kit: the shard store conformance suite"},
 	{7, "scheduler/redistest", "tests only: the scheduler on a real redis-server"},
+	{7, "admin/consoletest", "test kit: the web console in headless Chromium (chromedp)"},
 	{7, "internal/chartgen", "tool: chart values schema and README from config"},
 	{7, "internal/charttest", "tests of the chart, image and examples"},
 	{7, "internal/imagebuild", "tool: the OCI image"},
