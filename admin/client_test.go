@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 )
@@ -119,5 +120,73 @@ func TestParseTime(t *testing.T) {
 	}
 	if _, err := ParseTime("next tuesday"); err == nil {
 		t.Error("ParseTime accepted garbage")
+	}
+}
+
+func TestClientBrowseAndJobs(t *testing.T) {
+	f := newFake()
+	seed(f, "billing", 5, 2_000_000_000_000)
+	ts := httptest.NewServer(newTestServer(f, "tok"))
+	defer ts.Close()
+	defer ts.Client().CloseIdleConnections()
+	ctx := context.Background()
+	c := NewClient(ts.URL, "tok", ts.Client())
+
+	flt := Filter{Route: "billing", DueFrom: 2_000_000_001_000, IDPrefix: "billing-p", KeyPrefix: "k"}
+	var got []string
+	q := Query{Filter: flt, Limit: 2}
+	for {
+		page, err := c.Browse(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range page.Messages {
+			got = append(got, m.ID+"="+m.Key)
+		}
+		if page.NextCursor == "" {
+			break
+		}
+		q.Cursor = page.NextCursor
+	}
+	if want := "billing-p01=k1,billing-p02=k0,billing-p03=k1,billing-p04=k0"; strings.Join(got, ",") != want {
+		t.Errorf("browse = %v, want %s", got, want)
+	}
+	if f.lastQuery.Filter != (Filter{Route: "billing", State: StatePending, DueFrom: 2_000_000_001_000, IDPrefix: "billing-p", KeyPrefix: "k"}) {
+		t.Errorf("server got %+v", f.lastQuery.Filter)
+	}
+	if _, err := c.Browse(ctx, Query{Filter: Filter{State: "gone"}}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("bad state: %v", err)
+	}
+	if dl, err := c.ListDead(ctx, Query{Filter: Filter{Route: "orders"}}); err != nil || dl.Count != 1 || f.lastQuery.Filter.Route != "orders" {
+		t.Errorf("ListDead by route = %+v, %v", dl, err)
+	}
+
+	shift := int64(1000)
+	p, err := c.PreviewJob(ctx, JobBody{Kind: JobReschedule, Filter: Filter{Route: "billing"}, ShiftMs: &shift})
+	if err != nil || p.Matched != 5 || !p.DryRun || len(p.Sample) != 5 || f.msgs["billing-p00"].DueAt != 2_000_000_000_000 {
+		t.Fatalf("PreviewJob = %+v, %v", p, err)
+	}
+	if _, err := c.StartJob(ctx, JobBody{Kind: JobCancel, DryRun: true}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("StartJob with dry_run: %v", err)
+	}
+	job, err := c.StartJob(ctx, JobBody{Kind: JobReschedule, Filter: Filter{Route: "billing"}, ShiftMs: &shift})
+	if err != nil || job.State != JobQueued {
+		t.Fatalf("StartJob = %+v, %v", job, err)
+	}
+	if j, err := c.GetJob(ctx, job.ID); err != nil || j.State != JobDone || j.Done != 5 || f.msgs["billing-p00"].DueAt != 2_000_000_001_000 {
+		t.Errorf("GetJob = %+v, %v", j, err)
+	}
+	if jobs, err := c.ListJobs(ctx, 0); err != nil || len(jobs) != 1 || f.lastLim != DefaultJobList {
+		t.Errorf("ListJobs = %+v, %v (limit %d)", jobs, err, f.lastLim)
+	}
+	if _, err := c.GetJob(ctx, "nope"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("GetJob unknown: %v", err)
+	}
+	if r, err := c.PurgeDead(ctx, "orders"); err != nil || r.Purged != 1 || f.lastFilter.Route != "orders" {
+		t.Errorf("PurgeDead(orders) = %+v, %v", r, err)
+	}
+	// No lateness histogram in this server's registry: no routes, the window asked.
+	if l, err := c.Lateness(ctx, 10*time.Minute); err != nil || l.WindowMs != 600_000 || len(l.Routes) != 0 {
+		t.Errorf("Lateness = %+v, %v", l, err)
 	}
 }

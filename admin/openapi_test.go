@@ -56,30 +56,7 @@ type apiCall struct {
 // error bodies — against the served document; it fails when an endpoint of the mux is
 // missing from the document or an operation of the document is never called.
 func TestOpenAPIConformance(t *testing.T) {
-	servers := map[string]http.Handler{}
-	ok := &routesFake{fakeBackend: newFake(), routes: RoutesResponse{Instance: "a-1", Routes: []RouteStatus{{
-		Name:    "orders",
-		Ingress: IngressStatus{Source: "kafka:orders.delay", State: "consuming", Partitions: []int{0}, Lag: 3},
-		Egress:  EgressStatus{Broker: "kafka", Target: "orders", Reachable: true},
-		Ready:   true, Counts: &Counts{Pending: 3, Inflight: 1, Dead: 1}, NextDue: 1_700_000_005_000,
-	}}}}
-	reg := prometheus.NewRegistry()
-	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: LatenessMetric, Buckets: []float64{0.001, 0.01}}, []string{"route"})
-	reg.MustRegister(h)
-	h.WithLabelValues("orders").Observe(0.004)
-	h.WithLabelValues("billing")
-	okSrv := NewServer(Options{Backend: ok, Token: "tok", Gatherer: reg, Logger: quiet, MaxBodyBytes: 1024})
-	servers["ok"] = okSrv
-	for name, err := range map[string]error{"fail503": ErrUnavailable, "fail500": errors.New("boom")} {
-		f := &routesFake{fakeBackend: newFake()}
-		f.failWith = err
-		servers[name] = NewServer(Options{Backend: f, Token: "tok", Gatherer: reg, Logger: quiet})
-	}
-	servers["unimpl"] = NewServer(Options{Backend: coreOnly{f: newFake()}, Token: "tok", Logger: quiet})
-	notReady := newFake()
-	notReady.notReady = &NotReadyError{Checks: []Check{{Name: "redis", OK: false, Detail: "refused"}}}
-	servers["notready"] = NewServer(Options{Backend: notReady, Logger: quiet})
-
+	servers, okSrv := conformanceServers()
 	doc, router := loadOpenAPI(t, okSrv)
 	called := map[string]bool{} // "METHOD /doc/path" of every call that reached the document
 
@@ -139,6 +116,37 @@ func TestOpenAPIConformance(t *testing.T) {
 			}
 		}
 	}
+}
+
+// conformanceServers are the servers the calls go to: ok (a working backend with routes
+// and lateness), fail503 and fail500 (every backend call fails), unimpl (no browsing or
+// jobs, no metrics), notready.
+func conformanceServers() (map[string]http.Handler, *Server) {
+	servers := map[string]http.Handler{}
+	ok := &routesFake{fakeBackend: newFake(), routes: RoutesResponse{Instance: "a-1", Routes: []RouteStatus{{
+		Name:    "orders",
+		Ingress: IngressStatus{Source: "kafka:orders.delay", State: "consuming", Partitions: []int{0}, Lag: 3},
+		Egress:  EgressStatus{Broker: "kafka", Target: "orders", Reachable: true},
+		Ready:   true, Counts: &Counts{Pending: 3, Inflight: 1, Dead: 1}, NextDue: 1_700_000_005_000,
+	}}}}
+	reg := prometheus.NewRegistry()
+	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: LatenessMetric, Buckets: []float64{0.001, 0.01}}, []string{"route"})
+	reg.MustRegister(h)
+	h.WithLabelValues("orders").Observe(0.004)
+	h.WithLabelValues("billing")
+	okSrv := NewServer(Options{Backend: ok, Token: "tok", Gatherer: reg, Logger: quiet, MaxBodyBytes: 1024})
+	servers["ok"] = okSrv
+	for name, err := range map[string]error{"fail503": ErrUnavailable, "fail500": errors.New("boom")} {
+		f := &routesFake{fakeBackend: newFake()}
+		f.failWith = err
+		servers[name] = NewServer(Options{Backend: f, Token: "tok", Gatherer: reg, Logger: quiet})
+	}
+	servers["unimpl"] = NewServer(Options{Backend: coreOnly{f: newFake()}, Token: "tok", Logger: quiet})
+	notReady := newFake()
+	notReady.notReady = &NotReadyError{Checks: []Check{{Name: "redis", OK: false, Detail: "refused"}}}
+	servers["notready"] = NewServer(Options{Backend: notReady, Logger: quiet})
+
+	return servers, okSrv
 }
 
 func openAPICalls() []apiCall {
