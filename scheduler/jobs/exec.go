@@ -196,26 +196,39 @@ func (ex *execution) openWindow(ctx context.Context, p pass, shift int64) (bool,
 	return true, nil
 }
 
+// maxWindowsPerStep bounds the shift windows one step walks: windows narrower than
+// the gaps between due times hold a message or two each, and a step takes several
+// of them (up to half a batch of messages) before it records progress and pauses.
+const maxWindowsPerStep = 64
+
 // step runs one batch; more is false when the job has nothing left.
 func (ex *execution) step(ctx context.Context, passes []pass) (bool, error) {
-	q, p, ok, err := ex.query(ctx, passes)
-	if err != nil || !ok {
-		return false, err
-	}
-	page, err := ex.r.st.Browse(ctx, q)
-	if err != nil {
-		return false, fmt.Errorf("browse: %w", err)
-	}
-	if err := ex.apply(ctx, q, p, page.Items); err != nil {
-		return false, err
-	}
-	ex.cur.Page = page.Next
-	if page.Next == "" {
-		if ex.job.Spec.ShiftMs != 0 {
-			ex.cur.Win = false
-		} else {
+	handled := 0
+	for windows := 1; ; windows++ {
+		q, p, ok, err := ex.query(ctx, passes)
+		if err != nil || !ok {
+			return false, err
+		}
+		q.Limit = ex.r.opt.Batch - handled
+		page, err := ex.r.st.Browse(ctx, q)
+		if err != nil {
+			return false, fmt.Errorf("browse: %w", err)
+		}
+		if err := ex.apply(ctx, q, p, page.Items); err != nil {
+			return false, err
+		}
+		handled += len(page.Items)
+		ex.cur.Page = page.Next
+		if page.Next != "" {
+			return true, nil
+		}
+		if ex.job.Spec.ShiftMs == 0 {
 			ex.cur = cursor{Pass: ex.cur.Pass + 1}
+			return true, nil
+		}
+		ex.cur.Win = false
+		if handled >= ex.r.opt.Batch/2 || windows == maxWindowsPerStep {
+			return true, nil
 		}
 	}
-	return true, nil
 }
