@@ -158,6 +158,7 @@ func (ex *execution) dryRun(ctx context.Context) error {
 	}
 	scanned := 0
 	for {
+		start := ex.r.opt.Clock.Now()
 		q := f.Query()
 		q.Limit, q.Cursor = store.BrowseMaxLimit, ex.cur.Page
 		page, err := ex.r.st.Browse(ctx, q)
@@ -175,7 +176,7 @@ func (ex *execution) dryRun(ctx context.Context) error {
 		if err := ex.save(ctx, true); err != nil {
 			return err
 		}
-		if err := clock.Sleep(ctx, ex.r.opt.Clock, ex.r.opt.Pause); err != nil {
+		if err := clock.Sleep(ctx, ex.r.opt.Clock, ex.r.pause(ex.r.opt.Clock.Now().Sub(start))); err != nil {
 			return err
 		}
 	}

@@ -56,6 +56,7 @@ func (ex *execution) run(ctx context.Context) error {
 		// The heartbeat before each batch is also where a cancel by an operator, or
 		// a take-over by another instance, is noticed: at most the batch under way
 		// when it happened is applied after it.
+		start := ex.r.opt.Clock.Now()
 		err := ex.save(ctx, true)
 		more := true
 		if err == nil {
@@ -79,10 +80,19 @@ func (ex *execution) run(ctx context.Context) error {
 		if !more {
 			return nil
 		}
-		if err := clock.Sleep(ctx, ex.r.opt.Clock, ex.r.opt.Pause); err != nil {
+		if err := clock.Sleep(ctx, ex.r.opt.Clock, ex.r.pause(ex.r.opt.Clock.Now().Sub(start))); err != nil {
 			return err
 		}
 	}
+}
+
+// pause is the wait after a batch that took took: Options.Pause, and at least took
+// itself, so a job keeps Redis busy at most about half the time it runs.
+func (r *Runner) pause(took time.Duration) time.Duration {
+	if r.opt.Pause < 0 {
+		return 0
+	}
+	return max(r.opt.Pause, took)
 }
 
 // save records the progress; without more, the job ends done.
@@ -197,9 +207,9 @@ func (ex *execution) openWindow(ctx context.Context, p pass, shift int64) (bool,
 }
 
 // maxWindowsPerStep bounds the shift windows one step walks: windows narrower than
-// the gaps between due times hold a message or two each, and a step takes several
-// of them (up to half a batch of messages) before it records progress and pauses.
-const maxWindowsPerStep = 64
+// the gaps between due times hold a message or two each, and a step takes several of
+// them (up to half a batch of messages) before it records progress and pauses.
+const maxWindowsPerStep = 16
 
 // step runs one batch; more is false when the job has nothing left.
 func (ex *execution) step(ctx context.Context, passes []pass) (bool, error) {

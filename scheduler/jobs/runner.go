@@ -8,8 +8,8 @@
 // Runner, from the cursor stored in its record. A job works in bounded batches: one
 // browse page (Options.Batch messages), the by-id operation applied to the page in two
 // pipelined round trips, the progress (counters, cursor, heartbeat) written to the
-// record, then a pause on the injected clock, so a job over millions of messages never
-// holds Redis for long nor starves the pumps. A batch applied twice changes nothing
+// record, then a pause on the injected clock at least as long as the batch took, so a job
+// over millions of messages never holds Redis for long nor starves the pumps. A batch applied twice changes nothing
 // the second time (every operation is guarded by the state and score it read), and a
 // shift walks the due times in windows no wider than the shift, against its direction,
 // so a moved message never meets the job again: a job resumed by another instance
@@ -41,7 +41,9 @@ type Options struct {
 	// Batch is the number of messages per step (a browse page); default 500, at most
 	// store.BrowseMaxLimit.
 	Batch int
-	// Pause is the wait between batches; default 20 ms.
+	// Pause is the least wait between batches; default 20 ms. The wait is at least as
+	// long as the batch took, so a job keeps Redis busy at most about half the time.
+	// Negative: no wait (tests).
 	Pause time.Duration
 	// Poll is how often the store is asked for jobs to run; default 2 s (Kick starts a
 	// poll at once).
