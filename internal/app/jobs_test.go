@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http/httptest"
 	"testing"
@@ -130,5 +131,85 @@ func TestJobOverHTTPWhileFiring(t *testing.T) {
 	}
 	if len(got) != 100 {
 		t.Fatalf("%d of the 100 messages due meanwhile arrived", len(got))
+	}
+}
+
+// TestDeadLettersByRouteOverHTTP: dead letters of two routes; GET /v1/dead pages one
+// route's with a cursor, a bad cursor is a 400 naming it, DELETE /v1/dead?route=a purges
+// only route a's, and a requeue_dead job brings route b's back to pending.
+func TestDeadLettersByRouteOverHTTP(t *testing.T) {
+	tb := startBridge(t)
+	ts := httptest.NewServer(admin.NewServer(admin.Options{Backend: tb.Bridge}))
+	defer ts.Close()
+	c := admin.NewClient(ts.URL, "", ts.Client())
+	ctx := context.Background()
+	shardStore, _, err := tb.parts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UnixMilli()
+	var dead []*envelope.Envelope
+	for i := range 1200 {
+		dead = append(dead, &envelope.Envelope{ID: fmt.Sprintf("d-%04d", i), Route: []string{"a", "b"}[i%2],
+			SourceBroker: envelope.BrokerHTTP, Source: "http", DueAt: now, ReceivedAt: now, Payload: []byte("x"),
+			Attempt: 3, Reason: "publish failed"})
+	}
+	if _, err := shardStore.Bury(ctx, dead, now); err != nil {
+		t.Fatal(err)
+	}
+
+	seen := map[string]bool{}
+	q := admin.Query{Filter: admin.Filter{Route: "b", State: admin.StateDead}, Limit: 250}
+	for pages := 0; ; pages++ {
+		page, err := c.ListDead(ctx, q)
+		if err != nil || pages > 10 {
+			t.Fatalf("ListDead page %d: %v", pages, err)
+		}
+		for _, m := range page.Messages {
+			if m.Route != "b" || m.Reason != "publish failed" || m.DeadAt != now || seen[m.ID] {
+				t.Fatalf("dead letter %+v: not route b's, or seen twice", m)
+			}
+			seen[m.ID] = true
+		}
+		if page.NextCursor == "" {
+			break
+		}
+		q.Cursor = page.NextCursor
+	}
+	if len(seen) != 600 {
+		t.Fatalf("paged %d dead letters of route b, want 600", len(seen))
+	}
+	_, err = c.ListDead(ctx, admin.Query{Filter: admin.Filter{State: admin.StateDead}, Cursor: "bm9wZQ"})
+	var apiErr *admin.APIError
+	if !errors.As(err, &apiErr) || apiErr.Status != 400 || apiErr.Field != "cursor" {
+		t.Fatalf("bad cursor: %v, want a 400 naming cursor", err)
+	}
+
+	purged, err := c.PurgeDead(ctx, "a")
+	if err != nil || purged.Purged != 600 {
+		t.Fatalf("PurgeDead(a) = %+v, %v; want 600", purged, err)
+	}
+	job, err := c.StartJob(ctx, admin.JobBody{Kind: admin.JobRequeueDead, Filter: admin.Filter{Route: "b"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(60 * time.Second); job.State != admin.JobDone; time.Sleep(10 * time.Millisecond) {
+		if job, err = c.GetJob(ctx, job.ID); err != nil || job.State == admin.JobFailed || time.Now().After(deadline) {
+			t.Fatalf("requeue job %+v, %v", job, err)
+		}
+	}
+	if job.Matched != 600 || job.Done != 600 {
+		t.Fatalf("requeue job %+v, want 600 requeued", job)
+	}
+	for _, e := range dead {
+		st := tb.state(t, e.ID)
+		ok := st == "" // purged
+		if e.Route == "b" {
+			// Requeued due now: it may have fired already.
+			ok = st == admin.StatePending || st == admin.StateInflight || st == admin.StateDelivered
+		}
+		if !ok {
+			t.Fatalf("%s of route %s is %q after the purge of a and the requeue of b", e.ID, e.Route, st)
+		}
 	}
 }
