@@ -317,3 +317,24 @@ func TestDryRunBudget(t *testing.T) {
 		t.Fatalf("budgeted dry run %+v, want an inexact lower bound of the 2500", p)
 	}
 }
+
+// TestPreviewFilter: a state-and-range filter is counted exactly by ZCOUNT; a route
+// filter by browsing, exactly without a budget and as a lower bound beyond one; the
+// sample is the first matches in browse order.
+func TestPreviewFilter(t *testing.T) {
+	s := newStore(t, 8)
+	park(t, s, 4000, abRoute, func(i int) int64 { return t0 + int64(i) })
+	ctx := context.Background()
+	p, err := PreviewFilter(ctx, s, store.JobFilter{State: store.StatePending, From: t0 + 1000, To: t0 + 2999}, 3, 0)
+	if err != nil || p.Matched != 2000 || !p.Exact || len(p.Sample) != 3 || p.Sample[0].Envelope.ID != "m-001000" {
+		t.Fatalf("range preview %+v, %v", p, err)
+	}
+	p, err = PreviewFilter(ctx, s, store.JobFilter{State: store.StatePending, Route: "b"}, 2, 0)
+	if err != nil || p.Matched != 2000 || !p.Exact || len(p.Sample) != 2 || p.Sample[0].Envelope.ID != "m-000001" {
+		t.Fatalf("route preview %+v, %v", p, err)
+	}
+	p, err = PreviewFilter(ctx, s, store.JobFilter{State: store.StatePending, Route: "b"}, 2, 1500)
+	if err != nil || p.Exact || p.Matched == 0 || p.Matched >= 2000 {
+		t.Fatalf("budgeted route preview %+v, %v; want an inexact lower bound", p, err)
+	}
+}
