@@ -48,7 +48,6 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaybridge/delay-bridge/egress"
-	"github.com/delaybridge/delay-bridge/internal/amqpconn"
 	"github.com/delaybridge/delay-bridge/internal/fault"
 )
 
@@ -81,7 +80,7 @@ var (
 
 // Sink publishes to RabbitMQ. It implements egress.Sink and egress.HealthChecker.
 type Sink struct {
-	conn   *amqpconn.Manager
+	conn   Conn
 	routes map[string]Route
 	dead   string // dead-letter mode: every message goes to this exchange
 	opts   Options
@@ -108,7 +107,7 @@ var (
 // maps route name to its target. Invalid options or routes and a missing exchange are
 // errors marked fault.Permanent. conn is shared and owned by the caller: close it
 // after Close.
-func New(ctx context.Context, conn *amqpconn.Manager, routes map[string]Route, opts Options) (*Sink, error) {
+func New(ctx context.Context, conn Conn, routes map[string]Route, opts Options) (*Sink, error) {
 	for name, r := range routes {
 		if err := r.Validate(); err != nil {
 			return nil, fmt.Errorf("egress/amqp: route %q: %w", name, err)
@@ -132,7 +131,7 @@ func New(ctx context.Context, conn *amqpconn.Manager, routes map[string]Route, o
 // (dead_letter.amqp.exchange, which must exist) with its original routing key (a Kafka
 // message's key as text), its headers rewritten as for a normal publish with
 // x-delay-attempt = the attempts made, and x-delay-dead-reason = env.Reason.
-func NewDeadLetter(ctx context.Context, conn *amqpconn.Manager, exchange string, opts Options) (*Sink, error) {
+func NewDeadLetter(ctx context.Context, conn Conn, exchange string, opts Options) (*Sink, error) {
 	if exchange == "" {
 		return nil, fault.Permanent(errors.New("egress/amqp: dead_letter.amqp.exchange is empty"))
 	}
@@ -148,7 +147,7 @@ func NewDeadLetter(ctx context.Context, conn *amqpconn.Manager, exchange string,
 	return s, nil
 }
 
-func newSink(conn *amqpconn.Manager, opts Options) (*Sink, error) {
+func newSink(conn Conn, opts Options) (*Sink, error) {
 	if conn == nil {
 		return nil, fault.Permanent(errors.New("egress/amqp: nil connection manager"))
 	}

@@ -6,8 +6,6 @@ import (
 	"log/slog"
 	"sync"
 	"time"
-
-	"github.com/delaybridge/delay-bridge/internal/kafkaconn"
 )
 
 // Healthy implements egress.HealthChecker: nil while the brokers answered the latest
@@ -20,7 +18,7 @@ func (s *Sink) Healthy() error {
 }
 
 // probe reads the cluster metadata every interval until ctx ends.
-func (s *Sink) probe(ctx context.Context, cfg kafkaconn.Config, interval time.Duration) {
+func (s *Sink) probe(ctx context.Context, cfg Conn, interval time.Duration) {
 	defer close(s.probeDone)
 	wait := min(interval, 10*time.Second)
 	t := s.clk.NewTimer(0)
@@ -32,7 +30,7 @@ func (s *Sink) probe(ctx context.Context, cfg kafkaconn.Config, interval time.Du
 		case <-t.C():
 		}
 		pctx, cancel := context.WithTimeout(ctx, wait)
-		err := kafkaconn.Ping(pctx, cfg)
+		err := cfg.Ping(pctx)
 		cancel()
 		if ctx.Err() != nil {
 			return

@@ -48,7 +48,6 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/fault"
-	"github.com/delaybridge/delay-bridge/internal/kafkaconn"
 )
 
 // HeaderDeadReason carries why a message was dead-lettered, on dead-letter copies.
@@ -82,12 +81,15 @@ var (
 // Kafka to its default topic (to.kafka.topic). It checks cfg, opts (defaults filled
 // in, then Options.Validate) and routes, errors marked fault.Permanent, and starts the
 // health probe; records are dialed for on the first Publish.
-func New(cfg kafkaconn.Config, routes map[string]string, opts Options) (*Sink, error) {
+func New(cfg Conn, routes map[string]string, opts Options) (*Sink, error) {
 	opts = opts.withDefaults()
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	tr, err := kafkaconn.Transport(cfg)
+	if cfg == nil {
+		return nil, fault.Permanent(errors.New("egress/kafka: no Kafka connection (Conn)"))
+	}
+	tr, err := cfg.NewTransport()
 	if err != nil {
 		return nil, fault.Permanent(fmt.Errorf("egress/kafka: %w", err))
 	}
@@ -100,7 +102,7 @@ func New(cfg kafkaconn.Config, routes map[string]string, opts Options) (*Sink, e
 	}
 	log := opts.Logger.With("sink", "kafka")
 	w := &kafka.Writer{
-		Addr:                   kafka.TCP(cfg.Brokers...),
+		Addr:                   kafka.TCP(cfg.Addrs()...),
 		Balancer:               &kafka.Murmur2Balancer{},
 		RequiredAcks:           kafka.RequireAll,
 		BatchTimeout:           opts.BatchTimeout,

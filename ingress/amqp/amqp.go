@@ -176,7 +176,7 @@ func (c Config) Validate() error {
 
 // Source consumes one AMQP queue. It implements ingress.Source.
 type Source struct {
-	conn    *amqpconn.Manager
+	conn    Conn
 	cfg     Config
 	log     *slog.Logger
 	running atomic.Bool
@@ -197,7 +197,7 @@ var (
 // New returns a source for cfg (defaults filled, then validated: errors are permanent).
 // conn is shared and owned by the caller (close it after Run returned). Nothing is
 // dialed before Run.
-func New(conn *amqpconn.Manager, cfg Config) (*Source, error) {
+func New(conn Conn, cfg Config) (*Source, error) {
 	if conn == nil {
 		return nil, fault.Permanent(errors.New("ingress/amqp: nil connection manager"))
 	}

@@ -50,7 +50,6 @@ import (
 	"github.com/delaybridge/delay-bridge/ingress"
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/fault"
-	"github.com/delaybridge/delay-bridge/internal/kafkaconn"
 	"github.com/delaybridge/delay-bridge/internal/observe"
 )
 
@@ -75,7 +74,7 @@ const (
 // Zero values take the defaults.
 type Config struct {
 	// Conn reaches the brokers (brokers, TLS, SASL).
-	Conn kafkaconn.Config
+	Conn Conn
 	// GroupID is the consumer group (kafka.group_id). Required.
 	GroupID string
 	// SessionTimeout is the group session timeout (kafka.session_timeout); the
@@ -136,6 +135,9 @@ func (c Config) Validate() error {
 	case c.BatchSize <= 0 || c.BatchWait <= 0 || c.StallTimeout <= 0 || c.SessionTimeout <= 0:
 		return fault.Permanent(fmt.Errorf("ingress/kafka: route %q: batch size, batch wait, stall and session timeouts must be > 0", c.Rules.Route))
 	}
+	if c.Conn == nil {
+		return fault.Permanent(fmt.Errorf("ingress/kafka: route %q: no Kafka connection (Conn)", c.Rules.Route))
+	}
 	if err := c.Conn.Validate(); err != nil {
 		return fmt.Errorf("ingress/kafka: %w", err)
 	}
@@ -169,7 +171,7 @@ func New(cfg Config) (*Source, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	dialer, err := kafkaconn.Dialer(cfg.Conn)
+	dialer, err := cfg.Conn.NewDialer()
 	if err != nil {
 		return nil, fmt.Errorf("ingress/kafka: %w", err)
 	}
@@ -195,7 +197,7 @@ func (s *Source) Name() string { return "kafka:" + s.cfg.Topic }
 func (s *Source) readerConfig() kafka.ReaderConfig {
 	session := s.cfg.SessionTimeout
 	return kafka.ReaderConfig{
-		Brokers:               s.cfg.Conn.Brokers,
+		Brokers:               s.cfg.Conn.Addrs(),
 		GroupID:               s.cfg.GroupID,
 		Topic:                 s.cfg.Topic,
 		Dialer:                s.dialer,

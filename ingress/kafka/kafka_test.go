@@ -279,7 +279,8 @@ func TestBadCredentialsArePermanent(t *testing.T) {
 	defer c.Close()
 	topic := "delay"
 	cfg := conf(c.ListenAddrs(), "g", topic)
-	cfg.Conn.SASL = kafkaconn.SASL{Mechanism: "SCRAM-SHA-512", Username: "bridge", Password: "wrong"}
+	conn := kafkaconn.Config{Brokers: c.ListenAddrs(), SASL: kafkaconn.SASL{Mechanism: "SCRAM-SHA-512", Username: "bridge", Password: "wrong"}}
+	cfg.Conn = conn
 	src, err := kafkain.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -292,7 +293,8 @@ func TestBadCredentialsArePermanent(t *testing.T) {
 	}
 
 	// The right password consumes through SCRAM.
-	cfg.Conn.SASL.Password = "right"
+	conn.SASL.Password = "right"
+	cfg.Conn = conn
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.AllowAutoTopicCreation(), kgo.SASL(scramAuth("bridge", "right")))
 	if err != nil {
 		t.Fatal(err)
@@ -318,8 +320,11 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	cases := map[string]kafkain.Config{
 		"no topic":      with(func(c *kafkain.Config) { c.Topic = ""; c.Rules.Route = "x" }),
 		"no group":      with(func(c *kafkain.Config) { c.GroupID = "" }),
-		"no brokers":    with(func(c *kafkain.Config) { c.Conn.Brokers = nil }),
-		"bad mechanism": with(func(c *kafkain.Config) { c.Conn.SASL.Mechanism = "KERBEROS" }),
+		"no brokers":    with(func(c *kafkain.Config) { c.Conn = kafkaconn.Config{} }),
+		"no connection": with(func(c *kafkain.Config) { c.Conn = nil }),
+		"bad mechanism": with(func(c *kafkain.Config) {
+			c.Conn = kafkaconn.Config{Brokers: []string{"127.0.0.1:1"}, SASL: kafkaconn.SASL{Mechanism: "KERBEROS"}}
+		}),
 	}
 	for name, c := range cases {
 		if _, err := kafkain.New(c); !fault.IsPermanent(err) {

@@ -141,7 +141,7 @@ func (c *consumer) close(log *slog.Logger) {
 func (s *Source) preflight(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, kafkaconn.DialTimeout)
 	defer cancel()
-	err := kafkaconn.Ping(pctx, s.cfg.Conn)
+	err := s.cfg.Conn.Ping(pctx)
 	switch {
 	case err == nil || ctx.Err() != nil:
 		return nil

@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
-
-	"github.com/delaybridge/delay-bridge/internal/kafkaconn"
 )
 
 // pollTimeout bounds one lag poll (metadata, end offsets, committed offsets).
@@ -25,13 +23,13 @@ func pollPeriod(stall time.Duration) time.Duration {
 // state and asks Run to rebuild the reader when it has been stuck for the stall timeout
 // (tracker.check). It returns when ctx ends.
 func (s *Source) watch(ctx context.Context) {
-	transport, err := kafkaconn.Transport(s.cfg.Conn)
+	transport, err := s.cfg.Conn.NewTransport()
 	if err != nil { // New checked the same settings; keep watching without lag
 		s.log.Warn("kafka ingress watchdog: no client for lag polls", "err", err)
 	}
 	var client *kafka.Client
 	if transport != nil {
-		client = &kafka.Client{Addr: kafka.TCP(s.cfg.Conn.Brokers...), Timeout: pollTimeout, Transport: transport}
+		client = &kafka.Client{Addr: kafka.TCP(s.cfg.Conn.Addrs()...), Timeout: pollTimeout, Transport: transport}
 		defer transport.CloseIdleConnections()
 	}
 	period := pollPeriod(s.cfg.StallTimeout)

@@ -192,3 +192,19 @@ func classify(err error) error {
 	}
 	return err
 }
+
+// The methods below let the adapters take a connection through a small interface of
+// their own (ingress/kafka.Conn, egress/kafka.Conn) instead of naming this internal type
+// in their exported API.
+
+// Addrs returns the bootstrap brokers.
+func (c Config) Addrs() []string { return c.Brokers }
+
+// NewDialer is Dialer(c).
+func (c Config) NewDialer() (*kafka.Dialer, error) { return Dialer(c) }
+
+// NewTransport is Transport(c).
+func (c Config) NewTransport() (*kafka.Transport, error) { return Transport(c) }
+
+// Ping is Ping(ctx, c).
+func (c Config) Ping(ctx context.Context) error { return Ping(ctx, c) }

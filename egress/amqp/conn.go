@@ -1,0 +1,33 @@
+package amqp
+
+import (
+	"context"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Conn is the shared RabbitMQ connection the sink publishes through (in the bridge,
+// internal/amqpconn.Manager: one connection per process, redialled with backoff, shared
+// with the AMQP sources). The sink declares the little it needs, so its exported API
+// names no internal type.
+type Conn interface {
+	// Connection returns the live connection, dialing until one is up or ctx ends; a
+	// dial that cannot succeed (credentials, vhost, TLS) is marked fault.Permanent.
+	Connection(ctx context.Context) (*amqp.Connection, error)
+	// Channel opens a channel on the live connection.
+	Channel(ctx context.Context) (*amqp.Channel, error)
+	// CloseChannel closes ch, waiting at most grace for the server's answer.
+	CloseChannel(ch *amqp.Channel, grace time.Duration)
+	// Do runs fn, a blocking amqp091 call without a context, and returns its error or
+	// ctx's error as soon as ctx ends (fn then finishes in the background, owned by
+	// the connection).
+	Do(ctx context.Context, fn func() error) error
+	// Connected reports whether a connection is open now; LastError is the latest
+	// dial or connection error (nil after a successful dial).
+	Connected() bool
+	LastError() error
+	// Username is the user the connection authenticates as (RabbitMQ refuses a
+	// publish whose user_id property names another user).
+	Username() string
+}
