@@ -152,18 +152,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	jobsDone := make(chan struct{})
 	go func() { defer close(jobsDone); _ = runner.Run(jobsCtx) }()
 
-	ingressCtx, stopIngress := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	errc := make(chan error, len(sources))
-	for _, src := range sources {
-		wg.Add(1)
-		go func(src ingress.Source) {
-			defer wg.Done()
-			if err := src.Run(ingressCtx, b.handle); err != nil {
-				errc <- fmt.Errorf("ingress %s: %w", src.Name(), err)
-			}
-		}(src)
-	}
+	errc, stopIngress := b.startIngress(ctx, sources)
 	var runErr error
 	select {
 	case <-ctx.Done():
@@ -172,7 +161,6 @@ func (b *Bridge) Run(ctx context.Context) error {
 	}
 	b.log.Info("shutting down: stopping ingress")
 	stopIngress()
-	wg.Wait()
 	stopJobs()
 	<-jobsDone
 	b.log.Info("shutting down: stopping scheduler")
@@ -185,6 +173,24 @@ func (b *Bridge) Run(ctx context.Context) error {
 	b.mu.Unlock()
 	b.log.Info("stopped")
 	return runErr
+}
+
+// startIngress runs every source on its own goroutine. The first source to fail sends
+// its error on errc; stop cancels them all and waits until every Run has returned.
+func (b *Bridge) startIngress(ctx context.Context, sources []ingress.Source) (errc <-chan error, stop func()) {
+	ingressCtx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	ch := make(chan error, len(sources))
+	for _, src := range sources {
+		wg.Add(1)
+		go func(src ingress.Source) {
+			defer wg.Done()
+			if err := src.Run(ingressCtx, b.handle); err != nil {
+				ch <- fmt.Errorf("ingress %s: %w", src.Name(), err)
+			}
+		}(src)
+	}
+	return ch, func() { cancel(); wg.Wait() }
 }
 
 // newScheduler builds the scheduler from the configuration.

@@ -134,6 +134,12 @@ func schemaOf(t reflect.Type, path string, used map[string]bool) (*Obj, error) {
 		return s, nil
 	}
 	used[path] = true
+	c.apply(s)
+	return s, nil
+}
+
+// apply writes the constraints of one key into its schema.
+func (c constraint) apply(s *Obj) {
 	if c.description != "" {
 		s.Set("description", c.description)
 	}
@@ -159,7 +165,6 @@ func schemaOf(t reflect.Type, path string, used map[string]bool) (*Obj, error) {
 		s.Set("minProperties", 1)
 		s.Set("maxProperties", 1)
 	}
-	return s, nil
 }
 
 // caselessPattern matches any of words in any letter case (JSON schema regular

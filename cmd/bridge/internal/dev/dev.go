@@ -48,6 +48,42 @@ const (
 	targetTopic = "demo"
 )
 
+// devConfig is the bridge configuration of `bridge dev`: one Kafka-to-Kafka route on
+// the embedded broker and the Redis it found or started.
+func devConfig(o Options, kaddr, raddr string) (config.Config, error) {
+	admin := o.AdminListen
+	if admin == "" {
+		admin = "127.0.0.1:" + strconv.Itoa(portOr(8089))
+	}
+	cfg := config.Default()
+	cfg.Cluster = "dev"
+	cfg.Shards = 16
+	cfg.Redis.Addrs = []string{raddr}
+	cfg.Kafka.Brokers = []string{kaddr}
+	cfg.Kafka.GroupID = "delay-bridge-dev"
+	cfg.Admin.Listen = admin
+	cfg.Log.Format = "text"
+	cfg.Routes = []config.Route{{
+		Name: "demo",
+		From: config.Endpoint{Kafka: &config.KafkaEndpoint{Topic: delayTopic}},
+		To:   config.Endpoint{Kafka: &config.KafkaEndpoint{Topic: targetTopic}},
+	}}
+	if err := cfg.Validate(); err != nil {
+		return cfg, fmt.Errorf("dev config: %w", err)
+	}
+	return cfg, nil
+}
+
+// printBanner says what runs where and how to try it by hand.
+func printBanner(out io.Writer, kaddr, raddr, how, admin string) {
+	fmt.Fprintf(out, "delay-bridge dev\n")
+	fmt.Fprintf(out, "  kafka (embedded kfake)  %s   delay topic %q -> target topic %q\n", kaddr, delayTopic, targetTopic)
+	fmt.Fprintf(out, "  redis (%s)  %s\n", how, raddr)
+	fmt.Fprintf(out, "  admin API               http://%s  (try: curl http://%s/v1/stats)\n", admin, admin)
+	fmt.Fprintf(out, "  produce your own:       kcat -P -b %s -t %s -H x-delay=5000 <<< 'hello'\n", kaddr, delayTopic)
+	fmt.Fprintf(out, "  consume the target:     kcat -C -b %s -t %s -f '%%h %%s\\n'\n\n", kaddr, targetTopic)
+}
+
 // Run starts the stack and the demo and blocks until ctx is cancelled (or, with Exit,
 // until the demo summary is printed).
 func Run(ctx context.Context, o Options) error {
@@ -81,33 +117,11 @@ func Run(ctx context.Context, o Options) error {
 	}
 	defer stopRedis()
 
-	admin := o.AdminListen
-	if admin == "" {
-		admin = "127.0.0.1:" + strconv.Itoa(portOr(8089))
+	cfg, err := devConfig(o, kaddr, raddr)
+	if err != nil {
+		return err
 	}
-	cfg := config.Default()
-	cfg.Cluster = "dev"
-	cfg.Shards = 16
-	cfg.Redis.Addrs = []string{raddr}
-	cfg.Kafka.Brokers = []string{kaddr}
-	cfg.Kafka.GroupID = "delay-bridge-dev"
-	cfg.Admin.Listen = admin
-	cfg.Log.Format = "text"
-	cfg.Routes = []config.Route{{
-		Name: "demo",
-		From: config.Endpoint{Kafka: &config.KafkaEndpoint{Topic: delayTopic}},
-		To:   config.Endpoint{Kafka: &config.KafkaEndpoint{Topic: targetTopic}},
-	}}
-	if err := cfg.Validate(); err != nil {
-		return fmt.Errorf("dev config: %w", err)
-	}
-
-	fmt.Fprintf(o.Out, "delay-bridge dev\n")
-	fmt.Fprintf(o.Out, "  kafka (embedded kfake)  %s   delay topic %q -> target topic %q\n", kaddr, delayTopic, targetTopic)
-	fmt.Fprintf(o.Out, "  redis (%s)  %s\n", how, raddr)
-	fmt.Fprintf(o.Out, "  admin API               http://%s  (try: curl http://%s/v1/stats)\n", admin, admin)
-	fmt.Fprintf(o.Out, "  produce your own:       kcat -P -b %s -t %s -H x-delay=5000 <<< 'hello'\n", kaddr, delayTopic)
-	fmt.Fprintf(o.Out, "  consume the target:     kcat -C -b %s -t %s -f '%%h %%s\\n'\n\n", kaddr, targetTopic)
+	printBanner(o.Out, kaddr, raddr, how, cfg.Admin.Listen)
 
 	var wg sync.WaitGroup
 	bridgeErr := make(chan error, 1)
