@@ -31,7 +31,7 @@ ARG TARGETOS=linux
 ARG TARGETARCH
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
-    go build -trimpath -ldflags "-s -w -X main.version=$VERSION" -o /out/bridge ./cmd/bridge
+    go build -tags nodev -trimpath -ldflags "-s -w -X main.version=$VERSION" -o /out/bridge ./cmd/bridge
 # The runtime files (the golang image is Debian with ca-certificates).
 RUN mkdir -p /out/rootfs/etc/ssl/certs /out/rootfs/etc/delay-bridge /out/rootfs/tmp && \
     printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' > /out/rootfs/etc/passwd && \

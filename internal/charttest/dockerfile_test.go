@@ -250,7 +250,7 @@ func bridge(t *testing.T) string {
 
 func TestDockerfile(t *testing.T) {
 	d := parseDockerfile(t)
-	for _, flag := range []string{"CGO_ENABLED=0", "-trimpath", `-s -w`, "-X main.version=$VERSION", "./cmd/bridge"} {
+	for _, flag := range []string{"CGO_ENABLED=0", "-tags nodev", "-trimpath", `-s -w`, "-X main.version=$VERSION", "./cmd/bridge"} {
 		if !strings.Contains(d.buildCmd, flag) {
 			t.Errorf("Dockerfile: the go build command %q lacks %q", d.buildCmd, flag)
 		}

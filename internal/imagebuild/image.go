@@ -5,7 +5,8 @@
 //
 // The image has no base (the equivalent of FROM scratch, so there is no base digest to
 // pin) and one layer: the static bridge binary at /bridge, built with the same go build
-// command as the Dockerfile (CGO_ENABLED=0, -trimpath, -ldflags "-s -w -X
+// command as the Dockerfile (CGO_ENABLED=0, -tags nodev: no `bridge dev` and none of
+// its embedded Kafka and Redis servers in the image, -trimpath, -ldflags "-s -w -X
 // main.version=..."), the build machine's CA bundle at /etc/ssl/certs/ca-certificates.crt,
 // /etc/passwd and /etc/group naming the non-root user nonroot (65532), and /tmp. Its
 // configuration mirrors the Dockerfile's final stage: USER 65532:65532, ENTRYPOINT
@@ -96,7 +97,7 @@ type Result struct {
 // GoBuildArgs is the Dockerfile's go build command for version and output file out
 // (run with CGO_ENABLED=0 GOOS=linux GOARCH=<arch>).
 func GoBuildArgs(version, out string) []string {
-	return []string{"build", "-trimpath", "-ldflags", "-s -w -X main.version=" + version, "-o", out, "./cmd/bridge"}
+	return []string{"build", "-tags", "nodev", "-trimpath", "-ldflags", "-s -w -X main.version=" + version, "-o", out, "./cmd/bridge"}
 }
 
 // Build compiles the bridge and writes the image to o.Out.
