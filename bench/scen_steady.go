@@ -89,7 +89,7 @@ func steadyStep(e *env, rate float64, dur, minD, maxD time.Duration) (SteadyStep
 	}
 	defer b.close()
 	profDone := make(chan struct{})
-	if e.profile && rate >= 50000 {
+	if e.profile { // every step: the fixed costs show at low rates
 		go func() {
 			defer close(profDone)
 			time.Sleep(maxD + 2*time.Second) // into the steady part

@@ -12,8 +12,14 @@ import (
 // Defaults for Options.
 const (
 	DefaultBatchTimeout = time.Millisecond
-	DefaultBatchSize    = 1000
-	DefaultBatchBytes   = 16 << 20
+	// DefaultBatchSize is small on purpose: kafka-go allocates every partition batch with
+	// room for BatchSize messages (about 150 B each) however few it ends up holding, so at
+	// 1000 a lone message fired at a low rate cost a 150 KB allocation, which made the
+	// garbage collector a quarter of the bridge's CPU (docs/BENCHMARKS.md, issue 11). A
+	// full batch is sent at once and the next one fills meanwhile, so a large publish
+	// becomes several produce requests per partition.
+	DefaultBatchSize  = 128
+	DefaultBatchBytes = 16 << 20
 
 	DefaultAnswerTimeout = 30 * time.Second
 	DefaultProbeInterval = 5 * time.Second
@@ -24,7 +30,7 @@ type Options struct {
 	Logger *slog.Logger // default slog.Default()
 	// BatchTimeout is how long a partition's batch waits for more messages; default 1ms.
 	BatchTimeout time.Duration
-	// BatchSize is the most messages per partition batch; default 1000.
+	// BatchSize is the most messages per partition batch; default 128.
 	BatchSize int
 	// BatchBytes is the most bytes per partition batch; a single record larger than this
 	// fails permanently. Default 16 MiB (the broker's own message.max.bytes applies too).

@@ -20,7 +20,8 @@
 // timestamp (x-delay counts from it), and the default id is "topic/partition/offset",
 // stable across redeliveries.
 //
-// Reader settings (docs/CONTRACT.md §8): MaxWait 5ms and ReadBackoffMin/Max 1ms/5ms (kafka-go's
+// Reader settings (docs/CONTRACT.md §8): MinBytes 1 with MaxWait 250ms (a long poll: the
+// broker answers as soon as a record arrives) and ReadBackoffMin/Max 1ms/5ms (kafka-go's
 // defaults add 40–260ms of latency to a caught-up consumer), StartOffset FirstOffset for
 // a new group, partition changes watched.
 //
@@ -152,9 +153,10 @@ type Source struct {
 	// maxBytes is the reader's fetch limit. It is not a record size limit: a broker
 	// returns the first record batch whole even when it is larger (KIP-74), so an
 	// oversized payload still arrives to be dead-lettered. It must stay small: kafka-go
-	// gives a fetch response only MaxWait (5 ms) to arrive, and a lagging consumer asking
-	// for 16 MiB made kfake miss that every time and re-fetch the same offset forever
-	// (bench: 1.4k msgs/s at 16 MiB, 750k at 1 MiB).
+	// gives a fetch response only a quarter of MaxWait beyond the broker's wait to
+	// arrive, and a lagging consumer asking for 16 MiB made kfake miss that every time
+	// (with MaxWait 5 ms) and re-fetch the same offset forever (bench: 1.4k msgs/s at
+	// 16 MiB, 750k at 1 MiB).
 	maxBytes int
 	health   *tracker
 }
@@ -194,6 +196,15 @@ func (s *Source) GroupID() string { return s.cfg.GroupID }
 // Name is "kafka:<topic>".
 func (s *Source) Name() string { return "kafka:" + s.cfg.Topic }
 
+// readerMaxWait is how long the broker may hold a fetch that finds nothing new. With
+// MinBytes 1 the broker answers as soon as a record arrives, so a longer wait adds no
+// latency; it only spares the idle polls. At 5 ms each partition's reader polled about
+// 270 times a second when caught up, and a response later than kafka-go's read deadline
+// (MaxWait; the broker is asked to wait three quarters of it) made it close the
+// connection and dial, list offsets and seek again: 19 % of the bridge's CPU at 1k msgs/s (docs/BENCHMARKS.md, issue 11). A
+// reader being stopped (rebalance, Close) may wait for its fetch up to this long.
+const readerMaxWait = 250 * time.Millisecond
+
 func (s *Source) readerConfig() kafka.ReaderConfig {
 	session := s.cfg.SessionTimeout
 	return kafka.ReaderConfig{
@@ -204,7 +215,7 @@ func (s *Source) readerConfig() kafka.ReaderConfig {
 		QueueCapacity:         s.cfg.BatchSize,
 		MinBytes:              1,
 		MaxBytes:              s.maxBytes,
-		MaxWait:               5 * time.Millisecond,
+		MaxWait:               readerMaxWait,
 		ReadBackoffMin:        time.Millisecond,
 		ReadBackoffMax:        5 * time.Millisecond,
 		CommitInterval:        0, // synchronous commits, issued after the handler succeeded
