@@ -126,6 +126,7 @@ func renderMarkdown(r *Results) string {
 				ms(s.Lat.P50), ms(s.Lat.P99), ms(s.Lat.P999), ms(s.Lat.Max), fmt.Sprint(s.Lat.Early), fmt.Sprint(s.Dups),
 				yes(s.Sustained), vs, fmt.Sprintf("%.2f", s.Redis.ScriptCallsPerMsg), fmt.Sprintf("%.1f", s.Redis.CPUUsecPerMsg), cores(s.CPU))
 		}
+		writeStages(&b, x.Steps)
 		fmt.Fprintf(&b, "\nMax sustained offered rate: **%s msgs/s** (%s).", rate(x.MaxSustained), x.SustainedRule)
 		if r.Baseline != nil && r.Baseline.PassDrain.Rate > 0 {
 			fmt.Fprintf(&b, " That is %s of the pass-through's full speed.", ratio(Ratio(x.MaxSustained, r.Baseline.PassDrain.Rate)))

@@ -12,6 +12,8 @@ type SteadyStep struct {
 	Sustained bool      `json:"sustained"`
 	Redis     RedisCost `json:"redis"`
 	BridgeRSS int64     `json:"bridge_rss_bytes"`
+	// Stages break the bridge's part of the lateness down (stages.go).
+	Stages []Stage `json:"stages,omitempty"`
 }
 
 // SteadyResult is scenario 2.
@@ -116,6 +118,7 @@ func steadyStep(e *env, rate float64, dur, minD, maxD time.Duration) (SteadyStep
 		close(profDone)
 	}
 	cs0 := e.redis.commandStats(e.ctx)
+	h0, herr := scrapeHists(b.admin)
 	p, err := probe(e, fmt.Sprintf("bridge %d", int(rate)), src, dst, rate, dur, maxD, 30*time.Second, false,
 		delayed("s", minD, maxD), map[string]int{"bridge": b.pid()}, true)
 	<-profDone
@@ -123,6 +126,14 @@ func steadyStep(e *env, rate float64, dur, minD, maxD time.Duration) (SteadyStep
 		return SteadyStep{}, err
 	}
 	st := SteadyStep{ProbeResult: p, BridgeRSS: rssBytes(b.pid())}
+	if h1, err := scrapeHists(b.admin); err == nil && herr == nil {
+		st.Stages = stagesBetween(h0, h1)
+		for _, sg := range st.Stages {
+			logf("  stage %-40s n %8.0f  p50 %7.2f  p99 %7.2f  p999 %7.2f ms", sg.Name, sg.Count, sg.P50, sg.P99, sg.P999)
+		}
+	} else {
+		logf("  stages: %v %v", herr, err)
+	}
 	st.Redis = redisCost(cs0, e.redis.commandStats(e.ctx), p.Arrived)
 	if secs := p.CPU.WallSeconds; secs > 0 && p.Arrived > 0 {
 		st.Redis.CPUUsecPerMsg = p.CPU.CPUSeconds["redis"] * 1e6 / float64(p.Arrived)

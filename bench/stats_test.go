@@ -1,7 +1,9 @@
 package main
 
 import (
+	"fmt"
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -73,5 +75,32 @@ func TestTimelineBuckets(t *testing.T) {
 	tl := Timeline(arr, late, start, 1)
 	if len(tl) != 3 || tl[0].N != 2 || tl[0].Max != 3 || tl[1].T != 1 || tl[2].T != 3 || tl[2].P99 != 9 {
 		t.Fatalf("got %+v", tl)
+	}
+}
+
+func TestStagesFromHistograms(t *testing.T) {
+	text := func(b1, b2, inf int) string {
+		return fmt.Sprintf(`# TYPE delaybridge_fire_lateness_seconds histogram
+delaybridge_fire_lateness_seconds_bucket{route="a",le="0.001"} %d
+delaybridge_fire_lateness_seconds_bucket{route="a",le="0.002"} %d
+delaybridge_fire_lateness_seconds_bucket{route="a",le="+Inf"} %d
+delaybridge_fire_lateness_seconds_sum{route="a"} 1
+`, b1, b2, inf)
+	}
+	before, err := parseHists(strings.NewReader(text(10, 10, 10)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := parseHists(strings.NewReader(text(60, 110, 110)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := stagesBetween(before, after)
+	if len(st) != 1 || st[0].Count != 100 {
+		t.Fatalf("stages %+v, want one with count 100", st)
+	}
+	// 50 in (0, 1 ms], 50 in (1, 2 ms]: the median is 1 ms, p99 is 1.98 ms.
+	if math.Abs(st[0].P50-1) > 1e-9 || math.Abs(st[0].P99-1.98) > 1e-9 {
+		t.Fatalf("p50 %v p99 %v, want 1 and 1.98", st[0].P50, st[0].P99)
 	}
 }

@@ -126,10 +126,12 @@ func NewDispatcher(opt DispatcherOptions) *Dispatcher {
 	return d
 }
 
-// Submit queues fired messages. It never blocks (the wheel goroutine calls it).
+// Submit queues fired messages. It never blocks (the wheel goroutine calls it). The
+// time of the call is taken as their fire time, for Observer.EgressWait.
 func (d *Dispatcher) Submit(batch []*envelope.Envelope) {
+	at := d.opt.Clock.Now().UnixNano()
 	if len(d.lanes) == 0 {
-		d.shared.put(batch)
+		d.shared.put(batch, at)
 		return
 	}
 	var shared []*envelope.Envelope
@@ -142,9 +144,9 @@ func (d *Dispatcher) Submit(batch []*envelope.Envelope) {
 		}
 	}
 	for lane, envs := range byLane {
-		lane.put(envs) // one lock per lane and batch, not per message
+		lane.put(envs, at) // one lock per lane and batch, not per message
 	}
-	d.shared.put(shared)
+	d.shared.put(shared, at)
 }
 
 // Len is the number of queued messages not yet taken by a worker.
@@ -173,11 +175,11 @@ func (d *Dispatcher) Run(ctx context.Context) {
 	work := func(q *fifo) {
 		defer wg.Done()
 		for {
-			batch := q.take()
+			batch, ats := q.take()
 			if batch == nil {
 				return
 			}
-			d.dispatch(batch)
+			d.dispatch(batch, ats)
 		}
 	}
 	for i := 0; i < d.opt.Workers; i++ {
@@ -201,11 +203,13 @@ func (d *Dispatcher) drainOver() bool {
 	return at != 0 && d.opt.Clock.Now().Sub(time.Unix(0, at)) > d.opt.ShutdownDrain
 }
 
-// fifo is a closable queue of fired messages taken in batches of up to max.
+// fifo is a closable queue of fired messages taken in batches of up to max. ats holds
+// each queued message's fire time (unix ns), index for index with items.
 type fifo struct {
 	mu     sync.Mutex
 	cond   *sync.Cond
 	items  []*envelope.Envelope
+	ats    []int64
 	max    int
 	closed bool
 }
@@ -216,12 +220,15 @@ func newFIFO(max int) *fifo {
 	return q
 }
 
-func (q *fifo) put(batch []*envelope.Envelope) {
+func (q *fifo) put(batch []*envelope.Envelope, at int64) {
 	if len(batch) == 0 {
 		return
 	}
 	q.mu.Lock()
 	q.items = append(q.items, batch...)
+	for range batch {
+		q.ats = append(q.ats, at)
+	}
 	q.mu.Unlock()
 	q.cond.Signal()
 }
@@ -239,8 +246,9 @@ func (q *fifo) close() {
 	q.cond.Broadcast()
 }
 
-// take blocks until something is queued, and returns nil once closed and drained.
-func (q *fifo) take() []*envelope.Envelope {
+// take blocks until something is queued, and returns nil once closed and drained. ats
+// are the fire times of batch, index for index.
+func (q *fifo) take() (batch []*envelope.Envelope, ats []int64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for len(q.items) == 0 && !q.closed {
@@ -248,43 +256,50 @@ func (q *fifo) take() []*envelope.Envelope {
 	}
 	n := min(len(q.items), q.max)
 	if n == 0 {
-		return nil
+		return nil, nil
 	}
-	batch := make([]*envelope.Envelope, n)
+	batch = make([]*envelope.Envelope, n)
+	ats = make([]int64, n)
 	copy(batch, q.items)
+	copy(ats, q.ats)
 	rest := copy(q.items, q.items[n:])
+	copy(q.ats, q.ats[n:])
 	clear(q.items[rest:])
 	q.items = q.items[:rest]
-	return batch
+	q.ats = q.ats[:rest]
+	return batch, ats
 }
 
 // dispatch publishes one batch, grouped by route (each route may have its own sink and
-// rate). Outcomes go to the completer with a context detached from shutdown, because
-// recording an outcome must finish even while the bridge is stopping.
-func (d *Dispatcher) dispatch(batch []*envelope.Envelope) {
+// rate); ats are the messages' fire times. Outcomes go to the completer with a context
+// detached from shutdown, because recording an outcome must finish even while the
+// bridge is stopping.
+func (d *Dispatcher) dispatch(batch []*envelope.Envelope, ats []int64) {
 	ctx := context.Background()
 	for len(batch) > 0 {
 		route := batch[0].Route
-		group := batch[:0:0]
-		rest := batch[:0]
-		for _, env := range batch {
+		group, groupAts := batch[:0:0], ats[:0:0]
+		rest, restAts := batch[:0], ats[:0]
+		for i, env := range batch {
 			if env.Route == route {
 				group = append(group, env)
+				groupAts = append(groupAts, ats[i])
 			} else {
 				rest = append(rest, env)
+				restAts = append(restAts, ats[i])
 			}
 		}
-		batch = rest
+		batch, ats = rest, restAts
 		if d.drainOver() {
 			d.unpublished.Add(int64(len(group)))
 			d.opt.Completer.Unpublished(group)
 			continue
 		}
-		d.publishRoute(ctx, route, group)
+		d.publishRoute(ctx, route, group, groupAts)
 	}
 }
 
-func (d *Dispatcher) publishRoute(ctx context.Context, route string, envs []*envelope.Envelope) {
+func (d *Dispatcher) publishRoute(ctx context.Context, route string, envs []*envelope.Envelope, ats []int64) {
 	rs, ok := d.opt.Routes[route]
 	if !ok {
 		errs := make([]error, len(envs))
@@ -296,6 +311,10 @@ func (d *Dispatcher) publishRoute(ctx context.Context, route string, envs []*env
 	}
 	if lim := d.limiters[route]; lim != nil {
 		d.throttle(ctx, lim, len(envs))
+	}
+	now := d.opt.Clock.Now().UnixNano()
+	for _, at := range ats {
+		d.opt.Observer.EgressWait(route, time.Duration(now-at))
 	}
 	// Ownership is checked after the rate limiter's wait, right before publishing: a
 	// throttled message whose shard moved meanwhile is left to the new owner.

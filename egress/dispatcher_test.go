@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/fault"
+	"github.com/delaybridge/delay-bridge/internal/observe"
 )
 
 // fakeSink is an in-test Sink (our own interface, not a broker): it records batches and
@@ -332,5 +334,50 @@ func TestDispatcherMaxRateWaitsOnTheClock(t *testing.T) {
 	stop()
 	if len(o.published) != 3 {
 		t.Fatalf("published %v, want m0..m2", o.published)
+	}
+}
+
+// waitRecorder keeps every EgressWait.
+type waitRecorder struct {
+	observe.Nop
+	mu    sync.Mutex
+	waits []time.Duration
+}
+
+func (r *waitRecorder) EgressWait(_ string, wait time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.waits = append(r.waits, wait)
+}
+
+// TestDispatcherReportsEgressWait: each message's wait from Submit (its fire time) to the
+// start of its publish is reported on the dispatcher's clock, max_rate waits included.
+func TestDispatcherReportsEgressWait(t *testing.T) {
+	fake := clock.NewFake(time.Unix(1_000_000, 0))
+	o := &outcomes{}
+	rec := &waitRecorder{}
+	d, stop := runDispatcher(t, DispatcherOptions{
+		Routes: map[string]RouteSink{"r": {Sink: &fakeSink{}, MaxRate: 10}}, Completer: o, Clock: fake, Observer: rec, // burst 1
+	})
+	d.Submit(envs("r", 3, "m"))
+	for want := 1; want <= 3; want++ {
+		waitTotal(t, o, want)
+		if want < 3 {
+			deadline := time.Now().Add(5 * time.Second)
+			for fake.Timers() == 0 {
+				if time.Now().After(deadline) {
+					t.Fatalf("after %d published, no wait armed on the injected clock", want)
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+		fake.Advance(100 * time.Millisecond)
+	}
+	stop()
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	want := []time.Duration{0, 100 * time.Millisecond, 200 * time.Millisecond}
+	if !slices.Equal(rec.waits, want) {
+		t.Fatalf("egress waits %v, want %v", rec.waits, want)
 	}
 }

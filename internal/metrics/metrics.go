@@ -51,6 +51,7 @@ type CountsFunc func(ctx context.Context) (admin.Counts, error)
 //	           ingress_consuming{route}, ingress_lag_messages{route},
 //	           build_info{version,goversion} (always 1)
 //	histograms delivery_lateness_seconds{route}, fire_lateness_seconds{route},
+//	           egress_wait_seconds{route},
 //	           requested_delay_seconds{route}, publish_duration_seconds{route,broker},
 //	           redis_script_duration_seconds{script}
 //
@@ -63,6 +64,7 @@ type Metrics struct {
 	shardsOwned                           prometheus.Gauge
 	ingressConsuming, ingressLag          *prometheus.GaugeVec
 	lateness, requestedDelay, delivery    *prometheus.HistogramVec
+	egressWait                            *prometheus.HistogramVec
 	publishDuration, scriptDuration       *prometheus.HistogramVec
 	counts                                *countsCollector
 	ready                                 *readyCollector
@@ -115,6 +117,8 @@ func NewMetrics(reg prometheus.Registerer, version string, logger *slog.Logger) 
 			Help: "Shards this instance currently owns."}),
 		lateness: histogram("fire_lateness_seconds",
 			"Wheel fire time minus due time (before max_rate and the publish; see delivery_lateness_seconds).", LatencyBuckets, "route"),
+		egressWait: histogram("egress_wait_seconds",
+			"Publish start minus wheel fire time: the egress queue and max_rate wait (see delivery_lateness_seconds).", LatencyBuckets, "route"),
 		requestedDelay: histogram("requested_delay_seconds",
 			"Delay producers asked for (due time minus receive time).", DelayBuckets, "route"),
 		publishDuration: histogram("publish_duration_seconds",
@@ -131,7 +135,7 @@ func NewMetrics(reg prometheus.Registerer, version string, logger *slog.Logger) 
 		m.received, m.parked, m.fired, m.published, m.deadLettered, m.invalid, m.shardsOwned,
 		m.duplicate, m.cancelled, m.rescheduled, m.dropped, m.publishFailures, m.retries,
 		m.ingressConsuming, m.ingressLag, m.delivery,
-		m.lateness, m.requestedDelay, m.publishDuration, m.scriptDuration, m.counts, m.ready, buildInfo,
+		m.lateness, m.egressWait, m.requestedDelay, m.publishDuration, m.scriptDuration, m.counts, m.ready, buildInfo,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("admin: registering metrics: %w", err)
@@ -160,7 +164,7 @@ func (m *Metrics) Declare(routes []RouteSeries, invalidReasons []string) {
 		}
 		m.published.WithLabelValues(r.Name, r.Broker)
 		m.publishDuration.WithLabelValues(r.Name, r.Broker)
-		for _, h := range []*prometheus.HistogramVec{m.lateness, m.delivery, m.requestedDelay} {
+		for _, h := range []*prometheus.HistogramVec{m.lateness, m.egressWait, m.delivery, m.requestedDelay} {
 			h.WithLabelValues(r.Name)
 		}
 		m.ingressConsuming.WithLabelValues(r.Name)
@@ -192,6 +196,9 @@ func (m *Metrics) RequestedDelay(route string, d time.Duration) {
 func (m *Metrics) Fired(route string, lateness time.Duration) {
 	m.fired.WithLabelValues(route).Inc()
 	m.lateness.WithLabelValues(route).Observe(lateness.Seconds())
+}
+func (m *Metrics) EgressWait(route string, wait time.Duration) {
+	m.egressWait.WithLabelValues(route).Observe(wait.Seconds())
 }
 func (m *Metrics) Published(route, broker string, n int, took time.Duration) {
 	m.published.WithLabelValues(route, broker).Add(float64(n))

@@ -53,6 +53,10 @@ type Observer interface {
 	// Fired records one message handed to egress by the wheel, with its lateness
 	// (fire time - due time; negative would mean early).
 	Fired(route string, lateness time.Duration)
+	// EgressWait records one fired message's wait in egress before its publish began:
+	// the dispatcher's queue and any max_rate wait (publish start minus fire time).
+	// Delivery lateness is fire lateness + this wait + the publish duration.
+	EgressWait(route string, wait time.Duration)
 	// Published counts messages the broker confirmed, with the batch's publish duration.
 	Published(route, broker string, n int, took time.Duration)
 	// Delivered records one broker-confirmed message's delivery lateness: the time the
@@ -92,6 +96,7 @@ func (Nop) Duplicate(string, string, int)                {}
 func (Nop) Invalid(string, string)                       {}
 func (Nop) RequestedDelay(string, time.Duration)         {}
 func (Nop) Fired(string, time.Duration)                  {}
+func (Nop) EgressWait(string, time.Duration)             {}
 func (Nop) Published(string, string, int, time.Duration) {}
 func (Nop) Delivered(string, time.Duration)              {}
 func (Nop) PublishFailed(string, string, string, int)    {}
