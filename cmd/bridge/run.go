@@ -79,7 +79,7 @@ func newLogger(lc config.LogConfig, w io.Writer) *slog.Logger {
 	if err := level.UnmarshalText([]byte(strings.ToLower(lc.Level))); err != nil {
 		level = slog.LevelInfo
 	}
-	opts := &slog.HandlerOptions{Level: level}
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: durationsAsText}
 	var h slog.Handler
 	if lc.Format == "text" {
 		h = slog.NewTextHandler(w, opts)
@@ -87,6 +87,15 @@ func newLogger(lc config.LogConfig, w io.Writer) *slog.Logger {
 		h = slog.NewJSONHandler(w, opts)
 	}
 	return slog.New(h)
+}
+
+// durationsAsText writes durations as Go duration text ("1.5s"), not the JSON
+// handler's integer nanoseconds, so a log line reads the way the config is written.
+func durationsAsText(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.String(a.Key, a.Value.Duration().String())
+	}
+	return a
 }
 
 // serve runs the bridge and its admin server until ctx ends or either fails. The admin
