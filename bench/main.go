@@ -88,7 +88,7 @@ func main() {
 		burstN     = flag.Int("burst-n", 0, "messages in the burst (default 1000000, quick 50000)")
 		expFlag    = flag.String("experiment", "", "comma-separated patches compiled into the bridge with go build -overlay to measure a suggested fix: "+experimentNames())
 		bridgeYAML = flag.String("bridge-yaml", "", "extra top-level YAML for every bridge config, e.g. 'scheduler: { lookahead: 500ms }' (default: the product defaults)")
-		ratesFlag  = flag.String("rates", "", "steady: comma-separated offered rates instead of the default ladder (no search for the maximum)")
+		ratesFlag  = flag.String("rates", "", "steady and baseline: comma-separated offered rates instead of the default ladder (no search for the maximum)")
 		scaleN     = flag.Int("scale-n", 0, "messages parked for an hour in the scale scenario (default 10000000, quick 200000)")
 		replot     = flag.String("replot", "", "redraw the plots and reprint the tables from a results/<timestamp>.json instead of running")
 		childMode  = flag.String("child", "", "internal: run as a helper process (kfake, passthrough)")

@@ -144,6 +144,9 @@ func runBaseline(e *env) error {
 	e.res.Baseline = r
 	dur := pick(e, 10*time.Second, 3*time.Second)
 	rates := pick(e, []float64{10000, 50000}, []float64{10000})
+	if len(e.rates) > 0 { // -rates: the pass-through at the steady scenario's rates
+		rates = e.rates
+	}
 
 	// The consumer's own floor: producer -> kfake -> consumer, no hop in between.
 	for _, rate := range rates {
