@@ -13,8 +13,19 @@ import (
 
 // Published implements egress.Completer: acknowledge, then return credits. A copy
 // published after its shard moved on is acknowledged all the same: it did reach the
-// broker.
+// broker. With Options.AckInterval > 0 the acknowledgement is queued for the acker
+// (acker.go) and Published returns at once; otherwise it is written before Published
+// returns (at-most-once needs that: it acknowledges before publishing).
 func (s *Scheduler) Published(ctx context.Context, envs []*envelope.Envelope) {
+	if s.opt.AckInterval > 0 {
+		s.acks.add(envs)
+		return
+	}
+	s.ack(ctx, envs)
+}
+
+// ack writes the acknowledgement of envs, then forgets them and returns their credits.
+func (s *Scheduler) ack(ctx context.Context, envs []*envelope.Envelope) {
 	ids := make([]string, len(envs))
 	for i, env := range envs {
 		s.untrack(s.store.ShardOf(env.ID), env)

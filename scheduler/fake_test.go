@@ -166,6 +166,57 @@ func TestCompleterAcksOnPublish(t *testing.T) {
 	w.drive("credits back", time.Second, func() bool { return a.s.InMemory().FreeCredits == opt.MaxInMemory })
 }
 
+// With Options.AckInterval the acker writes the acknowledgements in batches: the first
+// after a quiet interval at once, later ones no sooner than the interval after the
+// previous write, holding their credits meanwhile; stopping writes the acks still
+// queued before the shards are released. Every message is published once.
+func TestCompleterBatchedAcks(t *testing.T) {
+	w := newWorld(t, 2)
+	opt := w.options("a")
+	opt.AckInterval = time.Hour // nothing after the first write is acked before the stop
+	a := w.start(opt, nil)
+	inState := func(msgs []string, want store.State) func() bool {
+		return func() bool {
+			for _, id := range msgs {
+				if st, _, _ := w.state(id); st != want {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	first := ids("first", 20)
+	w.park(first, w.fc.Now().Add(time.Second))
+	w.drive("first delivered", 10*time.Second, inState(first, store.StateDelivered))
+	second := ids("second", 20)
+	w.park(second, w.fc.Now().Add(time.Second))
+	w.drive("second published", 10*time.Second, func() bool {
+		pub := a.disp.published()
+		for _, id := range second {
+			if pub[id] == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	w.advance(time.Second)
+	if !inState(second, store.StateInflight)() {
+		t.Fatal("the second batch was acknowledged within the ack interval")
+	}
+	if free := a.s.InMemory().FreeCredits; free != opt.MaxInMemory-len(second) {
+		t.Fatalf("%d free credits while %d acks are queued, want %d", free, len(second), opt.MaxInMemory-len(second))
+	}
+	a.stop()
+	if !inState(second, store.StateDelivered)() {
+		t.Fatal("queued acknowledgements not written by the time Run returned")
+	}
+	for _, id := range append(first, second...) {
+		if n := a.disp.published()[id]; n != 1 {
+			t.Errorf("%s published %d times", id, n)
+		}
+	}
+}
+
 // A failed publish goes back to pending at fail time + AttemptBackoff(attempt), with
 // the attempt counted, and is published again then.
 func TestCompleterRetriesWithAttemptBackoff(t *testing.T) {
@@ -309,9 +360,18 @@ func TestCompleterUnknownOutcomeStaysInFlight(t *testing.T) {
 
 // Store failures (claims, acks, retries failing, an ack whose reply was lost) are
 // retried with backoff on the clock: every message is delivered, none twice.
-func TestStoreFailuresRetriedNothingLost(t *testing.T) {
+func TestStoreFailuresRetriedNothingLost(t *testing.T) { storeFailuresRetried(t, 0) }
+
+// The same with batched acknowledgements (Options.AckInterval): failed and lost acks are
+// retried by the acker.
+func TestStoreFailuresRetriedNothingLostBatchedAcks(t *testing.T) {
+	storeFailuresRetried(t, 20*time.Millisecond)
+}
+
+func storeFailuresRetried(t *testing.T, ackInterval time.Duration) {
 	w := newWorld(t, 4)
 	opt := w.options("a")
+	opt.AckInterval = ackInterval
 	var mu sync.Mutex
 	failed := map[string]bool{}
 	a := w.start(opt, func(env *envelope.Envelope) error {

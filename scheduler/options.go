@@ -26,6 +26,12 @@ type Options struct {
 	SafetyScan    time.Duration // default 1 s
 	MaxInMemory   int           // default 100000
 
+	// AckInterval > 0 makes acknowledgements asynchronous and batched: one goroutine
+	// writes everything published since its last write, at most once per AckInterval
+	// (acker.go). 0 (the default) writes each batch's acknowledgement before Published
+	// returns, which at-most-once delivery requires.
+	AckInterval time.Duration
+
 	MaxAttempts    int           // default 10
 	BackoffInitial time.Duration // default 1 s
 	BackoffMax     time.Duration // default 5 m

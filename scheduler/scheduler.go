@@ -58,6 +58,7 @@ type Scheduler struct {
 	clk     clock.Clock
 	wheel   *wheel.Wheel
 	credits *credits
+	acks    *acker
 	disp    Dispatcher
 	log     *slog.Logger
 	obs     observe.Observer
@@ -112,6 +113,7 @@ func New(opt Options) (*Scheduler, error) {
 		store:   opt.Store,
 		clk:     opt.Clock,
 		credits: newCredits(opt.MaxInMemory),
+		acks:    newAcker(),
 		log:     opt.Logger,
 		obs:     opt.Observer,
 		holder:  opt.Instance + "#" + hex.EncodeToString(inc[:]),
@@ -200,6 +202,9 @@ func (s *Scheduler) Run(ctx context.Context, disp Dispatcher) error {
 	go func() { defer wheelWG.Done(); s.wheel.Run(wheelCtx) }()
 	dispWG.Add(1)
 	go func() { defer dispWG.Done(); disp.Run(dispCtx) }()
+	ackCtx, stopAck := context.WithCancel(bg)
+	ackDone := make(chan struct{})
+	go func() { defer close(ackDone); s.runAcker(ackCtx, bg) }()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -208,7 +213,10 @@ func (s *Scheduler) Run(ctx context.Context, disp Dispatcher) error {
 
 	s.ownershipLoop(ctx)
 
-	s.shutdown(bg, stopSub, func() { stopWheel(); wheelWG.Wait() }, func() { stopDisp(); dispWG.Wait(); wg.Wait() })
+	// The acker stops after the dispatcher, writing what it still queues, and before
+	// any lease is released.
+	s.shutdown(bg, stopSub, func() { stopWheel(); wheelWG.Wait() },
+		func() { stopDisp(); dispWG.Wait(); stopAck(); <-ackDone; wg.Wait() })
 	return nil
 }
 

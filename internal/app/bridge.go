@@ -202,7 +202,20 @@ func (b *Bridge) newScheduler(shardStore *store.Store) (*scheduler.Scheduler, er
 		LeaseTTL: sc.LeaseTTL, SafetyScan: sc.SafetyScan, MaxInMemory: sc.MaxInMemory,
 		MaxAttempts: b.cfg.Retry.MaxAttempts, BackoffInitial: b.cfg.Retry.Backoff.Initial, BackoffMax: b.cfg.Retry.Backoff.Max,
 		OnDead: b.publishDead, Observer: b.obs, Logger: b.log,
+		AckInterval: b.ackInterval(),
 	})
+}
+
+// ackInterval batches acknowledgements (scheduler.Options.AckInterval) under
+// at-least-once delivery: acks are off the consumer's path, and at 1k msgs/s one ack
+// call per published message was a tenth of the bridge's CPU and most of Redis's
+// (docs/BENCHMARKS.md, issue 11). At-most-once acknowledges before publishing, so
+// there it stays synchronous.
+func (b *Bridge) ackInterval() time.Duration {
+	if b.cfg.Delivery == config.DeliveryAtMostOnce {
+		return 0
+	}
+	return 10 * time.Millisecond
 }
 
 // connectStore waits for Redis (logging while it is down, retrying with the clock's
