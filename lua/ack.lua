@@ -5,6 +5,7 @@
 -- KEYS[3] done       ZSET id -> time delivered or cancelled (dedup window)
 -- KEYS[4] cancelled  HASH id -> routes whose cancel it was: an acked id is delivered,
 --                    so any (other route's) tombstone field goes
+-- KEYS[5] counts     HASH per-route counts (counts.lua, put in front by lua.go)
 -- ARGV[1] now (integer unix ms)
 -- ARGV[2] remember: 1 to record acked ids in done, 0 when the dedup window is off
 -- ARGV[3] trimBefore: done entries with a score below this are forgotten (now - window)
@@ -15,16 +16,27 @@
 --
 -- Only an id still in inflight is acked: if it was recovered, cancelled or acked already,
 -- it no longer belongs to this claim and must be left alone.
-local acked, zadd = {}, {}
+cstart(KEYS[5])
+local acked, zadd, scores = {}, {}, {}
 for i = 5, #ARGV do
   local id = ARGV[i]
+  local score
+  if not C.exact then
+    score = redis.call('ZSCORE', KEYS[2], id) -- the backfill's cursor needs it
+  end
   if redis.call('ZREM', KEYS[2], id) == 1 then
     acked[#acked + 1] = id
+    scores[#acked] = score
     zadd[#zadd + 1] = ARGV[1]
     zadd[#zadd + 1] = id
   end
 end
 if #acked > 0 then
+  local envs = redis.call('HMGET', KEYS[1], unpack(acked))
+  for j = 1, #acked do
+    cadd('inflight', routeOf(envs[j]), -1, scores[j], acked[j])
+  end
+  cflush()
   redis.call('HDEL', KEYS[1], unpack(acked))
   redis.call('HDEL', KEYS[4], unpack(acked))
   if ARGV[2] == '1' then

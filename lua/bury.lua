@@ -8,12 +8,15 @@
 -- KEYS[4] dead       ZSET id -> time dead-lettered
 -- KEYS[5] done       ZSET
 -- KEYS[6] cancelled  HASH id -> routes whose cancel it was (as in park)
+-- KEYS[7] counts     HASH per-route counts (counts.lua)
 -- ARGV[1] now (integer unix ms): the dead-letter time
 -- ARGV[2..] triples: id, envelope bytes, route; the caller bounds the batch.
 -- Returns an array with one string per triple: "buried", or why it was refused (the
 -- state the id is already in, as in park), so a replayed batch is neither counted nor
 -- copied to the dead-letter target again.
--- hasRoute comes from routes.lua, which lua.go puts in front of this script.
+-- hasRoute comes from routes.lua, cstart/cadd/cflush from counts.lua, which lua.go puts
+-- in front of this script.
+cstart(KEYS[7])
 local out = {}
 local n = 0
 local now = ARGV[1]
@@ -39,9 +42,11 @@ for i = 2, #ARGV, 3 do
     else
       redis.call('HSET', KEYS[2], id, ARGV[i + 1])
       redis.call('ZADD', KEYS[4], now, id)
+      cadd('dead', ARGV[i + 2], 1, now, id)
       st = 'buried'
     end
   end
   out[n] = st
 end
+cflush()
 return out

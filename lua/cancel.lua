@@ -7,6 +7,7 @@
 -- KEYS[4] dead       ZSET
 -- KEYS[5] done       ZSET id -> time delivered or cancelled
 -- KEYS[6] cancelled  HASH id -> routes whose cancel it was, "<length>:<route>" each
+-- KEYS[7] counts     HASH per-route counts (counts.lua)
 -- ARGV[1] id
 -- ARGV[2] now (integer unix ms)
 -- ARGV[3] remember: 1 to record the id in done, 0 when the dedup window is off
@@ -25,7 +26,8 @@
 --
 -- Cancelling an inflight message cannot recall a publish already under way; it only
 -- makes its ack or retry a no-op.
--- hasRoute comes from routes.lua, which lua.go puts in front of this script.
+-- hasRoute comes from routes.lua, cstart/cadd/cflush from counts.lua, which lua.go puts
+-- in front of this script.
 local function entry(route)
   return string.format('%d:', #route) .. route
 end
@@ -40,12 +42,19 @@ local id, route, expected = ARGV[1], ARGV[6], ARGV[7]
 local remember = ARGV[3] == '1'
 local prior = ''
 local set
-if redis.call('ZSCORE', KEYS[1], id) then
+local score = redis.call('ZSCORE', KEYS[1], id)
+if score then
   prior, set = 'pending', KEYS[1]
-elseif redis.call('ZSCORE', KEYS[3], id) then
-  prior, set = 'inflight', KEYS[3]
-elseif redis.call('ZSCORE', KEYS[4], id) then
-  prior, set = 'dead', KEYS[4]
+else
+  score = redis.call('ZSCORE', KEYS[3], id)
+  if score then
+    prior, set = 'inflight', KEYS[3]
+  else
+    score = redis.call('ZSCORE', KEYS[4], id)
+    if score then
+      prior, set = 'dead', KEYS[4]
+    end
+  end
 end
 if prior ~= '' then
   local env = redis.call('HGET', KEYS[2], id)
@@ -58,6 +67,9 @@ if prior ~= '' then
   end
   redis.call('ZREM', set, id)
   redis.call('HDEL', KEYS[2], id)
+  cstart(KEYS[7])
+  cadd(prior, routeOf(env), -1, score, id)
+  cflush()
   if remember then
     -- Keep another route's tombstone for this id (its message may still come).
     local routes = entry(route)

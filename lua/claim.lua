@@ -4,6 +4,7 @@
 -- KEYS[2] msg       HASH id -> envelope
 -- KEYS[3] inflight  ZSET id -> lease deadline
 -- KEYS[4] owner     STRING "instance|token"
+-- KEYS[5] counts    HASH per-route counts (counts.lua, put in front by lua.go)
 -- ARGV[1] owner value "instance|token" the caller believes it holds
 -- ARGV[2] upTo: claim ids with due <= upTo (now + lookahead, unix ms)
 -- ARGV[3] lease deadline (unix ms): inflight score; recover re-fires after it
@@ -19,6 +20,7 @@
 if redis.call('GET', KEYS[4]) ~= ARGV[1] then
   return redis.error_reply('FENCED shard lease is not held by ' .. ARGV[1])
 end
+cstart(KEYS[5])
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[2], 'WITHSCORES', 'LIMIT', 0, ARGV[4])
 local out = { -1, 0 }
 local n = 2
@@ -35,7 +37,10 @@ for first = 1, #ids, 2 * step do
   local envs = redis.call('HMGET', KEYS[2], unpack(members))
   local zadd = {}
   for j = 1, #members do
+    local route = routeOf(envs[j])
+    cadd('pending', route, -1, scores[j], members[j])
     if envs[j] then
+      cadd('inflight', route, 1, ARGV[3], members[j])
       zadd[#zadd + 1] = ARGV[3]
       zadd[#zadd + 1] = members[j]
       out[n + 1] = members[j]
@@ -55,4 +60,5 @@ if head[2] then
   out[1] = tonumber(head[2])
 end
 out[2] = dropped
+cflush()
 return out

@@ -17,45 +17,58 @@ package lua
 
 import _ "embed"
 
-// routes.lua is put in front of the scripts that read route lists.
+// routes.lua is put in front of the scripts that read route lists, counts.lua in front
+// of those that move messages (they keep the per-route counts).
 var (
 	//go:embed routes.lua
 	routes string
+	//go:embed counts.lua
+	counts string
 	//go:embed park.lua
 	park string
 	//go:embed bury.lua
 	bury string
 	//go:embed cancel.lua
 	cancel string
+	//go:embed claim.lua
+	claim string
+	//go:embed ack.lua
+	ack string
+	//go:embed retry.lua
+	retry string
+	//go:embed recover.lua
+	recover string
+	//go:embed reschedule.lua
+	reschedule string
+	//go:embed purge_dead.lua
+	purgeDead string
+	//go:embed purge_dead_ids.lua
+	purgeDeadIDs string
+	//go:embed counts_backfill.lua
+	countsBackfill string
 )
 
-// The scripts that read route lists, with routes.lua in front.
+// The scripts that move messages, with their helpers in front.
 var (
-	Park   = routes + park
-	Bury   = routes + bury
-	Cancel = routes + cancel
+	Park           = routes + counts + park
+	Bury           = routes + counts + bury
+	Cancel         = routes + counts + cancel
+	Claim          = counts + claim
+	Ack            = counts + ack
+	Retry          = counts + retry
+	Recover        = counts + recover
+	Reschedule     = counts + reschedule
+	PurgeDead      = counts + purgeDead
+	PurgeDeadIDs   = counts + purgeDeadIDs
+	CountsBackfill = counts + countsBackfill
 )
 
 // Script sources, named after their files.
 var (
-	//go:embed claim.lua
-	Claim string
-	//go:embed ack.lua
-	Ack string
-	//go:embed retry.lua
-	Retry string
-	//go:embed recover.lua
-	Recover string
-	//go:embed reschedule.lua
-	Reschedule string
 	//go:embed get.lua
 	Get string
-	//go:embed purge_dead.lua
-	PurgeDead string
 	//go:embed browse.lua
 	Browse string
-	//go:embed purge_dead_ids.lua
-	PurgeDeadIDs string
 	//go:embed job_claim.lua
 	JobClaim string
 	//go:embed job_save.lua
@@ -74,23 +87,24 @@ var (
 // preload or inspect them all, such as tests and the dev server.
 func All() map[string]string {
 	return map[string]string{
-		"park":           Park,
-		"bury":           Bury,
-		"claim":          Claim,
-		"ack":            Ack,
-		"retry":          Retry,
-		"recover":        Recover,
-		"cancel":         Cancel,
-		"reschedule":     Reschedule,
-		"get":            Get,
-		"purge_dead":     PurgeDead,
-		"browse":         Browse,
-		"purge_dead_ids": PurgeDeadIDs,
-		"job_claim":      JobClaim,
-		"job_save":       JobSave,
-		"job_cancel":     JobCancel,
-		"lease_acquire":  LeaseAcquire,
-		"lease_renew":    LeaseRenew,
-		"lease_release":  LeaseRelease,
+		"park":            Park,
+		"bury":            Bury,
+		"claim":           Claim,
+		"ack":             Ack,
+		"retry":           Retry,
+		"recover":         Recover,
+		"cancel":          Cancel,
+		"reschedule":      Reschedule,
+		"get":             Get,
+		"purge_dead":      PurgeDead,
+		"browse":          Browse,
+		"purge_dead_ids":  PurgeDeadIDs,
+		"counts_backfill": CountsBackfill,
+		"job_claim":       JobClaim,
+		"job_save":        JobSave,
+		"job_cancel":      JobCancel,
+		"lease_acquire":   LeaseAcquire,
+		"lease_renew":     LeaseRenew,
+		"lease_release":   LeaseRelease,
 	}
 }

@@ -7,6 +7,7 @@
 -- KEYS[5] done       ZSET id -> time delivered or cancelled (dedup window)
 -- KEYS[6] cancelled  HASH id -> routes whose cancel it was ("<length>:<route>" each),
 --                    for the done ids that were cancelled rather than delivered
+-- KEYS[7] counts     HASH per-route counts (counts.lua)
 -- ARGV    quadruples: id, due (integer unix ms), envelope bytes, route; the caller
 --         bounds the batch (at most a few hundred: ZADD gets them in one unpack).
 -- Returns an array with one string per quadruple: "parked", or why it was refused:
@@ -23,7 +24,9 @@
 -- dead, so HSETNX on msg is the test for those three states (one call instead of three
 -- lookups; this is the hot path: a new id costs one ZSCORE and one HSETNX). Should an id
 -- sit in due without its envelope after some corruption, parking it again repairs it.
--- hasRoute comes from routes.lua, which lua.go puts in front of this script.
+-- hasRoute comes from routes.lua, cstart/cadd/cflush from counts.lua, which lua.go puts
+-- in front of this script.
+cstart(KEYS[7])
 local out = {}
 local zadd = {}
 local n = 0
@@ -42,6 +45,7 @@ for i = 1, #ARGV, 4 do
   if not st then
     if redis.call('HSETNX', KEYS[2], id, ARGV[i + 2]) == 1 then
       st = 'parked'
+      cadd('pending', ARGV[i + 3], 1, ARGV[i + 1], id)
       zadd[#zadd + 1] = ARGV[i + 1]
       zadd[#zadd + 1] = id
     elseif redis.call('ZSCORE', KEYS[3], id) then
@@ -57,4 +61,5 @@ end
 if #zadd > 0 then
   redis.call('ZADD', KEYS[1], unpack(zadd))
 end
+cflush()
 return out

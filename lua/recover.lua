@@ -4,6 +4,8 @@
 --
 -- KEYS[1] due       ZSET
 -- KEYS[2] inflight  ZSET id -> lease deadline
+-- KEYS[3] msg       HASH (read for the routes)
+-- KEYS[4] counts    HASH per-route counts (counts.lua, put in front by lua.go)
 -- ARGV[1] now (integer unix ms): the new due time
 -- ARGV[2] limit: move at most this many per call
 -- ARGV[3] optional cutoff: move entries with deadline <= cutoff; default now; "+inf"
@@ -12,11 +14,23 @@
 --
 -- They are due at now, not at their original due time (inflight keeps only the
 -- deadline), which puts them at the head of the shard.
+cstart(KEYS[4])
 local cutoff = ARGV[3] or ARGV[1]
-local ids = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', cutoff, 'LIMIT', 0, ARGV[2])
-for i = 1, #ids do
-  redis.call('ZREM', KEYS[2], ids[i])
-  redis.call('ZADD', KEYS[1], ARGV[1], ids[i])
+local page = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', cutoff, 'WITHSCORES', 'LIMIT', 0, ARGV[2])
+local ids = {}
+for i = 1, #page, 2 do
+  ids[#ids + 1] = page[i]
+end
+if #ids > 0 then
+  local envs = redis.call('HMGET', KEYS[3], unpack(ids))
+  for i = 1, #ids do
+    redis.call('ZREM', KEYS[2], ids[i])
+    redis.call('ZADD', KEYS[1], ARGV[1], ids[i])
+    local route = routeOf(envs[i])
+    cadd('inflight', route, -1, page[2 * i], ids[i])
+    cadd('pending', route, 1, ARGV[1], ids[i])
+  end
+  cflush()
 end
 local more = 0
 if redis.call('ZCOUNT', KEYS[2], '-inf', cutoff) > 0 then

@@ -6,23 +6,35 @@
 -- KEYS[2] msg       HASH
 -- KEYS[3] inflight  ZSET
 -- KEYS[4] dead      ZSET id -> time dead-lettered
+-- KEYS[5] counts    HASH per-route counts (counts.lua, put in front by lua.go)
 -- ARGV[1] now (integer unix ms): the dead-letter time
 -- ARGV[2..] quadruples: id, new due (unix ms), new envelope bytes, dead flag (1 or 0)
 -- Returns { requeued, dead }.
 --
 -- Only an id still in inflight is touched, for the same reason as in ack.
+-- The route is read from the new envelope (the same route as the stored one).
+cstart(KEYS[5])
 local requeued, dead = 0, 0
 for i = 2, #ARGV, 4 do
   local id = ARGV[i]
+  local score
+  if not C.exact then
+    score = redis.call('ZSCORE', KEYS[3], id)
+  end
   if redis.call('ZREM', KEYS[3], id) == 1 then
+    local route = routeOf(ARGV[i + 2])
+    cadd('inflight', route, -1, score, id)
     redis.call('HSET', KEYS[2], id, ARGV[i + 2])
     if ARGV[i + 3] == '1' then
       redis.call('ZADD', KEYS[4], ARGV[1], id)
+      cadd('dead', route, 1, ARGV[1], id)
       dead = dead + 1
     else
       redis.call('ZADD', KEYS[1], ARGV[i + 1], id)
+      cadd('pending', route, 1, ARGV[i + 1], id)
       requeued = requeued + 1
     end
   end
 end
+cflush()
 return { requeued, dead }

@@ -266,7 +266,7 @@ func (s *Store) PurgeDeadBatch(ctx context.Context, items []BatchItem) ([]bool, 
 			for _, i := range part {
 				args = append(args, items[i].ID, items[i].Score)
 			}
-			calls = append(calls, call{sc: purgeDeadIDsScript, keys: []string{s.keys[sh].dead, s.keys[sh].msg}, args: args})
+			calls = append(calls, call{sc: purgeDeadIDsScript, keys: []string{s.keys[sh].dead, s.keys[sh].msg, s.keys[sh].counts}, args: args})
 			idx = append(idx, part)
 		}
 	}

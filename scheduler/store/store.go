@@ -7,6 +7,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -45,6 +46,7 @@ const (
 	// single-id calls still keep pace with the entries they add.
 	minTrim         = 16
 	purgeBatch      = 1000
+	startBackfill   = 256 // messages per shard counted by New (counts.go)
 	defaultShards   = 64
 	defaultPrefix   = "delaybridge"
 	defaultCluster  = "default"
@@ -73,7 +75,7 @@ type Options struct {
 // shardKeys are the Redis keys of one shard. They share the hash tag {cluster:shard}, so
 // on Redis Cluster every script call touches one slot.
 type shardKeys struct {
-	due, msg, inflight, dead, done, cancelled, owner, fence string
+	due, msg, inflight, dead, done, cancelled, owner, fence, counts string
 }
 
 type script struct {
@@ -96,6 +98,8 @@ type script struct {
 //	                         cancelled rather than delivered (trimmed with done)
 //	P:{C:n}:owner     STRING "instance|token", PX lease TTL
 //	P:{C:n}:fence     STRING counter behind the fencing tokens (never expires)
+//	P:{C:n}:counts    HASH   "<state>:<route>" -> messages of that route pending, inflight,
+//	                         dead; changed by the scripts that move them (counts.go)
 //	P:{C}:members     ZSET   instance -> heartbeat time
 //	P:{C}:meta        HASH   "shards" -> shard count recorded at first start
 //	P:{C}:wake        pub/sub channel (WakeChannel)
@@ -116,6 +120,7 @@ type Store struct {
 	metaKey    string
 	membersKey string
 	wakeCh     string
+	exact      countsExact
 
 	park, bury, claim, ack, retry, recover, cancel, reschedule, get, purgeDead *script
 	browse                                                                     *script
@@ -156,6 +161,7 @@ func New(ctx context.Context, rdb redis.UniversalClient, opt Options) (*Store, e
 		opt:        opt,
 		obs:        obs,
 		keys:       make([]shardKeys, opt.Shards),
+		exact:      countsExact{shards: make([]atomic.Bool, opt.Shards)},
 		metaKey:    fmt.Sprintf("%s:{%s}:meta", opt.Prefix, opt.Cluster),
 		membersKey: fmt.Sprintf("%s:{%s}:members", opt.Prefix, opt.Cluster),
 		wakeCh:     fmt.Sprintf("%s:{%s}:wake", opt.Prefix, opt.Cluster),
@@ -165,6 +171,7 @@ func New(ctx context.Context, rdb redis.UniversalClient, opt Options) (*Store, e
 		s.keys[i] = shardKeys{
 			due: base + "due", msg: base + "msg", inflight: base + "inflight", dead: base + "dead",
 			done: base + "done", cancelled: base + "cancelled", owner: base + "owner", fence: base + "fence",
+			counts: base + "counts",
 		}
 	}
 	mk := func(name, src string) *script { return &script{name: name, Script: redis.NewScript(src)} }
@@ -187,12 +194,17 @@ func New(ctx context.Context, rdb redis.UniversalClient, opt Options) (*Store, e
 			return nil, fmt.Errorf("scheduler: load script %s: %w", sc.name, redisErr(err))
 		}
 	}
+	// A new store is counted at once (empty sets); one written by an older bridge
+	// gets its first step here and the rest from the caller (BackfillCounts).
+	if _, _, err := s.BackfillCounts(ctx, startBackfill); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
 func (s *Store) scripts() []*script {
 	return []*script{s.park, s.bury, s.claim, s.ack, s.retry, s.recover, s.cancel, s.reschedule,
-		s.get, s.purgeDead, s.browse, s.leaseAcquire, s.leaseRenew, s.leaseRelease}
+		s.get, s.purgeDead, s.browse, s.leaseAcquire, s.leaseRenew, s.leaseRelease, countsBackfillScript}
 }
 
 func (s *Store) checkShards(ctx context.Context) error {

@@ -16,7 +16,7 @@ import (
 
 func (s *Store) idKeys(id string) []string {
 	k := s.keys[s.ShardOf(id)]
-	return []string{k.due, k.msg, k.inflight, k.dead, k.done, k.cancelled}
+	return []string{k.due, k.msg, k.inflight, k.dead, k.done, k.cancelled, k.counts}
 }
 
 // CancelOptions scope a Cancel.

@@ -32,7 +32,7 @@ func (s *Store) Claim(ctx context.Context, shard int, instance string, token int
 	if limit <= 0 {
 		return nil, 0, fmt.Errorf("%w: claim limit %d", ErrInvalid, limit)
 	}
-	cmd := s.eval(ctx, s.claim, []string{k.due, k.msg, k.inflight, k.owner},
+	cmd := s.eval(ctx, s.claim, []string{k.due, k.msg, k.inflight, k.owner, k.counts},
 		OwnerValue(instance, token), upTo, leaseDeadline, limit)
 	if err := cmd.Err(); err != nil {
 		if redis.HasErrorPrefix(err, "FENCED") {
@@ -117,7 +117,7 @@ func (s *Store) ackCalls(shard int, ids []string, now int64) []call {
 		for _, id := range part {
 			args = append(args, id)
 		}
-		calls = append(calls, call{sc: s.ack, keys: []string{k.msg, k.inflight, k.done, k.cancelled}, args: args})
+		calls = append(calls, call{sc: s.ack, keys: []string{k.msg, k.inflight, k.done, k.cancelled, k.counts}, args: args})
 	}
 	return calls
 }
@@ -247,7 +247,7 @@ func (s *Store) retryCalls(shard int, items []RetryItem, now int64) ([]call, err
 			}
 			args = append(args, id, it.Due, e.data, dead)
 		}
-		calls = append(calls, call{sc: s.retry, keys: []string{k.due, k.msg, k.inflight, k.dead}, args: args})
+		calls = append(calls, call{sc: s.retry, keys: []string{k.due, k.msg, k.inflight, k.dead, k.counts}, args: args})
 	}
 	return calls, nil
 }
@@ -278,7 +278,7 @@ func (s *Store) recoverInflight(ctx context.Context, shard int, now int64, limit
 	if limit <= 0 {
 		return 0, false, fmt.Errorf("%w: recover limit %d", ErrInvalid, limit)
 	}
-	res, err := s.eval(ctx, s.recover, []string{k.due, k.inflight}, now, limit, cutoff).Int64Slice()
+	res, err := s.eval(ctx, s.recover, []string{k.due, k.inflight, k.msg, k.counts}, now, limit, cutoff).Int64Slice()
 	if err != nil {
 		return 0, false, fmt.Errorf("scheduler: recover shard %d: %w", shard, err)
 	}

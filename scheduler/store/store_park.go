@@ -112,7 +112,7 @@ func (s *Store) ParkEach(ctx context.Context, envs []*envelope.Envelope) (prior 
 				e := envs[it.idx]
 				args = append(args, e.ID, e.DueAt, it.data, e.Route)
 			}
-			calls = append(calls, call{sc: s.park, keys: []string{k.due, k.msg, k.inflight, k.dead, k.done, k.cancelled}, args: args})
+			calls = append(calls, call{sc: s.park, keys: []string{k.due, k.msg, k.inflight, k.dead, k.done, k.cancelled, k.counts}, args: args})
 			chunks = append(chunks, ch)
 		}
 	}
@@ -164,7 +164,7 @@ func (s *Store) Bury(ctx context.Context, envs []*envelope.Envelope, now int64) 
 			for _, it := range ch {
 				args = append(args, envs[it.idx].ID, it.data, envs[it.idx].Route)
 			}
-			calls = append(calls, call{sc: s.bury, keys: []string{k.due, k.msg, k.inflight, k.dead, k.done, k.cancelled}, args: args})
+			calls = append(calls, call{sc: s.bury, keys: []string{k.due, k.msg, k.inflight, k.dead, k.done, k.cancelled, k.counts}, args: args})
 			chunks = append(chunks, ch)
 		}
 	}

@@ -80,7 +80,7 @@ func (s *Store) PurgeDead(ctx context.Context) (int64, error) {
 		calls := make([]call, len(pending))
 		for i, sh := range pending {
 			k := s.keys[sh]
-			calls[i] = call{sc: s.purgeDead, keys: []string{k.dead, k.msg}, args: []any{purgeBatch}}
+			calls[i] = call{sc: s.purgeDead, keys: []string{k.dead, k.msg, k.counts}, args: []any{purgeBatch}}
 		}
 		cmds, err := s.evalPipelined(ctx, calls, false)
 		var next []int

@@ -1,0 +1,127 @@
+-- counts: the per-route counts helper, put in front of every script that moves messages
+-- by lua.go (Redis scripts cannot include one another).
+--
+-- The shard's counts HASH (P:{C:n}:counts) holds "<state>:<route>" -> number of messages
+-- of that route in that state (state pending, inflight or dead), changed in the same
+-- script as the move, so it is exact at every moment. "~exact" = 1 says it covers every
+-- message. Until then (a store written by an older bridge, being backfilled by
+-- counts_backfill.lua) "~cur:<state>" = "<score>|<id>" is how far the backfill has
+-- counted that state's sorted set, in (score, member) order ("+" = all of it): a script
+-- changes a count only for a position the backfill has passed, and the backfill counts
+-- the rest, so no message is counted twice or missed however the two interleave. No
+-- cursor at all = nothing counted yet.
+--
+-- The route is read from the envelope (routeOf): version byte, flags, then for version
+-- 2 the route, for version 1 the id and then the route, each a uvarint length + bytes.
+-- An envelope that is missing or of an unknown version counts under route "".
+local C = { exact = true, cur = {}, d = {}, key = nil }
+local FIELD_SEP = ':' -- "<state>:<route>": a hash field, not a key name
+
+local function uvarint(s, pos)
+  local v, mul = 0, 1
+  while true do
+    local b = string.byte(s, pos)
+    if not b then
+      return nil, pos
+    end
+    pos = pos + 1
+    if b < 128 then
+      return v + b * mul, pos
+    end
+    v = v + (b - 128) * mul
+    mul = mul * 128
+  end
+end
+
+local function routeOf(env)
+  if not env then
+    return ''
+  end
+  local ver = string.byte(env, 1)
+  local pos = 3
+  local n
+  if ver == 1 then
+    n, pos = uvarint(env, pos)
+    if not n then
+      return ''
+    end
+    pos = pos + n
+  elseif ver ~= 2 then
+    return ''
+  end
+  n, pos = uvarint(env, pos)
+  if not n then
+    return ''
+  end
+  return string.sub(env, pos, pos + n - 1)
+end
+
+-- cstart reads the shard's counts state: one HGET once exact, as it stays.
+local function cstart(key)
+  C.key = key
+  if redis.call('HGET', key, '~exact') then
+    return
+  end
+  C.exact = false
+  local v = redis.call('HMGET', key, '~cur:pending', '~cur:inflight', '~cur:dead')
+  local states = { 'pending', 'inflight', 'dead' }
+  for i = 1, 3 do
+    local c = v[i]
+    if c == '+' then
+      C.cur[states[i]] = true
+    elseif c then
+      local bar = string.find(c, '|', 1, true)
+      local sc = string.sub(c, 1, bar - 1)
+      C.cur[states[i]] = { tonumber(sc), string.sub(c, bar + 1), sc }
+    end
+  end
+end
+
+-- lexle: a <= b bytewise, the order Redis keeps members of one score in (Lua's own
+-- string comparison follows the server's locale).
+local function lexle(a, b)
+  local n = math.min(#a, #b)
+  for i = 1, n do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then
+      return x < y
+    end
+  end
+  return #a <= #b
+end
+
+-- counted: whether the message at (score, id) of state's set is in the counts.
+local function counted(state, score, id)
+  if C.exact then
+    return true
+  end
+  local c = C.cur[state]
+  if c == true then
+    return true
+  end
+  if not c or not score then
+    return false
+  end
+  score = tonumber(score)
+  return score < c[1] or (score == c[1] and lexle(id, c[2]))
+end
+
+-- cadd adds delta to route's count in state for the message at (score, id). score is
+-- only read while the backfill runs (callers may pass nil once C.exact).
+local function cadd(state, route, delta, score, id)
+  if not counted(state, score, id) then
+    return
+  end
+  local f = state .. FIELD_SEP .. route
+  C.d[f] = (C.d[f] or 0) + delta
+end
+
+-- cflush writes the accumulated changes: one HINCRBY per route and state touched.
+local function cflush()
+  for f, n in pairs(C.d) do
+    if n ~= 0 then
+      redis.call('HINCRBY', C.key, f, n)
+    end
+  end
+  C.d = {}
+end
