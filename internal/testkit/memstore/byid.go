@@ -312,3 +312,38 @@ func parseOwner(v string) (string, int64) {
 	holder, tok := splitOwner(v)
 	return store.InstanceOf(holder), tok
 }
+
+// RouteCounts counts every shard's messages per route and state. The Redis store keeps
+// them incrementally in the scripts; this store, being a test kit in memory, counts
+// its maps (the same answer), and is always exact.
+func (s *Store) RouteCounts(ctx context.Context) (store.Counts, error) {
+	if _, err := s.begin(ctx, OpStats); err != nil {
+		return store.Counts{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := store.Counts{Shards: make([]store.ShardCounts, len(s.shards))}
+	for i, sh := range s.shards {
+		sc := store.ShardCounts{Shard: i, Routes: map[string]store.RouteCount{}, Exact: true}
+		for _, set := range []struct {
+			ids map[string]int64
+			add func(*store.RouteCount)
+		}{
+			{sh.due, func(c *store.RouteCount) { c.Pending++ }},
+			{sh.inflight, func(c *store.RouteCount) { c.Inflight++ }},
+			{sh.dead, func(c *store.RouteCount) { c.Dead++ }},
+		} {
+			for id := range set.ids {
+				route := ""
+				if e, err := envelope.Decode(sh.msg[id], id); err == nil {
+					route = e.Route
+				}
+				c := sc.Routes[route]
+				set.add(&c)
+				sc.Routes[route] = c
+			}
+		}
+		out.Shards[i] = sc
+	}
+	return out, nil
+}

@@ -49,6 +49,7 @@ type Store interface {
 	ListDead(ctx context.Context, limit int) ([]*envelope.Envelope, error)
 	PurgeDead(ctx context.Context) (int64, error)
 	ShardStats(ctx context.Context) ([]store.ShardStat, error)
+	RouteCounts(ctx context.Context) (store.Counts, error)
 
 	AcquireLease(ctx context.Context, shard int, instance string, ttl time.Duration) (int64, error)
 	AcquireLeases(ctx context.Context, shards []int, instance string, ttl time.Duration) ([]int64, error)
