@@ -1,0 +1,272 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/internal/testkit"
+)
+
+// trueCounts counts every shard's messages per route by reading the sets and
+// envelopes whole: what RouteCounts must equal (test only; the product never scans).
+func trueCounts(t *testing.T, s *Store) map[string]RouteCount {
+	t.Helper()
+	ctx := storeCtx(t)
+	out := map[string]RouteCount{}
+	for _, k := range s.keys {
+		for _, set := range []struct {
+			key string
+			add func(*RouteCount)
+		}{
+			{k.due, func(c *RouteCount) { c.Pending++ }},
+			{k.inflight, func(c *RouteCount) { c.Inflight++ }},
+			{k.dead, func(c *RouteCount) { c.Dead++ }},
+		} {
+			ids, err := s.rdb.ZRange(ctx, set.key, 0, -1).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range ids {
+				route := ""
+				if raw, err := s.rdb.HGet(ctx, k.msg, id).Bytes(); err == nil {
+					if e, err := envelope.Decode(raw, id); err == nil {
+						route = e.Route
+					}
+				}
+				c := out[route]
+				set.add(&c)
+				out[route] = c
+			}
+		}
+	}
+	return out
+}
+
+// checkCounts fails unless RouteCounts is exact and equals trueCounts.
+func checkCounts(t *testing.T, s *Store, step string) {
+	t.Helper()
+	c, err := s.RouteCounts(storeCtx(t))
+	if err != nil {
+		t.Fatalf("%s: RouteCounts: %v", step, err)
+	}
+	if !c.Exact() {
+		t.Fatalf("%s: counts not exact", step)
+	}
+	if got, want := c.Routes(), trueCounts(t, s); !maps.Equal(got, want) {
+		t.Fatalf("%s: counts %+v, want %+v", step, got, want)
+	}
+}
+
+// countsBackends runs f on a redis-server and on miniredis (the Cluster is covered
+// by the conformance suite).
+func countsBackends(t *testing.T, f func(t *testing.T, c redis.UniversalClient)) {
+	t.Run("redis-server", func(t *testing.T) { f(t, testkit.StartRedis(t).Client()) })
+	t.Run("miniredis", func(t *testing.T) {
+		m := miniredis.RunT(t)
+		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		t.Cleanup(func() { _ = c.Close() })
+		f(t, c)
+	})
+}
+
+// TestCountsUpgrade: a store written by an older bridge (no counts hash; some
+// envelopes in the version 1 layout) is counted by the backfill in small steps while
+// messages keep moving in every direction between the steps, and ends exact — no
+// message counted twice or missed. Until then RouteCounts says it is not exact.
+func TestCountsUpgrade(t *testing.T) {
+	countsBackends(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := storeCtx(t)
+		opt := Options{Prefix: "u", Cluster: "c", Shards: 3, DoneWindow: time.Hour}
+		old, err := New(ctx, c, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n = 2400 // 800 a shard: more than New counts (startBackfill)
+		rng := rand.New(rand.NewPCG(3, 4))
+		var envs []*envelope.Envelope
+		for i := range n {
+			envs = append(envs, &envelope.Envelope{ID: fmt.Sprintf("m-%04d", i), Route: fmt.Sprintf("r%d", i%4),
+				SourceBroker: envelope.BrokerKafka, Source: "t", DueAt: t0 + 100*rng.Int64N(50), Payload: []byte("p")}) // many ties: the cursor orders them by id
+		}
+		if _, _, err := old.Park(ctx, envs); err != nil {
+			t.Fatal(err)
+		}
+		// Some in flight, some dead, some stored in the version 1 layout.
+		for sh := range 3 {
+			tok := mustLease(t, old, sh, "i1")
+			items, _ := mustClaim(t, old, sh, tok, t0+1000, 100)
+			var dead []RetryItem
+			for _, e := range items[:30] {
+				dead = append(dead, RetryItem{Env: e, Dead: true})
+			}
+			if err := old.Retry(ctx, sh, dead, t0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, e := range envs[:200] {
+			raw, _ := envelope.EncodeV1(e)
+			if err := c.HSet(ctx, old.keys[old.ShardOf(e.ID)].msg, e.ID, raw).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// What an older bridge leaves: no counts at all.
+		for _, k := range old.keys {
+			if err := c.Del(ctx, k.counts).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+
+		s, err := New(ctx, c, opt) // counts the first startBackfill of each shard
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := s.RouteCounts(ctx); got.Exact() {
+			t.Fatal("counts exact before the backfill finished")
+		}
+		toks := map[int]int64{}
+		for sh, k := range s.keys {
+			if err := c.Del(ctx, k.owner).Err(); err != nil { // the old instance is gone
+				t.Fatal(err)
+			}
+			toks[sh] = mustLease(t, s, sh, "i2")
+		}
+		now := t0 + 1000
+		for step := 0; ; step++ {
+			exact, _, err := s.BackfillCounts(ctx, 37)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if exact {
+				break
+			}
+			if step > 200 {
+				t.Fatal("backfill does not finish")
+			}
+			moveSome(t, s, rng, toks, now+int64(step)*20, step)
+		}
+		checkCounts(t, s, "after backfill")
+		moveSome(t, s, rng, toks, now+10_000, 1)
+		checkCounts(t, s, "after more moves")
+		// Another instance starting now finds the shards exact and counts nothing.
+		if s2, err := New(ctx, c, opt); err != nil {
+			t.Fatal(err)
+		} else if exact, counted, err := s2.BackfillCounts(ctx, 10); !exact || counted != 0 || err != nil {
+			t.Fatalf("second instance's backfill = %v, %d, %v", exact, counted, err)
+		}
+	})
+}
+
+// moveSome moves messages in every direction: claim, ack, retry to pending and dead,
+// recover, reschedule up and down, requeue, cancel, park, purge.
+func moveSome(t *testing.T, s *Store, rng *rand.Rand, toks map[int]int64, now int64, step int) {
+	t.Helper()
+	ctx := storeCtx(t)
+	sh := step % 3
+	items, _, err := s.Claim(ctx, sh, "i2", toks[sh], now, now+500, 9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dead []string
+	for i, e := range items {
+		switch i % 4 {
+		case 0:
+			err = s.Ack(ctx, sh, []string{e.ID}, now)
+		case 1:
+			err = s.Retry(ctx, sh, []RetryItem{{Env: e, Due: now + rng.Int64N(3000)}}, now)
+		case 2:
+			err = s.Retry(ctx, sh, []RetryItem{{Env: e, Dead: true}}, now)
+			dead = append(dead, e.ID)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(dead) > 0 && step%2 == 0 {
+		if err := s.RequeueDead(ctx, dead[0], now+rng.Int64N(2000)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := s.Recover(ctx, sh, now+600, 5); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 6 {
+		id := fmt.Sprintf("m-%04d", rng.IntN(2400))
+		var err error
+		if i%2 == 0 {
+			_, err = s.Reschedule(ctx, id, t0+rng.Int64N(8000)) // up or down, pending or dead
+		} else {
+			_, _, err = s.Cancel(ctx, id, now, CancelOptions{})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := &envelope.Envelope{ID: fmt.Sprintf("new-%d", step), Route: "r9", SourceBroker: envelope.BrokerKafka,
+		Source: "t", DueAt: t0 + rng.Int64N(8000), Payload: []byte("p")}
+	if _, _, err := s.Park(ctx, []*envelope.Envelope{e}); err != nil {
+		t.Fatal(err)
+	}
+	if step%7 == 3 {
+		if _, err := s.PurgeDead(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestCountsJobBatches: the bulk-job batch operations keep the counts.
+func TestCountsJobBatches(t *testing.T) {
+	browseBackends(t, 4, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		browseFixture(t, s, 200, 3000)
+		checkCounts(t, s, "park")
+		all := func(q BrowseQuery) []BatchItem {
+			got, _ := browseAll(t, s, q)
+			out := make([]BatchItem, len(got))
+			for i, it := range got {
+				out[i] = BatchItem{ID: it.Envelope.ID, Score: it.Score}
+			}
+			return out
+		}
+		qa := BrowseQuery{Route: "a"}
+		if _, err := s.CancelBatch(ctx, all(qa), qa, browseT0); err != nil {
+			t.Fatal(err)
+		}
+		checkCounts(t, s, "cancel batch")
+		var ri []RescheduleItem
+		for _, it := range all(BrowseQuery{Route: "b"}) {
+			ri = append(ri, RescheduleItem{BatchItem: it, Due: it.Score + 1000})
+		}
+		if _, err := s.RescheduleBatch(ctx, ri); err != nil {
+			t.Fatal(err)
+		}
+		checkCounts(t, s, "reschedule batch")
+		var dead []*envelope.Envelope
+		for i := range 20 {
+			dead = append(dead, &envelope.Envelope{ID: fmt.Sprintf("d-%02d", i), Route: "a", SourceBroker: envelope.BrokerKafka,
+				Source: "t", DueAt: browseT0, Payload: []byte("x"), Reason: "broken"})
+		}
+		if _, err := s.Bury(ctx, dead, browseT0+5); err != nil {
+			t.Fatal(err)
+		}
+		d := all(BrowseQuery{State: StateDead})
+		if _, err := s.RequeueDeadBatch(ctx, d[:10], browseT0+9); err != nil {
+			t.Fatal(err)
+		}
+		checkCounts(t, s, "requeue batch")
+		if _, err := s.PurgeDeadBatch(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+		checkCounts(t, s, "purge batch")
+		if c, _ := s.RouteCounts(ctx); c.Routes()["a"].Dead != 0 || c.Routes()["a"].Pending != 10 {
+			t.Fatalf("route a: %+v", c.Routes()["a"])
+		}
+	})
+}
