@@ -231,6 +231,18 @@ func (b *Bridge) Stats(ctx context.Context) (admin.Stats, error) {
 		out.Totals.Inflight += s.Inflight
 		out.Totals.Dead += s.Dead
 	}
+	routes, exact, _, err := b.routeCounts(ctx, shardStore, shards)
+	if err != nil {
+		return admin.Stats{}, storeErr(err)
+	}
+	out.Routes = make(map[string]admin.Counts, len(routes))
+	for _, r := range b.cfg.Routes {
+		out.Routes[r.Name] = admin.Counts{}
+	}
+	for r, n := range routes {
+		out.Routes[r] = adminCounts(n)
+	}
+	out.CountsExact = &exact
 	members, err := shardStore.Members(ctx, clock.NowMs(b.clk), b.cfg.Scheduler.LeaseTTL)
 	if err != nil {
 		return admin.Stats{}, storeErr(err)

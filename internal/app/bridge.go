@@ -53,6 +53,7 @@ type Bridge struct {
 	conns      *connections
 	jobs       *jobs.Runner
 	running    bool
+	due        nextDueCache // per-route next due times (counts.go)
 }
 
 // deadLetterPublisher is implemented by the Kafka and AMQP dead-letter publishers.
@@ -151,6 +152,9 @@ func (b *Bridge) Run(ctx context.Context) error {
 	jobsCtx, stopJobs := context.WithCancel(schedCtx)
 	jobsDone := make(chan struct{})
 	go func() { defer close(jobsDone); _ = runner.Run(jobsCtx) }()
+	// Counting a store written by an older bridge stops with the jobs.
+	countsDone := make(chan struct{})
+	go func() { defer close(countsDone); b.backfillCounts(jobsCtx, shardStore) }()
 
 	errc, stopIngress := b.startIngress(ctx, sources)
 	var runErr error
@@ -163,6 +167,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	stopIngress()
 	stopJobs()
 	<-jobsDone
+	<-countsDone
 	b.log.Info("shutting down: stopping scheduler")
 	stopSched()
 	if err := <-schedDone; err != nil && runErr == nil {

@@ -114,11 +114,32 @@ func (b *Bridge) egressChecks() []admin.Check {
 
 // Routes implements admin.RouteLister (GET /v1/routes) from the sources' and sinks' last
 // known state; it calls no broker.
+//
+// Each route also gets its counts and next due time (counts.go): one HGETALL per shard,
+// the shards' heads, and (every few seconds) a browse page per route. When Redis does
+// not answer they are left out and the rest is still answered.
 func (b *Bridge) Routes(ctx context.Context) (admin.RoutesResponse, error) {
-	if _, _, err := b.parts(); err != nil {
+	shardStore, _, err := b.parts()
+	if err != nil {
 		return admin.RoutesResponse{}, err
 	}
-	return admin.RoutesResponse{Instance: b.cfg.Instance, Routes: b.routeStatuses()}, nil
+	out := admin.RoutesResponse{Instance: b.cfg.Instance, Routes: b.routeStatuses()}
+	shards, err := shardStore.ShardStats(ctx)
+	if err != nil {
+		b.log.Debug("routes: no counts", "err", err)
+		return out, nil
+	}
+	counts, exact, next, err := b.routeCounts(ctx, shardStore, shards)
+	if err != nil {
+		b.log.Debug("routes: no counts", "err", err)
+		return out, nil
+	}
+	for i := range out.Routes {
+		r := &out.Routes[i]
+		c := adminCounts(counts[r.Name])
+		r.Counts, r.NextDue, r.CountsExact = &c, next[r.Name], &exact
+	}
+	return out, nil
 }
 
 // routeStatuses describes every configured route in configuration order.

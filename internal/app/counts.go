@@ -1,0 +1,120 @@
+package app
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/delaybridge/delay-bridge/admin"
+	"github.com/delaybridge/delay-bridge/internal/clock"
+	"github.com/delaybridge/delay-bridge/internal/fault"
+	"github.com/delaybridge/delay-bridge/scheduler/store"
+)
+
+// Per-route counts and next due times for GET /v1/routes, /v1/stats and the gauges.
+// The counts are the store's (kept by the scripts, one HGETALL per shard to read);
+// the next due time of a route is looked up and cached (nextDueCache).
+
+const (
+	// backfillStep is how many messages one backfill call counts per shard; the pause
+	// after a step is at least as long as the step took (as bulk jobs pause), so a
+	// backfill keeps Redis busy at most about half the time.
+	backfillStep     = 1000
+	backfillMinPause = 50 * time.Millisecond
+	// nextDueTTL is how long the per-route next due times are reused.
+	nextDueTTL = 5 * time.Second
+)
+
+// backfillCounts counts a store written by a bridge without per-route counts, in
+// bounded steps, until every shard is exact (store.BackfillCounts). It runs in its own
+// goroutine, owned by Run, and ends with ctx. Several instances may run it at once.
+func (b *Bridge) backfillCounts(ctx context.Context, s *store.Store) {
+	backoff := clock.NewBackoff(b.clk, clock.BackoffPolicy{Initial: 100 * time.Millisecond, Max: 10 * time.Second})
+	total := 0
+	for ctx.Err() == nil {
+		start := b.clk.Now()
+		exact, n, err := s.BackfillCounts(ctx, backfillStep)
+		switch {
+		case err != nil && fault.IsTransient(err):
+			_ = backoff.Wait(ctx)
+			continue
+		case err != nil:
+			b.log.Warn("counting messages per route failed; counts stay inexact", "err", err)
+			return
+		}
+		backoff.Reset()
+		total += n
+		if exact {
+			if total > 0 {
+				b.log.Info("messages counted per route", "messages", total)
+			}
+			return
+		}
+		_ = clock.Sleep(ctx, b.clk, max(backfillMinPause, b.clk.Now().Sub(start)))
+	}
+}
+
+// nextDueCache holds each route's earliest pending due time for nextDueTTL.
+type nextDueCache struct {
+	mu   sync.Mutex
+	at   time.Time
+	byRt map[string]int64
+}
+
+// routeCounts reads the per-route counts, and the routes' next due times (cached).
+func (b *Bridge) routeCounts(ctx context.Context, s *store.Store, shards []store.ShardStat) (map[string]store.RouteCount, bool, map[string]int64, error) {
+	c, err := s.RouteCounts(ctx)
+	if err != nil {
+		return nil, false, nil, err
+	}
+	routes := c.Routes()
+	next, err := b.nextDue(ctx, s, routes, shards)
+	if err != nil {
+		return nil, false, nil, err
+	}
+	return routes, c.Exact(), next, nil
+}
+
+// nextDue finds each route's earliest pending due time, reused for nextDueTTL. A route
+// that holds every pending message takes the earliest head of the shards (already
+// read for the stats); any other is one browse page of limit 1 filtered by the route
+// (bounded: it examines at most the browse scan budget, 2,000 candidates, merged over
+// the shards). A route whose first message lies beyond that budget has no next due
+// (omitted, never a guess).
+func (b *Bridge) nextDue(ctx context.Context, s *store.Store, routes map[string]store.RouteCount, shards []store.ShardStat) (map[string]int64, error) {
+	b.due.mu.Lock()
+	defer b.due.mu.Unlock()
+	if b.due.byRt != nil && b.clk.Now().Sub(b.due.at) < nextDueTTL {
+		return b.due.byRt, nil
+	}
+	var total int64
+	head := int64(-1)
+	for _, sh := range shards {
+		total += sh.Pending
+		if sh.NextDue >= 0 && (head < 0 || sh.NextDue < head) {
+			head = sh.NextDue
+		}
+	}
+	out := map[string]int64{}
+	for r, n := range routes {
+		switch {
+		case n.Pending <= 0:
+		case n.Pending == total && head >= 0:
+			out[r] = head
+		default:
+			p, err := s.Browse(ctx, store.BrowseQuery{State: store.StatePending, Route: r, Limit: 1})
+			if err != nil {
+				return nil, err
+			}
+			if len(p.Items) > 0 {
+				out[r] = p.Items[0].Score
+			}
+		}
+	}
+	b.due.byRt, b.due.at = out, b.clk.Now()
+	return out, nil
+}
+
+func adminCounts(n store.RouteCount) admin.Counts {
+	return admin.Counts{Pending: n.Pending, Inflight: n.Inflight, Dead: n.Dead}
+}
