@@ -83,9 +83,15 @@ func caseCountsEveryTransition(t *testing.T, newSubject func(Config) Subject) {
 		t.Fatal(err)
 	}
 	wantCounts(t, s, "requeue", map[string]rc{"orders": {Pending: 4}, "pay": {Pending: 2, Dead: 1}})
+	countsCancelDeadPurge(t, s, a, b, tok)
+}
 
+// countsCancelDeadPurge continues caseCountsEveryTransition: cancel, retry to dead,
+// purge.
+func countsCancelDeadPurge(t *testing.T, s Store, a, b []string, tok int64) {
+	ctx := storeCtx(t)
 	// cancel in each state: pending (b0), in flight (a1 claimed again), dead (b2)
-	items, _ = mustClaim(t, s, 1, tok, t0+1_000, 1) // a4 (due t0+1)
+	items, _ := mustClaim(t, s, 1, tok, t0+1_000, 1) // a4 (due t0+1)
 	if len(items) != 1 || items[0].ID != a[4] {
 		t.Fatalf("claimed %v", ids(items))
 	}
