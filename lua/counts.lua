@@ -109,18 +109,24 @@ end
 -- cadd adds delta to route's count in state for the message at (score, id). score is
 -- only read while the backfill runs (callers may pass nil once C.exact).
 local function cadd(state, route, delta, score, id)
-  if not counted(state, score, id) then
+  if not C.exact and not counted(state, score, id) then
     return
   end
-  local f = state .. FIELD_SEP .. route
-  C.d[f] = (C.d[f] or 0) + delta
+  local t = C.d[state]
+  if not t then
+    t = {}
+    C.d[state] = t
+  end
+  t[route] = (t[route] or 0) + delta
 end
 
 -- cflush writes the accumulated changes: one HINCRBY per route and state touched.
 local function cflush()
-  for f, n in pairs(C.d) do
-    if n ~= 0 then
-      redis.call('HINCRBY', C.key, f, n)
+  for state, t in pairs(C.d) do
+    for route, n in pairs(t) do
+      if n ~= 0 then
+        redis.call('HINCRBY', C.key, state .. FIELD_SEP .. route, n)
+      end
     end
   end
   C.d = {}

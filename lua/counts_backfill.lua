@@ -50,9 +50,11 @@ for _, st in ipairs(sets) do
         ids[i] = page[2 * i - 1]
       end
       local envs = redis.call('HMGET', KEYS[2], unpack(ids))
+      local t = {}
+      C.d[state] = t
       for i = 1, n do
-        local f = state .. FIELD_SEP .. routeOf(envs[i])
-        C.d[f] = (C.d[f] or 0) + 1
+        local r = routeOf(envs[i])
+        t[r] = (t[r] or 0) + 1
       end
       done = done + n
     end
