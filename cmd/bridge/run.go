@@ -112,9 +112,9 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("building the bridge: %w", err)
 	}
-	metrics.SetCounts(func(ctx context.Context) (admin.Counts, error) {
+	metrics.SetCounts(func(ctx context.Context) (map[string]admin.Counts, error) {
 		st, err := b.Stats(ctx)
-		return st.Totals, err
+		return st.Routes, err
 	})
 	metrics.SetChecks(b.Checks)
 	logger.Info("delay-bridge starting", "version", buildVersion(), "cluster", cfg.Cluster,

@@ -192,7 +192,7 @@ func TestServeEndToEnd(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, want := range []string{`delaybridge_messages_fired_total{route="orders"} 1`, "delaybridge_messages_pending ",
+	for _, want := range []string{`delaybridge_messages_fired_total{route="orders"} 1`, `delaybridge_messages_pending{route="orders"} 0`,
 		"delaybridge_build_info{", "delaybridge_fire_lateness_seconds_bucket", "go_goroutines"} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %q", want)

@@ -32,9 +32,9 @@ var (
 // frequent or concurrent scrapes do not each scan Redis.
 const StatsCacheTTL = time.Second
 
-// CountsFunc reports the current message counts for the gauges (typically the Totals of
-// Backend.Stats).
-type CountsFunc func(ctx context.Context) (admin.Counts, error)
+// CountsFunc reports the current message counts per route for the gauges (typically
+// the Routes of Backend.Stats).
+type CountsFunc func(ctx context.Context) (map[string]admin.Counts, error)
 
 // Metrics is the Prometheus implementation of observe.Observer (docs/CONTRACT.md §6). Metric
 // names start with "delaybridge_"; labels are route, broker, reason and script, all
@@ -46,7 +46,7 @@ type CountsFunc func(ctx context.Context) (admin.Counts, error)
 //	           messages_duplicate_total{route,reason}, messages_cancelled_total{route},
 //	           messages_rescheduled_total{route}, messages_dropped_total{route,reason},
 //	           publish_failures_total{route,broker,reason}, publish_retries_total{route}
-//	gauges     messages_pending, messages_inflight, messages_dead (from SetCounts,
+//	gauges     messages_pending{route}, messages_inflight{route}, messages_dead{route} (from SetCounts,
 //	           collected at scrape time, cached StatsCacheTTL), shards_owned,
 //	           ingress_consuming{route}, ingress_lag_messages{route},
 //	           build_info{version,goversion} (always 1)
@@ -245,18 +245,18 @@ func (m *Metrics) IngressLag(route string, lag int64) {
 // once per StatsCacheTTL however many scrapes arrive.
 type countsCollector struct {
 	pending, inflight, dead *prometheus.Desc
-	scrapeCache[admin.Counts]
+	scrapeCache[map[string]admin.Counts]
 }
 
 func newCountsCollector(logger *slog.Logger) *countsCollector {
 	desc := func(name, help string) *prometheus.Desc {
-		return prometheus.NewDesc(prometheus.BuildFQName(Namespace, "", name), help, nil, nil)
+		return prometheus.NewDesc(prometheus.BuildFQName(Namespace, "", name), help, []string{"route"}, nil)
 	}
 	return &countsCollector{
-		pending:  desc("messages_pending", "Messages parked in Redis waiting for their due time (all shards)."),
-		inflight: desc("messages_inflight", "Messages claimed and not yet acknowledged (all shards)."),
-		dead:     desc("messages_dead", "Messages in the dead letters (all shards)."),
-		scrapeCache: newScrapeCache[admin.Counts](func(err error) {
+		pending:  desc("messages_pending", "Messages parked in Redis waiting for their due time, per route (all shards)."),
+		inflight: desc("messages_inflight", "Messages claimed and not yet acknowledged, per route (all shards)."),
+		dead:     desc("messages_dead", "Messages in the dead letters, per route (all shards)."),
+		scrapeCache: newScrapeCache[map[string]admin.Counts](func(err error) {
 			logger.Warn("metrics: reading message counts failed", "err", err)
 		}),
 	}
@@ -273,7 +273,9 @@ func (c *countsCollector) Collect(ch chan<- prometheus.Metric) {
 	if !ok {
 		return
 	}
-	ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(counts.Pending))
-	ch <- prometheus.MustNewConstMetric(c.inflight, prometheus.GaugeValue, float64(counts.Inflight))
-	ch <- prometheus.MustNewConstMetric(c.dead, prometheus.GaugeValue, float64(counts.Dead))
+	for route, n := range counts {
+		ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(n.Pending), route)
+		ch <- prometheus.MustNewConstMetric(c.inflight, prometheus.GaugeValue, float64(n.Inflight), route)
+		ch <- prometheus.MustNewConstMetric(c.dead, prometheus.GaugeValue, float64(n.Dead), route)
+	}
 }

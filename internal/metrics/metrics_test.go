@@ -133,29 +133,32 @@ func TestMetricsCountsAreCachedAndSurviveErrors(t *testing.T) {
 	m.counts.now = func() time.Time { return time.Unix(0, now.Load()) }
 	var calls atomic.Int32
 	var fail atomic.Bool
-	m.SetCounts(func(ctx context.Context) (admin.Counts, error) {
+	m.SetCounts(func(ctx context.Context) (map[string]admin.Counts, error) {
 		if _, ok := ctx.Deadline(); !ok {
 			t.Error("counts func called without a deadline")
 		}
 		n := calls.Add(1)
 		if fail.Load() {
-			return admin.Counts{}, errors.New("redis down")
+			return nil, errors.New("redis down")
 		}
-		return admin.Counts{Pending: int64(10 * n), Inflight: 2, Dead: 1}, nil
+		return map[string]admin.Counts{"a": {Pending: int64(10 * n), Inflight: 2, Dead: 1}, "b": {}}, nil
 	})
 
 	expect := func(pending string) {
 		t.Helper()
 		want := `
-# HELP delaybridge_messages_pending Messages parked in Redis waiting for their due time (all shards).
+# HELP delaybridge_messages_pending Messages parked in Redis waiting for their due time, per route (all shards).
 # TYPE delaybridge_messages_pending gauge
-delaybridge_messages_pending ` + pending + `
-# HELP delaybridge_messages_inflight Messages claimed and not yet acknowledged (all shards).
+delaybridge_messages_pending{route="a"} ` + pending + `
+delaybridge_messages_pending{route="b"} 0
+# HELP delaybridge_messages_inflight Messages claimed and not yet acknowledged, per route (all shards).
 # TYPE delaybridge_messages_inflight gauge
-delaybridge_messages_inflight 2
-# HELP delaybridge_messages_dead Messages in the dead letters (all shards).
+delaybridge_messages_inflight{route="a"} 2
+delaybridge_messages_inflight{route="b"} 0
+# HELP delaybridge_messages_dead Messages in the dead letters, per route (all shards).
 # TYPE delaybridge_messages_dead gauge
-delaybridge_messages_dead 1
+delaybridge_messages_dead{route="a"} 1
+delaybridge_messages_dead{route="b"} 0
 `
 		if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
 			"delaybridge_messages_pending", "delaybridge_messages_inflight", "delaybridge_messages_dead"); err != nil {
