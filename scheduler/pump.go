@@ -76,8 +76,12 @@ func (s *Scheduler) pump(ctx context.Context, st *shardState) {
 				wait = max(d, 0)
 			}
 		}
-		st.wakeAt.Store(now + wait.Milliseconds())
-		if !sleep(wait) {
+		at := now + wait.Milliseconds()
+		st.wakeAt.Store(at)
+		// Sleep until the planned instant, not for wait from whenever the timer is set:
+		// the clock moved on while the claim ran (on a loaded machine, or a test's fake
+		// clock advancing meanwhile), and a relative wait would wake that much late.
+		if !sleep(time.Duration(at-clock.NowMs(s.clk)) * time.Millisecond) {
 			return
 		}
 	}
