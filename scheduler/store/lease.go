@@ -17,14 +17,17 @@ import (
 // against the caller's token inside the same script, which is what keeps an instance
 // that stalled past its TTL (GC pause, partition) from claiming after another took over.
 
-func checkInstance(instance string) error {
+// CheckInstance refuses an instance name no lease can hold (empty, or with '|', which
+// separates it from the token in the owner value). Both stores use it.
+func CheckInstance(instance string) error {
 	if instance == "" || strings.ContainsRune(instance, '|') {
 		return fmt.Errorf("%w: instance name %q must be non-empty without '|'", ErrInvalid, instance)
 	}
 	return nil
 }
 
-func ttlMs(ttl time.Duration) (int64, error) {
+// LeaseTTLMs is ttl in whole milliseconds, refusing one under 1 ms. Both stores use it.
+func LeaseTTLMs(ttl time.Duration) (int64, error) {
 	ms := ttl.Milliseconds()
 	if ms <= 0 {
 		return 0, fmt.Errorf("%w: lease TTL %s must be at least 1ms", ErrInvalid, ttl)
@@ -41,10 +44,10 @@ func (s *Store) AcquireLease(ctx context.Context, shard int, instance string, tt
 	if err != nil {
 		return 0, err
 	}
-	if err := checkInstance(instance); err != nil {
+	if err := CheckInstance(instance); err != nil {
 		return 0, err
 	}
-	ms, err := ttlMs(ttl)
+	ms, err := LeaseTTLMs(ttl)
 	if err != nil {
 		return 0, err
 	}
@@ -60,10 +63,10 @@ func (s *Store) AcquireLease(ctx context.Context, shard int, instance string, tt
 // are not meaningful (some leases may have been taken: they expire after ttl unless
 // renewed).
 func (s *Store) AcquireLeases(ctx context.Context, shards []int, instance string, ttl time.Duration) ([]int64, error) {
-	if err := checkInstance(instance); err != nil {
+	if err := CheckInstance(instance); err != nil {
 		return nil, err
 	}
-	ms, err := ttlMs(ttl)
+	ms, err := LeaseTTLMs(ttl)
 	if err != nil {
 		return nil, err
 	}
@@ -93,7 +96,7 @@ func (s *Store) RenewLease(ctx context.Context, shard int, instance string, toke
 	if err != nil {
 		return false, err
 	}
-	ms, err := ttlMs(ttl)
+	ms, err := LeaseTTLMs(ttl)
 	if err != nil {
 		return false, err
 	}
@@ -113,7 +116,7 @@ type Lease struct {
 // RenewLeases renews many leases of instance in one pipelined round trip and reports,
 // per lease, whether it is still held. On error the results are not meaningful.
 func (s *Store) RenewLeases(ctx context.Context, instance string, leases []Lease, ttl time.Duration) ([]bool, error) {
-	ms, err := ttlMs(ttl)
+	ms, err := LeaseTTLMs(ttl)
 	if err != nil {
 		return nil, err
 	}
@@ -151,7 +154,7 @@ func (s *Store) ReleaseLease(ctx context.Context, shard int, instance string, to
 
 // Heartbeat records that instance is alive at now (unix ms).
 func (s *Store) Heartbeat(ctx context.Context, instance string, now int64) error {
-	if err := checkInstance(instance); err != nil {
+	if err := CheckInstance(instance); err != nil {
 		return err
 	}
 	if err := s.rdb.ZAdd(ctx, s.membersKey, redis.Z{Score: float64(now), Member: instance}).Err(); err != nil {

@@ -2,7 +2,6 @@ package memstore
 
 import (
 	"context"
-	"fmt"
 	"sort"
 	"strconv"
 	"strings"
@@ -12,20 +11,6 @@ import (
 )
 
 // Shard leases (TTLs on Options.Clock) and membership.
-
-func checkInstance(instance string) error {
-	if instance == "" || strings.ContainsRune(instance, '|') {
-		return fmt.Errorf("%w: instance name %q must be non-empty without '|'", store.ErrInvalid, instance)
-	}
-	return nil
-}
-
-func checkTTL(ttl time.Duration) error {
-	if ttl.Milliseconds() <= 0 {
-		return fmt.Errorf("%w: lease TTL %s must be at least 1ms", store.ErrInvalid, ttl)
-	}
-	return nil
-}
 
 // AcquireLease takes shard's lease for instance for ttl if it is free and returns the
 // new fencing token (larger than every earlier one of the shard); 0 if another holds
@@ -40,10 +25,10 @@ func (s *Store) AcquireLease(ctx context.Context, shard int, instance string, tt
 
 // AcquireLeases is AcquireLease for many shards: tokens[i] for shards[i].
 func (s *Store) AcquireLeases(ctx context.Context, shards []int, instance string, ttl time.Duration) ([]int64, error) {
-	if err := checkInstance(instance); err != nil {
+	if err := store.CheckInstance(instance); err != nil {
 		return nil, err
 	}
-	if err := checkTTL(ttl); err != nil {
+	if _, err := store.LeaseTTLMs(ttl); err != nil {
 		return nil, err
 	}
 	for _, n := range shards {
@@ -96,7 +81,7 @@ func (s *Store) RenewLease(ctx context.Context, shard int, instance string, toke
 
 // RenewLeases renews many leases of instance; held[i] says whether leases[i] is held.
 func (s *Store) RenewLeases(ctx context.Context, instance string, leases []store.Lease, ttl time.Duration) ([]bool, error) {
-	if err := checkTTL(ttl); err != nil {
+	if _, err := store.LeaseTTLMs(ttl); err != nil {
 		return nil, err
 	}
 	for _, l := range leases {
@@ -145,7 +130,7 @@ func (s *Store) ReleaseLease(ctx context.Context, shard int, instance string, to
 
 // Heartbeat records instance as alive at now.
 func (s *Store) Heartbeat(ctx context.Context, instance string, now int64) error {
-	if err := checkInstance(instance); err != nil {
+	if err := store.CheckInstance(instance); err != nil {
 		return err
 	}
 	after, err := s.begin(ctx, OpHeartbeat)
