@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -178,7 +179,11 @@ func moveSome(t *testing.T, s *Store, rng *rand.Rand, toks map[int]int64, now in
 	for i, e := range items {
 		switch i % 4 {
 		case 0:
-			err = s.Ack(ctx, sh, []string{e.ID}, now)
+			if step%2 == 0 {
+				err = s.Ack(ctx, sh, []string{e.ID}, now)
+			} else {
+				err = s.AckEnvelopes(ctx, []*envelope.Envelope{e}, now)
+			}
 		case 1:
 			err = s.Retry(ctx, sh, []RetryItem{{Env: e, Due: now + rng.Int64N(3000)}}, now)
 		case 2:
@@ -267,6 +272,41 @@ func TestCountsJobBatches(t *testing.T) {
 		checkCounts(t, s, "purge batch")
 		if c, _ := s.RouteCounts(ctx); c.Routes()["a"].Dead != 0 || c.Routes()["a"].Pending != 10 {
 			t.Fatalf("route a: %+v", c.Routes()["a"])
+		}
+	})
+}
+
+// TestCountsAckEnvelopes: acks with the routes passed along (what the scheduler does)
+// keep the counts as acks by id do; an id not in flight changes nothing.
+func TestCountsAckEnvelopes(t *testing.T) {
+	countsBackends(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := storeCtx(t)
+		s, err := New(ctx, c, Options{Prefix: "a", Cluster: "c", Shards: 2, DoneWindow: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var envs []*envelope.Envelope
+		for i := range 40 {
+			envs = append(envs, &envelope.Envelope{ID: fmt.Sprintf("m-%d", i), Route: fmt.Sprintf("r%d", i%3),
+				SourceBroker: envelope.BrokerKafka, Source: "t", DueAt: t0, Payload: []byte("p")})
+		}
+		mustPark(t, s, envs...)
+		var claimed []*envelope.Envelope
+		for sh := range 2 {
+			items, _ := mustClaim(t, s, sh, mustLease(t, s, sh, "i1"), t0, 15)
+			claimed = append(claimed, items...)
+		}
+		checkCounts(t, s, "claim")
+		if err := s.AckEnvelopes(ctx, append(slices.Clone(claimed[:20]), envs[39]), t0); err != nil { // envs[39]: maybe not in flight
+			t.Fatal(err)
+		}
+		checkCounts(t, s, "ack with routes")
+		if err := s.AckMany(ctx, ids(claimed[20:]), t0); err != nil {
+			t.Fatal(err)
+		}
+		checkCounts(t, s, "ack by id")
+		if c, _ := s.RouteCounts(ctx); c.Routes()["r0"].Inflight != 0 || c.Routes()["r0"].Pending == 0 {
+			t.Fatalf("r0: %+v", c.Routes()["r0"])
 		}
 	})
 }

@@ -106,16 +106,26 @@ func (s *Store) trimArgs(now int64, batch int) (remember int, trimBefore int64, 
 	return remember, now - s.opt.DoneWindow.Milliseconds(), max(2*batch, minTrim)
 }
 
-func (s *Store) ackCalls(shard int, ids []string, now int64) []call {
+// ackCalls builds the ack calls of shard's ids; routes, when not nil, are the routes of
+// their messages (routes[i] of ids[i]), so the script need not read the envelopes.
+func (s *Store) ackCalls(shard int, ids, routes []string, now int64) []call {
 	k := s.keys[shard]
 	var calls []call
 	for start := 0; start < len(ids); start += maxItemsPerCall {
-		part := ids[start:min(start+maxItemsPerCall, len(ids))]
+		end := min(start+maxItemsPerCall, len(ids))
+		part := ids[start:end]
 		remember, trimBefore, trimLimit := s.trimArgs(now, len(part))
-		args := make([]any, 0, 4+len(part))
-		args = append(args, now, remember, trimBefore, trimLimit)
-		for _, id := range part {
-			args = append(args, id)
+		args := make([]any, 0, 5+2*len(part))
+		if routes == nil {
+			args = append(args, now, remember, trimBefore, trimLimit, 0)
+			for _, id := range part {
+				args = append(args, id)
+			}
+		} else {
+			args = append(args, now, remember, trimBefore, trimLimit, 1)
+			for i, id := range part {
+				args = append(args, id, routes[start+i])
+			}
 		}
 		calls = append(calls, call{sc: s.ack, keys: []string{k.msg, k.inflight, k.done, k.cancelled, k.counts}, args: args})
 	}
@@ -132,7 +142,7 @@ func (s *Store) Ack(ctx context.Context, shard int, ids []string, now int64) err
 	if len(ids) == 0 {
 		return nil
 	}
-	calls := s.ackCalls(shard, ids, now)
+	calls := s.ackCalls(shard, ids, nil, now)
 	if len(calls) == 1 {
 		if err := s.eval(ctx, s.ack, calls[0].keys, calls[0].args...).Err(); err != nil {
 			return fmt.Errorf("scheduler: ack: %w", err)
@@ -155,7 +165,33 @@ func (s *Store) AckMany(ctx context.Context, ids []string, now int64) error {
 	}
 	var calls []call
 	for sh, part := range byShard {
-		calls = append(calls, s.ackCalls(sh, part, now)...)
+		calls = append(calls, s.ackCalls(sh, part, nil, now)...)
+	}
+	_, err := s.evalPipelined(ctx, calls, false)
+	return err
+}
+
+// AckEnvelopes is AckMany for messages whose envelopes the caller holds (as claimed):
+// their routes go with the ids, so the script does not read the envelopes to keep the
+// per-route counts.
+func (s *Store) AckEnvelopes(ctx context.Context, envs []*envelope.Envelope, now int64) error {
+	if len(envs) == 0 {
+		return nil
+	}
+	type part struct{ ids, routes []string }
+	byShard := make(map[int]*part)
+	for _, e := range envs {
+		sh := s.ShardOf(e.ID)
+		p := byShard[sh]
+		if p == nil {
+			p = &part{}
+			byShard[sh] = p
+		}
+		p.ids, p.routes = append(p.ids, e.ID), append(p.routes, e.Route)
+	}
+	var calls []call
+	for sh, p := range byShard {
+		calls = append(calls, s.ackCalls(sh, p.ids, p.routes, now)...)
 	}
 	_, err := s.evalPipelined(ctx, calls, false)
 	return err
