@@ -1,0 +1,81 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delaybridge/delay-bridge/internal/envelope"
+)
+
+// BenchmarkStoreScriptCost reports the time Redis itself spends in the scripts per
+// message (INFO commandstats: EVALSHA and EVAL usec), for park, claim and ack in calls of
+// 500 on one shard, which the client-side timings of the other benchmarks bury under
+// round trips and scheduling on a busy machine. Compare two builds by running both,
+// interleaved, and taking the best of several runs:
+//
+//	go test ./scheduler/store -run '^$' -bench 'BenchmarkStoreScriptCost' -count 6
+func BenchmarkStoreScriptCost(b *testing.B) {
+	s, c := benchStore(b, 1)
+	ctx := context.Background()
+	tok, err := s.AcquireLease(ctx, 0, "bench", time.Hour)
+	if err != nil {
+		b.Fatal(err)
+	}
+	const batch = 500
+	var park, claim, ack float64
+	msgs := 0
+	b.ResetTimer()
+	for i := range b.N {
+		envs := make([]*envelope.Envelope, batch)
+		for j := range envs {
+			envs[j] = benchEnv(fmt.Sprintf("c%d-%d", i, j), 1_700_000_000_000)
+		}
+		t0 := scriptUsec(b, c)
+		if _, _, err := s.Park(ctx, envs); err != nil {
+			b.Fatal(err)
+		}
+		t1 := scriptUsec(b, c)
+		items, _, err := s.Claim(ctx, 0, "bench", tok, 1_700_000_000_000, 1_700_000_030_000, batch)
+		if err != nil || len(items) != batch {
+			b.Fatalf("claim: %d, %v", len(items), err)
+		}
+		t2 := scriptUsec(b, c)
+		if err := s.AckEnvelopes(ctx, items, 1_700_000_000_000); err != nil {
+			b.Fatal(err)
+		}
+		t3 := scriptUsec(b, c)
+		park, claim, ack = park+t1-t0, claim+t2-t1, ack+t3-t2
+		msgs += batch
+	}
+	b.ReportMetric(park/float64(msgs), "redis-µs/park")
+	b.ReportMetric(claim/float64(msgs), "redis-µs/claim")
+	b.ReportMetric(ack/float64(msgs), "redis-µs/ack")
+}
+
+// scriptUsec is the total time Redis has spent in EVALSHA and EVAL so far.
+func scriptUsec(b *testing.B, c *redis.Client) float64 {
+	b.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\n") {
+		if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
+			continue
+		}
+		for _, f := range strings.Split(strings.TrimSpace(line[strings.IndexByte(line, ':')+1:]), ",") {
+			if v, ok := strings.CutPrefix(f, "usec="); ok {
+				n, _ := strconv.ParseFloat(v, 64)
+				total += n
+			}
+		}
+	}
+	return total
+}
