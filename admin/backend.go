@@ -177,6 +177,8 @@ type ShardStats struct {
 	Counts
 	NextDue int64  `json:"next_due,omitempty"` // earliest due time in the shard, 0 = none
 	Owner   string `json:"owner"`              // instance holding the lease, "" = none
+	// Routes are the shard's counts per route (routes with messages), when kept.
+	Routes map[string]Counts `json:"routes,omitempty"`
 }
 
 // Stats is the answer of GET /v1/stats.

@@ -231,10 +231,19 @@ func (b *Bridge) Stats(ctx context.Context) (admin.Stats, error) {
 		out.Totals.Inflight += s.Inflight
 		out.Totals.Dead += s.Dead
 	}
-	routes, exact, _, err := b.routeCounts(ctx, shardStore, shards)
+	c, routes, _, err := b.routeCounts(ctx, shardStore, shards)
 	if err != nil {
 		return admin.Stats{}, storeErr(err)
 	}
+	for i, sc := range c.Shards {
+		if i < len(out.Shards) && len(sc.Routes) > 0 {
+			out.Shards[i].Routes = make(map[string]admin.Counts, len(sc.Routes))
+			for r, n := range sc.Routes {
+				out.Shards[i].Routes[r] = adminCounts(n)
+			}
+		}
+	}
+	exact := c.Exact()
 	out.Routes = make(map[string]admin.Counts, len(routes))
 	for _, r := range b.cfg.Routes {
 		out.Routes[r.Name] = admin.Counts{}

@@ -61,18 +61,19 @@ type nextDueCache struct {
 	byRt map[string]int64
 }
 
-// routeCounts reads the per-route counts, and the routes' next due times (cached).
-func (b *Bridge) routeCounts(ctx context.Context, s *store.Store, shards []store.ShardStat) (map[string]store.RouteCount, bool, map[string]int64, error) {
+// routeCounts reads the per-route counts (per shard; summed in routes), and the
+// routes' next due times (cached).
+func (b *Bridge) routeCounts(ctx context.Context, s *store.Store, shards []store.ShardStat) (store.Counts, map[string]store.RouteCount, map[string]int64, error) {
 	c, err := s.RouteCounts(ctx)
 	if err != nil {
-		return nil, false, nil, err
+		return store.Counts{}, nil, nil, err
 	}
 	routes := c.Routes()
 	next, err := b.nextDue(ctx, s, routes, shards)
 	if err != nil {
-		return nil, false, nil, err
+		return store.Counts{}, nil, nil, err
 	}
-	return routes, c.Exact(), next, nil
+	return c, routes, next, nil
 }
 
 // nextDue finds each route's earliest pending due time, reused for nextDueTTL. A route

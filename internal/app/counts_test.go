@@ -68,6 +68,20 @@ func TestRouteCountsAndNextDue(t *testing.T) {
 	if st.Routes["a"] != (admin.Counts{Pending: 2}) || st.Routes["b"] != (admin.Counts{Pending: 2}) || st.CountsExact == nil || !*st.CountsExact {
 		t.Errorf("stats routes %+v exact %v", st.Routes, st.CountsExact)
 	}
+	perShard := map[string]int64{}
+	for _, sh := range st.Shards {
+		var sum int64
+		for r, n := range sh.Routes {
+			perShard[r] += n.Pending
+			sum += n.Pending
+		}
+		if sum != sh.Pending {
+			t.Errorf("shard %d: routes %+v sum to %d pending, the shard has %d", sh.Shard, sh.Routes, sum, sh.Pending)
+		}
+	}
+	if perShard["a"] != 2 || perShard["b"] != 2 {
+		t.Errorf("per-shard route counts sum to %v", perShard)
+	}
 }
 
 // TestRouteCountsBackfilledAtStart: a bridge started on a store without counts (as an

@@ -129,11 +129,12 @@ func (b *Bridge) Routes(ctx context.Context) (admin.RoutesResponse, error) {
 		b.log.Debug("routes: no counts", "err", err)
 		return out, nil
 	}
-	counts, exact, next, err := b.routeCounts(ctx, shardStore, shards)
+	c, counts, next, err := b.routeCounts(ctx, shardStore, shards)
 	if err != nil {
 		b.log.Debug("routes: no counts", "err", err)
 		return out, nil
 	}
+	exact := c.Exact()
 	for i := range out.Routes {
 		r := &out.Routes[i]
 		c := adminCounts(counts[r.Name])
