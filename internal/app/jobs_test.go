@@ -12,6 +12,7 @@ import (
 
 	"github.com/delaybridge/delay-bridge/admin"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/scheduler/store"
 )
 
 // TestJobOverHTTPWhileFiring runs a real bridge (redis-server, kfake) behind the admin
@@ -20,15 +21,8 @@ import (
 // while messages produced meanwhile with a short delay still fire and arrive; GET
 // /v1/jobs/{id} reads done with every message cancelled, and route b is untouched.
 func TestJobOverHTTPWhileFiring(t *testing.T) {
-	tb := startBridge(t)
-	ts := httptest.NewServer(admin.NewServer(admin.Options{Backend: tb.Bridge}))
-	defer ts.Close()
-	c := admin.NewClient(ts.URL, "", ts.Client())
+	tb, c, shardStore := startBridgeOverHTTP(t)
 	ctx := context.Background()
-	shardStore, _, err := tb.parts()
-	if err != nil {
-		t.Fatal(err)
-	}
 
 	now := time.Now().UnixMilli()
 	far := now + 3_600_000
@@ -138,15 +132,8 @@ func TestJobOverHTTPWhileFiring(t *testing.T) {
 // route's with a cursor, a bad cursor is a 400 naming it, DELETE /v1/dead?route=a purges
 // only route a's, and a requeue_dead job brings route b's back to pending.
 func TestDeadLettersByRouteOverHTTP(t *testing.T) {
-	tb := startBridge(t)
-	ts := httptest.NewServer(admin.NewServer(admin.Options{Backend: tb.Bridge}))
-	defer ts.Close()
-	c := admin.NewClient(ts.URL, "", ts.Client())
+	tb, c, shardStore := startBridgeOverHTTP(t)
 	ctx := context.Background()
-	shardStore, _, err := tb.parts()
-	if err != nil {
-		t.Fatal(err)
-	}
 	now := time.Now().UnixMilli()
 	var dead []*envelope.Envelope
 	for i := range 1200 {
@@ -179,7 +166,7 @@ func TestDeadLettersByRouteOverHTTP(t *testing.T) {
 	if len(seen) != 600 {
 		t.Fatalf("paged %d dead letters of route b, want 600", len(seen))
 	}
-	_, err = c.ListDead(ctx, admin.Query{Filter: admin.Filter{State: admin.StateDead}, Cursor: "bm9wZQ"})
+	_, err := c.ListDead(ctx, admin.Query{Filter: admin.Filter{State: admin.StateDead}, Cursor: "bm9wZQ"})
 	var apiErr *admin.APIError
 	if !errors.As(err, &apiErr) || apiErr.Status != 400 || apiErr.Field != "cursor" {
 		t.Fatalf("bad cursor: %v, want a 400 naming cursor", err)
@@ -212,4 +199,18 @@ func TestDeadLettersByRouteOverHTTP(t *testing.T) {
 			t.Fatalf("%s of route %s is %q after the purge of a and the requeue of b", e.ID, e.Route, st)
 		}
 	}
+}
+
+// startBridgeOverHTTP starts a bridge (redis-server, kfake) behind the admin HTTP API and
+// returns it, a client of the API and its shard store.
+func startBridgeOverHTTP(t *testing.T) (*testBridge, *admin.Client, *store.Store) {
+	t.Helper()
+	tb := startBridge(t)
+	ts := httptest.NewServer(admin.NewServer(admin.Options{Backend: tb.Bridge}))
+	t.Cleanup(ts.Close)
+	shardStore, _, err := tb.parts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tb, admin.NewClient(ts.URL, "", ts.Client()), shardStore
 }
