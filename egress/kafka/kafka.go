@@ -3,9 +3,9 @@
 //
 // Writer settings: RequiredAcks = RequireAll (the broker confirms only once every
 // in-sync replica has the record), the Murmur2 balancer (a key lands on the same
-// partition as with the Java client's default partitioner), BatchTimeout 1ms and
-// BatchSize 128 (kafka-go's defaults are 1s and fire-and-forget acks), synchronous
-// writes, and no automatic topic creation: a missing target topic is a failed publish,
+// partition as with the Java client's default partitioner), no batch linger
+// (BatchTimeout 1ns: the dispatcher batches) and BatchSize 128 (kafka-go's defaults
+// are 1s and fire-and-forget acks), synchronous writes, and no automatic topic creation: a missing target topic is a failed publish,
 // retried by the dispatcher and then dead-lettered.
 //
 // No re-sends of unknown outcome. kafka-go's own retry (MaxAttempts) would write a batch

@@ -11,7 +11,14 @@ import (
 
 // Defaults for Options.
 const (
-	DefaultBatchTimeout = time.Millisecond
+	// DefaultBatchTimeout is no linger at all. The dispatcher already batches: each of
+	// its workers takes everything fired since its last publish, so a publish is a
+	// batch while a call is in flight and a lone message when idle. kafka-go's timer
+	// on top only held every partition batch for that long (1 ms was half the median
+	// publish at 1k msgs/s: docs/BENCHMARKS.md, issue 11). A batch holds whatever one
+	// WriteMessages call gives a partition: the timer cannot fire before the call has
+	// added all of its records (both take the partition's lock).
+	DefaultBatchTimeout = time.Nanosecond
 	// DefaultBatchSize is small on purpose: kafka-go allocates every partition batch with
 	// room for BatchSize messages (about 150 B each) however few it ends up holding, so at
 	// 1000 a lone message fired at a low rate cost a 150 KB allocation, which made the
@@ -28,7 +35,8 @@ const (
 // Options tunes a Sink. Zero values take the defaults; negative ones are refused.
 type Options struct {
 	Logger *slog.Logger // default slog.Default()
-	// BatchTimeout is how long a partition's batch waits for more messages; default 1ms.
+	// BatchTimeout is how long a partition's batch waits for more messages; default
+	// 1ns (no linger, see DefaultBatchTimeout).
 	BatchTimeout time.Duration
 	// BatchSize is the most messages per partition batch; default 128.
 	BatchSize int
