@@ -426,3 +426,89 @@ func TestNewFillsDefaultsAndValidates(t *testing.T) {
 		}
 	}
 }
+
+// A park wakes the pump only when its planned claim would take the new message less
+// than lookahead/8 before due: a message due after that is left to the planned claim
+// (no extra claim), one due earlier wakes it at once. A park while the pump is claiming
+// always wakes it (that claim may have read the shard before the message was there).
+func TestParkWakesThePumpOnlyWhenThePlannedClaimWouldBeLate(t *testing.T) {
+	w := newWorld(t, 1)
+	w.step = 50 * time.Millisecond
+	opt := w.options("a")
+	opt.Lookahead, opt.SafetyScan = time.Second, time.Hour // margin 125 ms
+	start := w.fc.Now()
+	w.park([]string{"planned"}, start.Add(10*time.Second)) // the pump plans its claim at 9.5 s
+	a := w.start(opt, nil)
+	w.advance(time.Second)
+	claims := w.ms.Calls(memstore.OpClaim)
+	park := func(id string, due time.Time) {
+		t.Helper()
+		env := &envelope.Envelope{ID: id, Route: "r", DueAt: due.UnixMilli(), Payload: []byte("p")}
+		if _, err := a.s.Park(context.Background(), []*envelope.Envelope{env}, nil); err != nil {
+			t.Fatal(err)
+		}
+		w.settle()
+		time.Sleep(20 * time.Millisecond) // real time for a woken pump to claim
+	}
+	park("after-margin", start.Add(9700*time.Millisecond)) // ≥ 9.5 s + 125 ms
+	if n := w.ms.Calls(memstore.OpClaim) - claims; n != 0 {
+		t.Fatalf("%d claims for a message the planned claim takes 200 ms ahead, want none", n)
+	}
+	park("within-margin", start.Add(9600*time.Millisecond)) // < 9.5 s + 125 ms
+	deadline := time.Now().Add(5 * time.Second)
+	for w.ms.Calls(memstore.OpClaim) == claims {
+		if time.Now().After(deadline) {
+			t.Fatal("a message the planned claim would take only 100 ms ahead did not wake the pump")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// While a claim is under way (held in the store), a park of something due much later
+	// still wakes the pump: one more claim follows the held one.
+	held, release := make(chan struct{}), make(chan struct{})
+	w.ms.SetHook(func(ctx context.Context, op string) error {
+		if op == memstore.OpClaim {
+			select {
+			case held <- struct{}{}:
+				<-release
+			default:
+			}
+		}
+		return nil
+	})
+	defer w.ms.SetHook(nil)
+	stop := make(chan struct{})
+	go func() { // move the clock to the pump's planned claim, then hold it still
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			w.fc.Advance(w.step)
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	<-held
+	close(stop)
+	before := w.ms.Calls(memstore.OpClaim)
+	park("during-claim", w.fc.Now().Add(8*time.Second))
+	close(release)
+	deadline = time.Now().Add(5 * time.Second)
+	for w.ms.Calls(memstore.OpClaim) < before+1 {
+		if time.Now().After(deadline) {
+			t.Fatal("a park during a claim did not wake the pump for another claim")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	dues := map[string]time.Time{"planned": start.Add(10 * time.Second), "after-margin": start.Add(9700 * time.Millisecond),
+		"within-margin": start.Add(9600 * time.Millisecond)}
+	w.drive("all published", 20*time.Second, func() bool {
+		p := a.disp.published()
+		return p["planned"] == 1 && p["after-margin"] == 1 && p["within-margin"] == 1
+	})
+	for id, due := range dues {
+		if at := a.disp.tries(id)[0].at; at.Before(due) {
+			t.Fatalf("%s published %s early", id, due.Sub(at))
+		}
+	}
+}

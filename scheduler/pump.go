@@ -40,6 +40,7 @@ func (s *Scheduler) pump(ctx context.Context, st *shardState) {
 				s.log.Warn("recovered in-flight messages past their deadline", "shard", st.shard, "n", moved)
 			}
 		}
+		st.claiming.Store(true) // until wakeAt is stored: Notify wakes us for anything parked meanwhile
 		items, nextDue, err := s.store.Claim(ctx, st.shard, s.holder, st.token, now+lookahead, now+s.opt.InflightLease.Milliseconds(), n)
 		s.credits.release(n - len(items))
 		if err != nil {
@@ -51,6 +52,7 @@ func (s *Scheduler) pump(ctx context.Context, st *shardState) {
 			if ctx.Err() != nil {
 				return
 			}
+			st.claiming.Store(false)
 			wait := bo.Next()
 			s.log.Warn("claim failed; retrying", "shard", st.shard, "err", err, "backoff", wait)
 			if !sleep(wait) { // a wake-up retries at once
@@ -64,6 +66,7 @@ func (s *Scheduler) pump(ctx context.Context, st *shardState) {
 			s.wheel.ScheduleBatch(items)
 		}
 		if len(items) == n {
+			st.claiming.Store(false)
 			continue // a full batch: more may be due right now
 		}
 		// Wake when the next message is half a lookahead from due, not as soon as it
@@ -78,6 +81,7 @@ func (s *Scheduler) pump(ctx context.Context, st *shardState) {
 		}
 		at := now + wait.Milliseconds()
 		st.wakeAt.Store(at)
+		st.claiming.Store(false)
 		// Sleep until the planned instant, not for wait from whenever the timer is set:
 		// the clock moved on while the claim ran (on a loaded machine, or a test's fake
 		// clock advancing meanwhile), and a relative wait would wake that much late.
@@ -89,8 +93,15 @@ func (s *Scheduler) pump(ctx context.Context, st *shardState) {
 
 // Notify wakes the pumps of shards that just received a message due before their next
 // planned claim would pick it up in time. minDue maps shard -> earliest newly parked due.
+//
+// In time means at least lookahead/8 before its due time (250 ms at the default 2 s).
+// The pump's own rhythm claims everything at least lookahead/2 ahead; asking the same
+// of every newly parked message woke a pump for each message with a delay just above
+// the lookahead — about one claim per eight messages at 10k msgs/s with 1–10 s delays,
+// each claim taking one or two messages. A message parked while its pump is claiming
+// always wakes it: that claim may have read the shard before the message was there.
 func (s *Scheduler) Notify(minDue map[int]int64) {
-	lookahead := s.opt.Lookahead.Milliseconds()
+	margin := s.opt.Lookahead.Milliseconds() / 8
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for shard, due := range minDue {
@@ -102,9 +113,8 @@ func (s *Scheduler) Notify(minDue map[int]int64) {
 			continue
 		}
 		// The pump's next claim at wakeAt takes everything due by wakeAt+lookahead;
-		// only something due before wakeAt (plus margin for the claim itself) needs an
-		// early wake-up.
-		if due < st.wakeAt.Load()+lookahead/2 {
+		// only something due before wakeAt (plus the margin) needs an early wake-up.
+		if st.claiming.Load() || due < st.wakeAt.Load()+margin {
 			select {
 			case st.wake <- struct{}{}:
 			default:

@@ -88,6 +88,7 @@ type shardState struct {
 	token      int64
 	leaseUntil atomic.Int64 // Scheduler.mono ms until which our lease is surely valid
 	wakeAt     atomic.Int64 // the pump's next planned claim (unix ms)
+	claiming   atomic.Bool  // the pump is between its claim and storing the next wakeAt
 	wake       chan struct{}
 	cancel     context.CancelFunc
 	done       chan struct{}
