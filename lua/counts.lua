@@ -58,7 +58,7 @@ end
 
 -- cstart reads the shard's counts state: one HGET once exact, as it stays.
 local function cstart(key)
-  C.key, C.exact, C.cur, C.d = key, true, {}, {} -- a multi-shard call starts each shard afresh
+  C.key = key
   if redis.call('HGET', key, '~exact') then
     return
   end

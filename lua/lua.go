@@ -5,10 +5,7 @@
 //
 // Conventions every script keeps, because the store relies on them:
 //   - every key is passed in KEYS, never built inside the script, and all keys of one
-//     call share one Redis Cluster hash tag, so a script touches exactly one slot —
-//     except that park and ack (wrapped by multi.lua) may serve several shards in one
-//     call on a standalone Redis, where there are no slots; on Redis Cluster the store
-//     sends them one shard per call;
+//     call share one Redis Cluster hash tag, so a script touches exactly one slot;
 //   - times are integer unix milliseconds passed in ARGV (never TIME), so tests can
 //     inject time and the scripts stay deterministic for replication;
 //   - batches are bounded by the caller or by a LIMIT argument, so no call blocks Redis
@@ -49,29 +46,15 @@ var (
 	purgeDeadIDs string
 	//go:embed counts_backfill.lua
 	countsBackfill string
-	//go:embed multi.lua
-	multiDriver string
 )
-
-// multi makes a one-shard script serve several shards per call (multi.lua): body
-// becomes a function of its own KEYS and ARGV, called once per group by the driver.
-// helpers stay at the top level, shared by the groups (counts.lua's cstart resets its
-// state for each).
-func multi(helpers, body string) string {
-	return helpers + "local function shard(KEYS, ARGV)\n" + body + "\nend\n" + multiDriver
-}
-
-// MultiKeys is how many keys one shard's group has in the calls of Park and Ack (the
-// scripts made with multi).
-var MultiKeys = map[string]int{"park": 7, "ack": 5}
 
 // The scripts that move messages, with their helpers in front.
 var (
-	Park           = multi(routes+counts, park)
+	Park           = routes + counts + park
 	Bury           = routes + counts + bury
 	Cancel         = routes + counts + cancel
 	Claim          = counts + claim
-	Ack            = multi(counts, ack)
+	Ack            = counts + ack
 	Retry          = counts + retry
 	Recover        = counts + recover
 	Reschedule     = counts + reschedule

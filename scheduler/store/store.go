@@ -81,11 +81,6 @@ type shardKeys struct {
 type script struct {
 	name string
 	*redis.Script
-	// multi is the number of keys of one shard's group when the script serves several
-	// shards per call (lua.MultiKeys: park, ack); 0 for a one-shard script. The
-	// store's callers build one-shard calls either way: eval and evalPipelined wrap
-	// them (store_exec.go).
-	multi int
 }
 
 // Store is the Redis shard store: every operation on parked messages, shard leases and
@@ -179,9 +174,7 @@ func New(ctx context.Context, rdb redis.UniversalClient, opt Options) (*Store, e
 			counts: base + "counts",
 		}
 	}
-	mk := func(name, src string) *script {
-		return &script{name: name, Script: redis.NewScript(src), multi: lua.MultiKeys[name]}
-	}
+	mk := func(name, src string) *script { return &script{name: name, Script: redis.NewScript(src)} }
 	s.park, s.bury, s.claim = mk("park", lua.Park), mk("bury", lua.Bury), mk("claim", lua.Claim)
 	s.ack, s.retry, s.recover = mk("ack", lua.Ack), mk("retry", lua.Retry), mk("recover", lua.Recover)
 	s.cancel, s.reschedule, s.get = mk("cancel", lua.Cancel), mk("reschedule", lua.Reschedule), mk("get", lua.Get)

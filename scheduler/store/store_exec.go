@@ -17,13 +17,7 @@ import (
 // command's error, if any, is classified (redisErr).
 func (s *Store) eval(ctx context.Context, sc *script, keys []string, args ...any) *redis.Cmd {
 	start := time.Now()
-	var cmd *redis.Cmd
-	if sc.multi > 0 {
-		m := newMerged(call{sc: sc, keys: keys, args: args})
-		cmd = m.split(ctx, sc.Run(ctx, s.rdb, m.keys, m.args...))[0]
-	} else {
-		cmd = sc.Run(ctx, s.rdb, keys, args...)
-	}
+	cmd := sc.Run(ctx, s.rdb, keys, args...)
 	s.obs.ScriptDuration(sc.name, time.Since(start))
 	if err := cmd.Err(); err != nil {
 		cmd.SetErr(redisErr(err))
@@ -52,15 +46,13 @@ func (s *Store) evalPipelined(ctx context.Context, calls []call, wait bool) ([]*
 		return nil, nil
 	}
 	start := time.Now()
-	sent, merges := s.mergeCalls(calls)
 	var cmds []*redis.Cmd
 	var err error
 	if cc, ok := s.rdb.(*redis.ClusterClient); ok && wait {
-		cmds, err = s.pipelinePerNode(ctx, cc, sent)
+		cmds, err = s.pipelinePerNode(ctx, cc, calls)
 	} else {
-		cmds, err = s.pipelineOnce(ctx, s.rdb, sent, wait)
+		cmds, err = s.pipelineOnce(ctx, s.rdb, calls, wait)
 	}
-	cmds = splitReplies(ctx, calls, merges, cmds)
 	took := time.Since(start)
 	seen := make(map[string]bool, 2)
 	for _, c := range calls {
