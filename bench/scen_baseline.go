@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -205,6 +206,17 @@ func runBaseline(e *env) error {
 		b, err = startBridge(e, "drain", []route{{name: "drain", from: "drain-bridge.in", to: "drain-bridge.out"}}, "")
 		if err != nil {
 			return 0, err
+		}
+		if e.profile { // the full-speed costs: 3 s from one second into the drain
+			go func() {
+				time.Sleep(time.Second)
+				path := filepath.Join(e.outDir, e.stamp+"-bridge-cpu-drain.pprof")
+				if err := b.cpuProfile(path, 3); err != nil {
+					logf("drain cpu profile: %v", err)
+				} else {
+					logf("bridge CPU profile of the drain: %s", path)
+				}
+			}()
 		}
 		return b.pid(), nil
 	})
