@@ -177,7 +177,7 @@ routes:
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		return nil, err
 	}
-	var envv []string
+	envv := append([]string(nil), env.bridgeEnv...)
 	pp := ""
 	if env.profile {
 		pp = fmt.Sprintf("127.0.0.1:%d", freePort())

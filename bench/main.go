@@ -41,6 +41,7 @@ type env struct {
 	burstN     int
 	rates      []float64
 	bridgeYAML string
+	bridgeEnv  []string // extra environment of every bridge process (-bridge-env)
 	// experiments are patches compiled into the bridge (-experiment).
 	experiments []string
 	scaleN      int
@@ -61,6 +62,7 @@ type Results struct {
 	// run measured a suggested fix, not the product as shipped.
 	Experiments []string           `json:"experiments,omitempty"`
 	BridgeYAML  string             `json:"bridge_yaml,omitempty"`
+	BridgeEnv   string             `json:"bridge_env,omitempty"`
 	Seconds     map[string]float64 `json:"scenario_seconds"`
 	// Load is the 1-minute load average at the start and the end of each scenario:
 	// the machine is shared, and other work on it shows up here.
@@ -87,6 +89,7 @@ func main() {
 		profile    = flag.Bool("profile", false, "build the bridge with a pprof listener (go build -overlay) and save CPU profiles of the busiest steps")
 		burstN     = flag.Int("burst-n", 0, "messages in the burst (default 1000000, quick 50000)")
 		expFlag    = flag.String("experiment", "", "comma-separated patches compiled into the bridge with go build -overlay to measure a suggested fix: "+experimentNames())
+		bridgeEnv  = flag.String("bridge-env", "", "extra environment for every bridge process, comma-separated KEY=VALUE pairs, e.g. 'GOGC=200' (results record it)")
 		bridgeYAML = flag.String("bridge-yaml", "", "extra top-level YAML for every bridge config, e.g. 'scheduler: { lookahead: 500ms }' (default: the product defaults)")
 		ratesFlag  = flag.String("rates", "", "steady and baseline: comma-separated offered rates instead of the default ladder (no search for the maximum)")
 		scaleN     = flag.Int("scale-n", 0, "messages parked for an hour in the scale scenario (default 10000000, quick 200000)")
@@ -154,6 +157,10 @@ func main() {
 		Seconds: map[string]float64{}, Errors: map[string]string{}, Load: map[string][2]float64{},
 	}
 	e.bridgeYAML = *bridgeYAML
+	if *bridgeEnv != "" {
+		e.bridgeEnv = strings.Split(*bridgeEnv, ",")
+		e.res.BridgeEnv = *bridgeEnv
+	}
 	e.res.BridgeYAML = *bridgeYAML
 	for _, x := range strings.Split(*expFlag, ",") {
 		if x = strings.TrimSpace(x); x != "" {

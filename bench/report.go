@@ -83,6 +83,9 @@ func renderMarkdown(r *Results) string {
 	if r.BridgeYAML != "" {
 		fmt.Fprintf(&b, "**Bridge configuration changed from the defaults:** `%s`\n\n", r.BridgeYAML)
 	}
+	if r.BridgeEnv != "" {
+		fmt.Fprintf(&b, "**Bridge environment added:** `%s`\n\n", r.BridgeEnv)
+	}
 	if len(r.Errors) > 0 {
 		b.WriteString("**Errors:**\n\n")
 		for k, v := range r.Errors {

@@ -210,6 +210,10 @@ func runBaseline(e *env) error {
 		if e.profile { // the full-speed costs: 3 s from one second into the drain
 			go func() {
 				time.Sleep(time.Second)
+				go func() { // where the goroutines wait, two seconds into the drain
+					time.Sleep(time.Second)
+					_ = fetchURL("http://"+b.pprof+"/debug/pprof/goroutine?debug=1", filepath.Join(e.outDir, e.stamp+"-bridge-goroutines-drain.txt"))
+				}()
 				path := filepath.Join(e.outDir, e.stamp+"-bridge-cpu-drain.pprof")
 				if err := b.cpuProfile(path, 3); err != nil {
 					logf("drain cpu profile: %v", err)
