@@ -34,7 +34,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"sync"
@@ -59,14 +58,18 @@ var ErrClosed = errors.New("kafka sink closed")
 // Sink publishes to Kafka. It implements egress.Sink and egress.HealthChecker and is
 // safe for concurrent use.
 type Sink struct {
-	w      *kafka.Writer
-	tr     *kafka.Transport
-	routes map[string]string
-	log    *slog.Logger
-	clk    clock.Clock
-	closed atomic.Bool
-	once   sync.Once
-	health health
+	tr            *kafka.Transport
+	addr          net.Addr
+	meta          metaCache
+	balancer      kafka.Balancer
+	batchBytes    int64
+	answerTimeout time.Duration
+	routes        map[string]string
+	log           *slog.Logger
+	clk           clock.Clock
+	closed        atomic.Bool
+	once          sync.Once
+	health        health
 
 	stopProbe context.CancelFunc
 	probeDone chan struct{}
@@ -100,24 +103,12 @@ func New(cfg Conn, routes map[string]string, opts Options) (*Sink, error) {
 		}
 		rt[name] = topic
 	}
-	log := opts.Logger.With("sink", "kafka")
-	w := &kafka.Writer{
-		Addr:                   kafka.TCP(cfg.Addrs()...),
-		Balancer:               &kafka.Murmur2Balancer{},
-		RequiredAcks:           kafka.RequireAll,
-		BatchTimeout:           opts.BatchTimeout,
-		BatchSize:              opts.BatchSize,
-		BatchBytes:             opts.BatchBytes,
-		MaxAttempts:            1, // never re-send on kafka-go's own: see the package doc
-		WriteTimeout:           opts.AnswerTimeout,
-		Async:                  false,
-		AllowAutoTopicCreation: false,
-		Transport:              tr,
-		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
-			log.Debug("kafka-go: " + fmt.Sprintf(msg, args...))
-		}),
+	addr := kafka.TCP(cfg.Addrs()...)
+	s := &Sink{
+		tr: tr, addr: addr, meta: metaCache{tr: tr, addr: addr}, balancer: &kafka.Murmur2Balancer{},
+		batchBytes: opts.BatchBytes, answerTimeout: opts.AnswerTimeout,
+		routes: rt, log: opts.Logger.With("sink", "kafka"), clk: opts.Clock, probeDone: make(chan struct{}),
 	}
-	s := &Sink{w: w, tr: tr, routes: rt, log: log, clk: opts.Clock, probeDone: make(chan struct{})}
 	s.health.err = errors.New("kafka: brokers not probed yet")
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopProbe = cancel
@@ -140,23 +131,21 @@ func (s *Sink) Publish(ctx context.Context, msgs []*envelope.Envelope) []error {
 	})
 }
 
-// Close stops the writer and releases its connections. Publish afterwards fails with
-// ErrClosed. Close may be called more than once.
+// Close stops the health probe and releases the idle connections (one in use closes
+// when its request ends). Publish afterwards fails with ErrClosed. Close may be called
+// more than once.
 func (s *Sink) Close() error {
 	s.once.Do(func() {
 		s.closed.Store(true)
 		s.stopProbe()
 		<-s.probeDone
-		if err := s.w.Close(); err != nil {
-			s.log.Debug("close writer", "err", err)
-		}
 		s.tr.CloseIdleConnections()
 	})
 	return nil
 }
 
 // DeadLetters returns a publisher of dead-letter copies to topic (dead_letter.kafka.topic)
-// over this sink's writer.
+// through this sink.
 func (s *Sink) DeadLetters(topic string) *DeadLetters { return &DeadLetters{s: s, topic: topic} }
 
 // DeadLetters publishes dead-letter copies to one topic: key and payload unchanged, the
@@ -213,19 +202,22 @@ func (s *Sink) publish(ctx context.Context, msgs []*envelope.Envelope, topicOf f
 	if err := ctx.Err(); err != nil {
 		return fail(fmt.Errorf("kafka: publish: %w", err))
 	}
-	recs := make([]kafka.Message, 0, len(msgs))
-	slots := make([]int, 0, len(msgs))
+	recs := make([]record, 0, len(msgs))
 	for i, env := range msgs {
 		topic, err := topicOf(env)
 		if err != nil {
 			errs[i] = err
 			continue
 		}
-		recs = append(recs, kafka.Message{Topic: topic, Key: kafkaKey(env), Value: env.Payload, Headers: kafkaHeaders(headersOf(env))})
-		slots = append(slots, i)
+		rec := record{topic: topic, key: kafkaKey(env), value: env.Payload, headers: kafkaHeaders(headersOf(env)), slot: i}
+		if size := recordSize(&rec); size > s.batchBytes {
+			errs[i] = classify(topic, kafka.MessageTooLargeError{Message: kafka.Message{Topic: topic, Key: rec.key, Value: rec.value, Headers: rec.headers}})
+			continue
+		}
+		recs = append(recs, rec)
 	}
 	if len(recs) > 0 {
-		s.writeRetrying(ctx, recs, slots, errs)
+		s.writeRetrying(ctx, recs, errs)
 	}
 	return errs
 }
@@ -241,22 +233,22 @@ const (
 // (on the sink's clock), the records whose failure surely left them unwritten (a leader
 // change, a connection that could not be made). It reports the brokers' reachability
 // to the health state.
-func (s *Sink) writeRetrying(ctx context.Context, recs []kafka.Message, slots []int, errs []error) {
+func (s *Sink) writeRetrying(ctx context.Context, recs []record, errs []error) {
 	bo := clock.NewBackoff(s.clk, clock.BackoffPolicy{Initial: safeBackoffMin, Max: safeBackoffMax})
 	for try := 0; ; try++ {
-		s.write(ctx, recs, slots, errs, true)
-		var again []int
+		s.write(ctx, recs, errs)
+		var again []record
 		answered, down := false, -1
-		for i, slot := range slots {
+		for _, rec := range recs {
 			var kerr kafka.Error
-			switch err := errs[slot]; {
+			switch err := errs[rec.slot]; {
 			case err == nil || errors.As(err, &kerr):
 				answered = true
 			case errors.Is(err, fault.ErrUnreachable):
-				down = slot
+				down = rec.slot
 			}
-			if errs[slot] != nil && retrySafe(errs[slot]) {
-				again = append(again, i)
+			if errs[rec.slot] != nil && retrySafe(errs[rec.slot]) {
+				again = append(again, rec)
 			}
 		}
 		if answered {
@@ -267,71 +259,16 @@ func (s *Sink) writeRetrying(ctx context.Context, recs []kafka.Message, slots []
 		if len(again) == 0 || try >= safeRetries || bo.Wait(ctx) != nil {
 			return
 		}
-		nrecs, nslots := make([]kafka.Message, len(again)), make([]int, len(again))
-		for j, i := range again {
-			nrecs[j], nslots[j] = recs[i], slots[i]
-			errs[slots[i]] = nil
-		}
-		recs, slots = nrecs, nslots
-	}
-}
-
-// write writes recs (whose results go to errs[slots[i]]). kafka-go fails a call as a whole
-// only before sending anything (topic metadata, an oversized record) or when ctx ends.
-// An oversized record is failed alone and the rest written again in order; any other
-// whole-call failure with several topics in the batch is retried once per topic
-// (concurrently, each topic's records in order), so an unknown topic fails only its own
-// records.
-func (s *Sink) write(ctx context.Context, recs []kafka.Message, slots []int, errs []error, splitTopics bool) {
-	for len(recs) > 0 {
-		err := s.w.WriteMessages(ctx, recs...)
-		if err == nil {
-			return
-		}
-		var werrs kafka.WriteErrors
-		if errors.As(err, &werrs) && len(werrs) == len(recs) {
-			for i, e := range werrs {
-				if e != nil {
-					errs[slots[i]] = classify(recs[i].Topic, e)
-				}
+		if s.closed.Load() {
+			for _, rec := range again {
+				errs[rec.slot] = classify(rec.topic, ErrClosed)
 			}
 			return
 		}
-		var tooLarge kafka.MessageTooLargeError
-		if errors.As(err, &tooLarge) && ctx.Err() == nil {
-			if i := removedIndex(recs, tooLarge.Remaining); i >= 0 {
-				errs[slots[i]] = classify(recs[i].Topic, err)
-				recs = append(recs[:i:i], recs[i+1:]...)
-				slots = append(slots[:i:i], slots[i+1:]...)
-				continue
-			}
+		for _, rec := range again {
+			errs[rec.slot] = nil
 		}
-		if splitTopics && ctx.Err() == nil && !errors.Is(err, io.ErrClosedPipe) {
-			if groups := byTopic(recs); len(groups) > 1 {
-				var wg sync.WaitGroup
-				for _, g := range groups {
-					gr := make([]kafka.Message, len(g))
-					gs := make([]int, len(g))
-					for j, i := range g {
-						gr[j], gs[j] = recs[i], slots[i]
-					}
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						s.write(ctx, gr, gs, errs, false) // disjoint slots of errs
-					}()
-				}
-				wg.Wait()
-				return
-			}
-		}
-		if errors.Is(err, io.ErrClosedPipe) {
-			err = ErrClosed
-		}
-		for i := range recs {
-			errs[slots[i]] = classify(recs[i].Topic, err)
-		}
-		return
+		recs = again
 	}
 }
 

@@ -7,37 +7,6 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 )
 
-// byTopic groups the indexes of recs by topic, in order of first appearance.
-func byTopic(recs []kafka.Message) [][]int {
-	var groups [][]int
-	at := map[string]int{}
-	for i := range recs {
-		g, ok := at[recs[i].Topic]
-		if !ok {
-			g = len(groups)
-			at[recs[i].Topic] = g
-			groups = append(groups, nil)
-		}
-		groups[g] = append(groups[g], i)
-	}
-	return groups
-}
-
-// removedIndex finds the record kafka-go left out of remaining (recs minus one record,
-// in order), identifying records by their header slice, which publish allocates per
-// record and which always holds the egress headers.
-func removedIndex(recs, remaining []kafka.Message) int {
-	if len(remaining) != len(recs)-1 {
-		return -1
-	}
-	for i := range remaining {
-		if len(recs[i].Headers) == 0 || len(remaining[i].Headers) == 0 || &recs[i].Headers[0] != &remaining[i].Headers[0] {
-			return i
-		}
-	}
-	return len(recs) - 1
-}
-
 // kafkaHeaders renders typed header values as Kafka record headers. Every value is
 // appended to one buffer (sized from the text values, which dominate) and each header
 // gets a capacity-limited slice of it: two allocations per message instead of one or two
@@ -77,4 +46,26 @@ func kafkaKey(env *envelope.Envelope) []byte {
 		return []byte(env.RoutingKey)
 	}
 	return env.Key
+}
+
+// recordSize is the size kafka-go's Writer checks against BatchBytes before sending
+// (Message.totalSize: the v1 message framing plus the record headers), so a record the
+// Writer refused is refused here too.
+func recordSize(r *record) int64 {
+	n := 4 + 1 + 1 + 4 + len(r.key) + 4 + len(r.value) + 8 + varIntLen(len(r.headers))
+	for _, h := range r.headers {
+		n += varIntLen(len(h.Key)) + len(h.Key) + varIntLen(len(h.Value)) + len(h.Value)
+	}
+	return int64(n)
+}
+
+// varIntLen is the length of n as a zig-zag varint.
+func varIntLen(n int) int {
+	u := uint64(n) << 1 // n >= 0
+	l := 1
+	for u >= 0x80 {
+		u >>= 7
+		l++
+	}
+	return l
 }

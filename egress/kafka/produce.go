@@ -1,0 +1,278 @@
+package kafka
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol"
+	"github.com/segmentio/kafka-go/protocol/produce"
+
+	"github.com/delaybridge/delay-bridge/internal/fault"
+)
+
+// record is one message to write; slot is its index in the caller's errs.
+type record struct {
+	topic   string
+	key     []byte
+	value   []byte
+	headers []kafka.Header
+	slot    int
+}
+
+// partBatch is the records of one partition in one publish, in batch order.
+type partBatch struct {
+	topic     string
+	partition int32
+	leader    int32
+	recs      []int // indexes into the publish's records
+	tooLarge  bool  // the broker refused the whole set as too large: send one by one
+}
+
+// requestRecords caps the records of one produce request (whole partitions only, so a
+// partition's records keep their order): a larger publish becomes several requests
+// sent at once, which the transport spreads over several connections. Measured with
+// BenchmarkWritePath.
+var requestRecords = 256
+
+// write sends recs once: one produce request per partition leader (several when a
+// leader's share exceeds requestRecords), all at once. Each record's result goes to
+// errs[rec.slot]; slots are disjoint, so the concurrent requests write errs safely.
+func (s *Sink) write(ctx context.Context, recs []record, errs []error) {
+	batches := s.route(ctx, recs, errs)
+	if len(batches) == 0 {
+		return
+	}
+	reqs := plan(batches)
+	if len(reqs) == 1 {
+		s.send(ctx, recs, batches, reqs[0], errs)
+	} else {
+		var wg sync.WaitGroup
+		for _, r := range reqs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s.send(ctx, recs, batches, r, errs)
+			}()
+		}
+		wg.Wait()
+	}
+	for i := range batches {
+		if batches[i].tooLarge {
+			s.oneByOne(ctx, recs, &batches[i], errs)
+		}
+	}
+}
+
+// route assigns each record its partition (kafka-go's Murmur2Balancer over the topic's
+// partitions) and groups the records by partition. Records of a topic without usable
+// metadata fail here, unsent.
+func (s *Sink) route(ctx context.Context, recs []record, errs []error) []partBatch {
+	var names []string
+	topicOf := make([]int, len(recs))
+	for i := range recs {
+		j := slices.Index(names, recs[i].topic)
+		if j < 0 {
+			j = len(names)
+			names = append(names, recs[i].topic)
+		}
+		topicOf[i] = j
+	}
+	metas, err := s.meta.lookup(ctx, names)
+	if err != nil {
+		for i := range recs {
+			errs[recs[i].slot] = classify(recs[i].topic, err)
+		}
+		return nil
+	}
+	for j, tm := range metas {
+		if tm.err != nil && staleMetadata(tm.err) {
+			s.meta.forget(names[j])
+		}
+	}
+	type tp struct{ topic, partition int }
+	at := make(map[tp]int)
+	var batches []partBatch
+	for i := range recs {
+		tm := metas[topicOf[i]]
+		if tm.err != nil {
+			errs[recs[i].slot] = classify(recs[i].topic, tm.err)
+			continue
+		}
+		p := s.balancer.Balance(kafka.Message{Key: recs[i].key}, tm.partitions...)
+		k := tp{topicOf[i], p}
+		b, ok := at[k]
+		if !ok {
+			b = len(batches)
+			at[k] = b
+			batches = append(batches, partBatch{topic: recs[i].topic, partition: int32(p), leader: tm.leaders[p]})
+		}
+		batches[b].recs = append(batches[b].recs, i)
+	}
+	return batches
+}
+
+// plan groups the partition batches into requests: one per leader, split into several
+// when the leader's records exceed requestRecords. It returns indexes into batches,
+// ordered by topic and partition within each request.
+func plan(batches []partBatch) [][]int {
+	order := make([]int, len(batches))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int {
+		x, y := &batches[a], &batches[b]
+		return cmp.Or(cmp.Compare(x.leader, y.leader), cmp.Compare(x.topic, y.topic), cmp.Compare(x.partition, y.partition))
+	})
+	var reqs [][]int
+	start, n := 0, 0
+	for i, b := range order {
+		if i > start && (batches[b].leader != batches[order[start]].leader || n+len(batches[b].recs) > requestRecords) {
+			reqs = append(reqs, order[start:i:i])
+			start, n = i, 0
+		}
+		n += len(batches[b].recs)
+	}
+	return append(reqs, order[start:])
+}
+
+// send writes the partition batches idx (one leader) in one produce request and
+// records each record's result.
+func (s *Sink) send(ctx context.Context, recs []record, batches []partBatch, idx []int, errs []error) {
+	timeout := s.answerTimeout
+	if d, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(d))
+	}
+	req := &produce.Request{
+		Acks: int16(kafka.RequireAll),
+		// Half the wait, as kafka-go's own client asks: the broker answers "timed out"
+		// while the request still waits, rather than the request giving up first.
+		Timeout: int32(max(timeout/2, time.Millisecond) / time.Millisecond),
+	}
+	for _, i := range idx {
+		b := &batches[i]
+		if n := len(req.Topics); n == 0 || req.Topics[n-1].Topic != b.topic {
+			req.Topics = append(req.Topics, produce.RequestTopic{Topic: b.topic})
+		}
+		t := &req.Topics[len(req.Topics)-1]
+		t.Partitions = append(t.Partitions, produce.RequestPartition{
+			Partition: b.partition,
+			RecordSet: protocol.RecordSet{Version: 2, Records: &partRecords{recs: recs, idx: b.recs}},
+		})
+	}
+	rctx, cancel := context.WithTimeout(ctx, s.answerTimeout)
+	r, err := s.tr.RoundTrip(rctx, s.addr, req)
+	cancel()
+	if err != nil {
+		if rerr, ok := routingError(err); ok {
+			err = rerr
+		}
+		for _, i := range idx {
+			b := &batches[i]
+			if staleMetadata(err) {
+				s.meta.forget(b.topic)
+			}
+			for _, k := range b.recs {
+				errs[recs[k].slot] = classify(b.topic, err)
+			}
+		}
+		return
+	}
+	res := r.(*produce.Response)
+	for _, i := range idx {
+		b := &batches[i]
+		err := answerFor(res, b.topic, b.partition)
+		if kerr, ok := err.(kafka.Error); ok {
+			if (kerr == kafka.MessageSizeTooLarge || kerr == kafka.RecordListTooLarge) && len(b.recs) > 1 {
+				b.tooLarge = true // one of them may be the culprit: oneByOne finds it
+				continue
+			}
+			if staleMetadata(kerr) {
+				s.meta.forget(b.topic)
+			}
+		}
+		if err != nil {
+			for _, k := range b.recs {
+				errs[recs[k].slot] = classify(b.topic, err)
+			}
+		}
+	}
+}
+
+// answerFor is the broker's result for one partition of a produce request: nil, a
+// kafka.Error, or unknown outcome when the answer leaves the partition out.
+func answerFor(res *produce.Response, topic string, partition int32) error {
+	for i := range res.Topics {
+		if res.Topics[i].Topic != topic {
+			continue
+		}
+		for _, p := range res.Topics[i].Partitions {
+			if p.Partition == partition {
+				if p.ErrorCode != 0 {
+					return kafka.Error(p.ErrorCode)
+				}
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("the broker's answer leaves out partition %d: %w", partition, fault.ErrUnknownOutcome)
+}
+
+// oneByOne writes again, one request per record and in order, the records of a
+// partition whose set the broker refused as too large (nothing of it was appended),
+// so only the oversized record fails. It stops at the first other failure and gives
+// the records not yet sent the same error: they stay in order for the next try.
+func (s *Sink) oneByOne(ctx context.Context, recs []record, b *partBatch, errs []error) {
+	for n, k := range b.recs {
+		one := []partBatch{{topic: b.topic, partition: b.partition, leader: b.leader, recs: []int{k}}}
+		s.send(ctx, recs, one, []int{0}, errs)
+		err := errs[recs[k].slot]
+		if err == nil || fault.IsPermanent(err) {
+			continue
+		}
+		for _, rest := range b.recs[n+1:] {
+			errs[recs[rest].slot] = err
+		}
+		return
+	}
+}
+
+// partRecords reads one partition's records for the request encoder, reusing one
+// Record and two byte readers (as kafka-go's Writer does): the encoder copies each
+// record before asking for the next. A zero Time lets the encoder stamp the time of
+// sending, as the Writer did.
+type partRecords struct {
+	recs       []record
+	idx        []int
+	next       int
+	rec        protocol.Record
+	key, value bytesReadCloser
+}
+
+func (r *partRecords) ReadRecord() (*protocol.Record, error) {
+	if r.next >= len(r.idx) {
+		return nil, io.EOF
+	}
+	m := &r.recs[r.idx[r.next]]
+	r.next++
+	r.rec = protocol.Record{Headers: m.headers}
+	if m.key != nil {
+		r.key.Reset(m.key)
+		r.rec.Key = &r.key
+	}
+	if m.value != nil {
+		r.value.Reset(m.value)
+		r.rec.Value = &r.value
+	}
+	return &r.rec, nil
+}
+
+type bytesReadCloser struct{ bytes.Reader }
+
+func (*bytesReadCloser) Close() error { return nil }
