@@ -15,7 +15,8 @@ type Conn interface {
 	Validate() error
 	// Addrs are the bootstrap brokers, host:port.
 	Addrs() []string
-	// NewTransport returns the Transport the Writer and the health probe use.
+	// NewTransport returns the Transport the sink sends its metadata and produce
+	// requests through.
 	NewTransport() (*kafka.Transport, error)
 	// Ping reads the cluster metadata from one broker (the health probe).
 	Ping(ctx context.Context) error

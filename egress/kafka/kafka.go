@@ -1,21 +1,34 @@
 // Package kafka is the Kafka sink (import it as kafkaout): it republishes fired messages
-// with a segmentio/kafka-go Writer shared by every route that targets Kafka.
+// with segmentio/kafka-go's protocol API (produce requests sent through the
+// *kafka.Transport of Conn, so TLS and SASL are the transport's) for every route that
+// targets Kafka.
 //
-// Writer settings: RequiredAcks = RequireAll (the broker confirms only once every
-// in-sync replica has the record), the Murmur2 balancer (a key lands on the same
-// partition as with the Java client's default partitioner), no batch linger
-// (BatchTimeout 1ns: the dispatcher batches) and BatchSize 128 (kafka-go's defaults
-// are 1s and fire-and-forget acks), synchronous writes, and no automatic topic creation: a missing target topic is a failed publish,
-// retried by the dispatcher and then dead-lettered.
+// Write path. A publish resolves each message's topic, fails alone any record larger
+// than BatchBytes (measured as kafka-go's Writer did), picks each record's partition
+// with kafka-go's Murmur2Balancer (a key lands on the same partition as with the Java
+// client's default partitioner) over the topic's partitions, and sends one produce
+// request per partition leader (several at once when a leader's share exceeds
+// BatchSize; a partition's records always travel together, in batch order), all
+// leaders at once, with RequiredAcks all (the broker confirms only once every in-sync
+// replica has the record). Records carry no timestamp of their own, so the encoder
+// stamps the time of sending as the Writer did. Partitions and leaders come from the
+// transport's cluster metadata, cached per topic for a few seconds; an error that means
+// stale metadata (unknown topic or partition, not the leader) drops the entry and makes
+// the transport read the cluster again at once. There is no automatic topic creation:
+// a missing target topic fails its own records (unroutable), retried by the dispatcher
+// and then dead-lettered.
 //
-// No re-sends of unknown outcome. kafka-go's own retry (MaxAttempts) would write a batch
-// again after a produce request timed out, while a stalled broker may still apply the
-// first request when it wakes: one record published twice. The writer is therefore
-// built with MaxAttempts 1 and a produce request waits up to AnswerTimeout for its
-// answer; the sink itself retries a batch only when it surely was not applied (no
+// No re-sends of unknown outcome. A produce request waits up to AnswerTimeout for its
+// answer (the broker is asked to give up on its replicas after half of it); one left
+// without an answer fails with fault.ErrUnknownOutcome, which the completer does not
+// re-send at once, because a stalled broker may still apply it when it wakes. The sink
+// writes again within one Publish only records that surely were not appended (no
 // connection could be made, or the broker answered with a retriable error code that
-// means "not appended"). A request left without an answer fails with
-// fault.ErrUnknownOutcome, which the completer does not re-send at once.
+// means "not appended"), after a backoff on the sink's clock.
+//
+// One bad record never fails its neighbours: an oversized record fails before sending,
+// and when the broker refuses a partition's set as too large the sink writes those
+// records again one by one, in order, so only the culprit fails.
 //
 // Health. A background probe (owned by the sink, stopped by Close) reads the cluster
 // metadata from the brokers every ProbeInterval; Healthy reports the latest of the
@@ -23,11 +36,7 @@
 //
 // Each message goes to env.Target if set, else to the default topic of env.Route; key and
 // payload are unchanged and the headers are egress.OutgoingHeaders rendered with
-// egress.HeaderBytes. Publish hands the whole batch to one WriteMessages call (kafka-go
-// also merges concurrent callers into the same produce requests) and maps its per-message
-// results; when kafka-go fails a call as a whole before sending anything (an oversized
-// record, an unknown topic among several), the culprit is failed alone and the others
-// written again, in order, so one bad message never fails its neighbours.
+// egress.HeaderBytes.
 package kafka
 
 import (
@@ -63,13 +72,18 @@ type Sink struct {
 	meta          metaCache
 	balancer      kafka.Balancer
 	batchBytes    int64
+	batchSize     int
 	answerTimeout time.Duration
 	routes        map[string]string
 	log           *slog.Logger
 	clk           clock.Clock
 	closed        atomic.Bool
 	once          sync.Once
-	health        health
+	// publishing is held (read) by every publish and taken by Close, which so waits for
+	// the publishes in flight: a publish after the transport was released would build
+	// a new connection pool that nothing stops.
+	publishing sync.RWMutex
+	health     health
 
 	stopProbe context.CancelFunc
 	probeDone chan struct{}
@@ -106,7 +120,7 @@ func New(cfg Conn, routes map[string]string, opts Options) (*Sink, error) {
 	addr := kafka.TCP(cfg.Addrs()...)
 	s := &Sink{
 		tr: tr, addr: addr, meta: metaCache{tr: tr, addr: addr}, balancer: &kafka.Murmur2Balancer{},
-		batchBytes: opts.BatchBytes, answerTimeout: opts.AnswerTimeout,
+		batchBytes: opts.BatchBytes, batchSize: opts.BatchSize, answerTimeout: opts.AnswerTimeout,
 		routes: rt, log: opts.Logger.With("sink", "kafka"), clk: opts.Clock, probeDone: make(chan struct{}),
 	}
 	s.health.err = errors.New("kafka: brokers not probed yet")
@@ -131,15 +145,17 @@ func (s *Sink) Publish(ctx context.Context, msgs []*envelope.Envelope) []error {
 	})
 }
 
-// Close stops the health probe and releases the idle connections (one in use closes
-// when its request ends). Publish afterwards fails with ErrClosed. Close may be called
-// more than once.
+// Close stops the health probe, waits for the publishes in flight (each request at
+// most AnswerTimeout) and releases the transport's connections. Publish afterwards
+// fails with ErrClosed. Close may be called more than once.
 func (s *Sink) Close() error {
 	s.once.Do(func() {
 		s.closed.Store(true)
 		s.stopProbe()
 		<-s.probeDone
+		s.publishing.Lock()
 		s.tr.CloseIdleConnections()
+		s.publishing.Unlock()
 	})
 	return nil
 }
@@ -196,6 +212,8 @@ func (s *Sink) publish(ctx context.Context, msgs []*envelope.Envelope, topicOf f
 		}
 		return errs
 	}
+	s.publishing.RLock()
+	defer s.publishing.RUnlock()
 	if s.closed.Load() {
 		return fail(ErrClosed)
 	}

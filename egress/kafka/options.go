@@ -11,21 +11,15 @@ import (
 
 // Defaults for Options.
 const (
-	// DefaultBatchTimeout is no linger at all. The dispatcher already batches: each of
-	// its workers takes everything fired since its last publish, so a publish is a
-	// batch while a call is in flight and a lone message when idle. kafka-go's timer
-	// on top only held every partition batch for that long (1 ms was half the median
-	// publish at 1k msgs/s: docs/BENCHMARKS.md, issue 11). A batch holds whatever one
-	// WriteMessages call gives a partition: the timer cannot fire before the call has
-	// added all of its records (both take the partition's lock).
-	DefaultBatchTimeout = time.Nanosecond
-	// DefaultBatchSize is small on purpose: kafka-go allocates every partition batch with
-	// room for BatchSize messages (about 150 B each) however few it ends up holding, so at
-	// 1000 a lone message fired at a low rate cost a 150 KB allocation, which made the
-	// garbage collector a quarter of the bridge's CPU (docs/BENCHMARKS.md, issue 11). A
-	// full batch is sent at once and the next one fills meanwhile, so a large publish
-	// becomes several produce requests per partition.
-	DefaultBatchSize  = 128
+	// DefaultBatchSize is the most records in one produce request. A publish goes out as
+	// one request per partition leader; a leader's share larger than this becomes
+	// several requests sent at once, each with whole partitions (a partition's records
+	// stay in one request, in order). On a real cluster separate requests are handled
+	// in parallel (partitions of one request one after the other), as the Writer's
+	// per-partition batches of up to 128 were; against kfake, which handles every
+	// request on one goroutine, 128, 256 and no split measured the same at 1000
+	// messages per publish (BenchmarkWritePath).
+	DefaultBatchSize  = 256
 	DefaultBatchBytes = 16 << 20
 
 	DefaultAnswerTimeout = 30 * time.Second
@@ -35,13 +29,13 @@ const (
 // Options tunes a Sink. Zero values take the defaults; negative ones are refused.
 type Options struct {
 	Logger *slog.Logger // default slog.Default()
-	// BatchTimeout is how long a partition's batch waits for more messages; default
-	// 1ns (no linger, see DefaultBatchTimeout).
-	BatchTimeout time.Duration
-	// BatchSize is the most messages per partition batch; default 128.
+	// BatchSize is the most records in one produce request; default 256 (see
+	// DefaultBatchSize).
 	BatchSize int
-	// BatchBytes is the most bytes per partition batch; a single record larger than this
-	// fails permanently. Default 16 MiB (the broker's own message.max.bytes applies too).
+	// BatchBytes is the most bytes of one record (as kafka-go's Writer measures it): a
+	// larger one fails permanently before sending. Default 16 MiB; the broker's own
+	// message.max.bytes applies to each partition's set of records too (a set it
+	// refuses is written again record by record, so only a culprit fails).
 	BatchBytes int64
 	// AnswerTimeout is how long one produce request waits for the broker's answer before
 	// its outcome is unknown; default 30s. Keep it at least the dispatcher's publish
@@ -57,9 +51,6 @@ type Options struct {
 func (o Options) withDefaults() Options {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
-	}
-	if o.BatchTimeout == 0 {
-		o.BatchTimeout = DefaultBatchTimeout
 	}
 	if o.BatchSize == 0 {
 		o.BatchSize = DefaultBatchSize
@@ -85,9 +76,9 @@ func (o Options) Validate() error {
 	if o.BatchSize <= 0 || o.BatchBytes <= 0 {
 		return fault.Permanent(fmt.Errorf("egress/kafka: batch size %d, batch bytes %d: want positive", o.BatchSize, o.BatchBytes))
 	}
-	if o.BatchTimeout <= 0 || o.AnswerTimeout <= 0 || o.ProbeInterval <= 0 {
-		return fault.Permanent(fmt.Errorf("egress/kafka: batch timeout %v, answer timeout %v, probe interval %v: want positive durations",
-			o.BatchTimeout, o.AnswerTimeout, o.ProbeInterval))
+	if o.AnswerTimeout <= 0 || o.ProbeInterval <= 0 {
+		return fault.Permanent(fmt.Errorf("egress/kafka: answer timeout %v, probe interval %v: want positive durations",
+			o.AnswerTimeout, o.ProbeInterval))
 	}
 	return nil
 }

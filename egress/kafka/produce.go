@@ -35,21 +35,15 @@ type partBatch struct {
 	tooLarge  bool  // the broker refused the whole set as too large: send one by one
 }
 
-// requestRecords caps the records of one produce request (whole partitions only, so a
-// partition's records keep their order): a larger publish becomes several requests
-// sent at once, which the transport spreads over several connections. Measured with
-// BenchmarkWritePath.
-var requestRecords = 256
-
 // write sends recs once: one produce request per partition leader (several when a
-// leader's share exceeds requestRecords), all at once. Each record's result goes to
+// leader's share exceeds Options.BatchSize), all at once. Each record's result goes to
 // errs[rec.slot]; slots are disjoint, so the concurrent requests write errs safely.
 func (s *Sink) write(ctx context.Context, recs []record, errs []error) {
 	batches := s.route(ctx, recs, errs)
 	if len(batches) == 0 {
 		return
 	}
-	reqs := plan(batches)
+	reqs := plan(batches, s.batchSize)
 	if len(reqs) == 1 {
 		s.send(ctx, recs, batches, reqs[0], errs)
 	} else {
@@ -119,9 +113,10 @@ func (s *Sink) route(ctx context.Context, recs []record, errs []error) []partBat
 }
 
 // plan groups the partition batches into requests: one per leader, split into several
-// when the leader's records exceed requestRecords. It returns indexes into batches,
-// ordered by topic and partition within each request.
-func plan(batches []partBatch) [][]int {
+// when the leader's records exceed max (whole partitions only, so a partition's
+// records keep their order). It returns indexes into batches, ordered by topic and
+// partition within each request.
+func plan(batches []partBatch, max int) [][]int {
 	order := make([]int, len(batches))
 	for i := range order {
 		order[i] = i
@@ -133,7 +128,7 @@ func plan(batches []partBatch) [][]int {
 	var reqs [][]int
 	start, n := 0, 0
 	for i, b := range order {
-		if i > start && (batches[b].leader != batches[order[start]].leader || n+len(batches[b].recs) > requestRecords) {
+		if i > start && (batches[b].leader != batches[order[start]].leader || n+len(batches[b].recs) > max) {
 			reqs = append(reqs, order[start:i:i])
 			start, n = i, 0
 		}
