@@ -1,6 +1,6 @@
 // Package kafkaconn builds the connection settings shared by the Kafka source
 // (ingress/kafka, a kafka-go Reader that needs a *kafka.Dialer) and the Kafka sink
-// (egress/kafka, a kafka-go Writer that needs a *kafka.Transport) from its own Config:
+// (egress/kafka, produce requests through a *kafka.Transport) from its own Config:
 // brokers, TLS (a *tls.Config the caller built) and SASL (PLAIN, SCRAM-SHA-256,
 // SCRAM-SHA-512, through kafka-go's sasl/plain and sasl/scram).
 //
