@@ -252,20 +252,25 @@ const (
 // change, a connection that could not be made). It reports the brokers' reachability
 // to the health state.
 func (s *Sink) writeRetrying(ctx context.Context, recs []record, errs []error) {
-	bo := clock.NewBackoff(s.clk, clock.BackoffPolicy{Initial: safeBackoffMin, Max: safeBackoffMax})
+	var bo *clock.Backoff // made on the first retry: most publishes need none
 	for try := 0; ; try++ {
 		s.write(ctx, recs, errs)
 		var again []record
 		answered, down := false, -1
 		for _, rec := range recs {
+			err := errs[rec.slot]
+			if err == nil {
+				answered = true
+				continue
+			}
 			var kerr kafka.Error
-			switch err := errs[rec.slot]; {
-			case err == nil || errors.As(err, &kerr):
+			switch {
+			case errors.As(err, &kerr):
 				answered = true
 			case errors.Is(err, fault.ErrUnreachable):
 				down = rec.slot
 			}
-			if errs[rec.slot] != nil && retrySafe(errs[rec.slot]) {
+			if retrySafe(err) {
 				again = append(again, rec)
 			}
 		}
@@ -274,7 +279,13 @@ func (s *Sink) writeRetrying(ctx context.Context, recs []record, errs []error) {
 		} else if down >= 0 {
 			s.health.report(s.log, fmt.Errorf("kafka brokers unreachable: %w", errs[down]))
 		}
-		if len(again) == 0 || try >= safeRetries || bo.Wait(ctx) != nil {
+		if len(again) == 0 || try >= safeRetries {
+			return
+		}
+		if bo == nil {
+			bo = clock.NewBackoff(s.clk, clock.BackoffPolicy{Initial: safeBackoffMin, Max: safeBackoffMax})
+		}
+		if bo.Wait(ctx) != nil {
 			return
 		}
 		if s.closed.Load() {

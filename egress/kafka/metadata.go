@@ -24,7 +24,7 @@ const metadataTTL = 6 * time.Second
 // minForcedRefresh spaces forced refreshes: each one drops the transport's connection
 // pool (its only public way to re-read the cluster at once) and the next request dials
 // again, so a topic that stays missing must not make every publish reconnect.
-const minForcedRefresh = time.Second
+const minForcedRefresh = 2 * time.Second
 
 // topicMeta is what publish needs of one topic: the partition numbers for the balancer
 // and each partition's leader.

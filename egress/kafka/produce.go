@@ -32,6 +32,7 @@ type partBatch struct {
 	partition int32
 	leader    int32
 	recs      []int // indexes into the publish's records
+	n         int   // len(recs) once route has counted them
 	tooLarge  bool  // the broker refused the whole set as too large: send one by one
 }
 
@@ -90,24 +91,39 @@ func (s *Sink) route(ctx context.Context, recs []record, errs []error) []partBat
 			s.meta.forget(names[j])
 		}
 	}
-	type tp struct{ topic, partition int }
-	at := make(map[tp]int)
+	// Records are counted per partition first, so that every batch's index list is a
+	// slice of one array: the publish path allocates per request, not per record.
+	batchOf := make([][]int32, len(names)) // per topic: partition -> batch+1
 	var batches []partBatch
 	for i := range recs {
-		tm := metas[topicOf[i]]
+		j := topicOf[i]
+		tm := metas[j]
 		if tm.err != nil {
 			errs[recs[i].slot] = classify(recs[i].topic, tm.err)
+			topicOf[i] = -1
 			continue
 		}
 		p := s.balancer.Balance(kafka.Message{Key: recs[i].key}, tm.partitions...)
-		k := tp{topicOf[i], p}
-		b, ok := at[k]
-		if !ok {
-			b = len(batches)
-			at[k] = b
-			batches = append(batches, partBatch{topic: recs[i].topic, partition: int32(p), leader: tm.leaders[p]})
+		if batchOf[j] == nil {
+			batchOf[j] = make([]int32, len(tm.partitions))
 		}
-		batches[b].recs = append(batches[b].recs, i)
+		if batchOf[j][p] == 0 {
+			batches = append(batches, partBatch{topic: recs[i].topic, partition: int32(p), leader: tm.leaders[p]})
+			batchOf[j][p] = int32(len(batches))
+		}
+		b := int(batchOf[j][p] - 1)
+		topicOf[i] = b
+		batches[b].n++
+	}
+	all, off := make([]int, 0, len(recs)), 0
+	for b := range batches {
+		batches[b].recs = all[off:off:off+batches[b].n]
+		off += batches[b].n
+	}
+	for i, b := range topicOf {
+		if b >= 0 {
+			batches[b].recs = append(batches[b].recs, i)
+		}
 	}
 	return batches
 }
@@ -150,16 +166,18 @@ func (s *Sink) send(ctx context.Context, recs []record, batches []partBatch, idx
 		// while the request still waits, rather than the request giving up first.
 		Timeout: int32(max(timeout/2, time.Millisecond) / time.Millisecond),
 	}
-	for _, i := range idx {
+	// idx is sorted by topic: each topic's partitions are a run of one array.
+	parts := make([]produce.RequestPartition, len(idx))
+	readers := make([]partRecords, len(idx))
+	for n, i := range idx {
 		b := &batches[i]
-		if n := len(req.Topics); n == 0 || req.Topics[n-1].Topic != b.topic {
-			req.Topics = append(req.Topics, produce.RequestTopic{Topic: b.topic})
+		if t := len(req.Topics); t == 0 || req.Topics[t-1].Topic != b.topic {
+			req.Topics = append(req.Topics, produce.RequestTopic{Topic: b.topic, Partitions: parts[n:n]})
 		}
+		readers[n] = partRecords{recs: recs, idx: b.recs}
+		parts[n] = produce.RequestPartition{Partition: b.partition, RecordSet: protocol.RecordSet{Version: 2, Records: &readers[n]}}
 		t := &req.Topics[len(req.Topics)-1]
-		t.Partitions = append(t.Partitions, produce.RequestPartition{
-			Partition: b.partition,
-			RecordSet: protocol.RecordSet{Version: 2, Records: &partRecords{recs: recs, idx: b.recs}},
-		})
+		t.Partitions = t.Partitions[:len(t.Partitions)+1]
 	}
 	rctx, cancel := context.WithTimeout(ctx, s.answerTimeout)
 	r, err := s.tr.RoundTrip(rctx, s.addr, req)
