@@ -117,7 +117,7 @@ func (s *Sink) route(ctx context.Context, recs []record, errs []error) []partBat
 	}
 	all, off := make([]int, 0, len(recs)), 0
 	for b := range batches {
-		batches[b].recs = all[off:off:off+batches[b].n]
+		batches[b].recs = all[off : off : off+batches[b].n]
 		off += batches[b].n
 	}
 	for i, b := range topicOf {
