@@ -175,7 +175,9 @@ func (s *Sink) send(ctx context.Context, recs []record, batches []partBatch, idx
 			req.Topics = append(req.Topics, produce.RequestTopic{Topic: b.topic, Partitions: parts[n:n]})
 		}
 		readers[n] = partRecords{recs: recs, idx: b.recs}
-		parts[n] = produce.RequestPartition{Partition: b.partition, RecordSet: protocol.RecordSet{Version: 2, Records: &readers[n]}}
+		// RecordSet.Version left 0: the request's Prepare picks the record format the
+		// negotiated produce version needs (v2 from produce v3 on), as for the Writer.
+		parts[n] = produce.RequestPartition{Partition: b.partition, RecordSet: protocol.RecordSet{Records: &readers[n]}}
 		t := &req.Topics[len(req.Topics)-1]
 		t.Partitions = t.Partitions[:len(t.Partitions)+1]
 	}
