@@ -12,11 +12,12 @@
 // leaders at once, with RequiredAcks all (the broker confirms only once every in-sync
 // replica has the record). Records carry no timestamp of their own, so the encoder
 // stamps the time of sending as the Writer did. Partitions and leaders come from the
-// transport's cluster metadata, cached per topic for a few seconds; an error that means
-// stale metadata (unknown topic or partition, not the leader) drops the entry and makes
+// transport's cluster metadata, cached per topic for a few seconds; an answer that
+// means stale metadata (not the leader, unknown partition) drops the entry and makes
 // the transport read the cluster again at once. There is no automatic topic creation:
 // a missing target topic fails its own records (unroutable), retried by the dispatcher
-// and then dead-lettered.
+// and then dead-lettered; a topic created meanwhile is seen once the transport's own
+// refresh (every 6 s at most) lists it.
 //
 // No re-sends of unknown outcome. A produce request waits up to AnswerTimeout for its
 // answer (the broker is asked to give up on its replicas after half of it); one left

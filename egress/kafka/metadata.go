@@ -22,8 +22,11 @@ import (
 const metadataTTL = 6 * time.Second
 
 // minForcedRefresh spaces forced refreshes: each one drops the transport's connection
-// pool (its only public way to re-read the cluster at once) and the next request dials
-// again, so a topic that stays missing must not make every publish reconnect.
+// pool (its only public way to re-read the cluster at once) and the next requests dial
+// again, so a burst of "not leader" answers costs one reconnect. A topic the metadata
+// does not list forces nothing: the transport re-reads the whole cluster every
+// MetadataTTL anyway, and a topic that stays missing (a misconfigured route) would
+// otherwise make every healthy publish reconnect every few seconds.
 const minForcedRefresh = 2 * time.Second
 
 // topicMeta is what publish needs of one topic: the partition numbers for the balancer
@@ -47,8 +50,8 @@ type metaCache struct {
 }
 
 // lookup returns the metadata of each topic in names (same order). Entries older than
-// metadataTTL and topics with an error are asked of the transport again, all in one
-// request. An error means no metadata could be had at all (no broker answered).
+// metadataTTL and topics with an error (such as unknown) are asked of the transport
+// again, all in one request. An error means no metadata could be had at all (no broker answered).
 func (m *metaCache) lookup(ctx context.Context, names []string) ([]*topicMeta, error) {
 	now := time.Now() // a cache age, not a behaviour tests drive: the real clock
 	out := make([]*topicMeta, len(names))
@@ -121,7 +124,8 @@ func partitionsOf(ps []metaapi.ResponsePartition) ([]int, []int32) {
 }
 
 // forget drops topic's entry and makes the transport re-read the cluster at once
-// (at most every minForcedRefresh): called after an error that means stale metadata.
+// (at most every minForcedRefresh): called after a broker's answer or a routing
+// refusal that means stale metadata.
 func (m *metaCache) forget(topic string) {
 	m.mu.Lock()
 	delete(m.topics, topic)

@@ -86,11 +86,6 @@ func (s *Sink) route(ctx context.Context, recs []record, errs []error) []partBat
 		}
 		return nil
 	}
-	for j, tm := range metas {
-		if tm.err != nil && staleMetadata(tm.err) {
-			s.meta.forget(names[j])
-		}
-	}
 	// Records are counted per partition first, so that every batch's index list is a
 	// slice of one array: the publish path allocates per request, not per record.
 	batchOf := make([][]int32, len(names)) // per topic: partition -> batch+1
