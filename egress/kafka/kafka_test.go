@@ -21,7 +21,7 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// reader consumes a topic with franz-go: a different client than the kafka-go writer
+// reader consumes a topic with franz-go: a different client than the kafka-go sink
 // under test.
 type reader struct {
 	cl *kgo.Client
@@ -161,7 +161,7 @@ func TestMissingTopicIsRetryableAndRecovers(t *testing.T) {
 	if fault.IsPermanent(errs[0]) {
 		t.Fatalf("missing topic must be retryable (it may be created later): %v", errs[0])
 	}
-	// The topic is created; a retry succeeds once the writer's metadata is refreshed.
+	// The topic is created; a retry succeeds once the sink's metadata lists it.
 	adm, err := kgo.NewClient(kgo.SeedBrokers(addr))
 	if err != nil {
 		t.Fatal(err)
