@@ -115,7 +115,7 @@ func Dialer(c Config) (*kafka.Dialer, error) {
 	}, nil
 }
 
-// Transport returns a kafka-go Transport (for Writers and admin clients) with the TLS
+// Transport returns a kafka-go Transport (for the Kafka sink and admin clients) with the TLS
 // and SASL settings of c. The caller owns it and releases its connections with
 // CloseIdleConnections.
 func Transport(c Config) (*kafka.Transport, error) {
