@@ -31,7 +31,7 @@ import (
 
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/fault"
-	"github.com/delaybridge/delay-bridge/scheduler/store"
+	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
 // Operation names passed to the failure hook, named after the Redis store's scripts.
@@ -46,7 +46,7 @@ const (
 	OpReschedule   = "reschedule"
 	OpGet          = "get"
 	OpPurgeDead    = "purge_dead"
-	OpStats        = "stats" // ShardStats, RouteCounts, ListDead, Envelopes
+	OpStats        = "stats" // ShardStats, RouteCounts, BackfillCounts, ListDead, Envelopes
 	OpLeaseAcquire = "lease_acquire"
 	OpLeaseRenew   = "lease_renew"
 	OpLeaseRelease = "lease_release"
@@ -54,6 +54,8 @@ const (
 	OpMembers      = "members"
 	OpLeave        = "leave"
 	OpPublish      = "publish" // PublishWake, PublishCancel
+	OpBrowse       = "browse"  // Browse, CountRange, EdgeScore
+	OpJobs         = "jobs"    // the job records: CreateJob, GetJob, ListJobs, ActiveJobs, ClaimJob, SaveJob, CancelJob
 )
 
 // ErrInjected is the error FailNext and LoseReplyNext use when given none; it is
@@ -69,7 +71,7 @@ const (
 // Options configure a Store.
 type Options struct {
 	Shards     int           // fixed shard count, default 64
-	DoneWindow time.Duration // as store.Options.DoneWindow; zero remembers nothing
+	DoneWindow time.Duration // as the Redis store's Options.DoneWindow; zero remembers nothing
 	Clock      clock.Clock   // runs lease TTLs; default the real clock
 }
 
@@ -115,7 +117,7 @@ func New(opt Options) (*Store, error) {
 		opt.Shards = defaultShards
 	}
 	if opt.Shards < 1 || opt.Shards > 16384 {
-		return nil, fmt.Errorf("%w: shards must be between 1 and 16384, got %d", store.ErrInvalid, opt.Shards)
+		return nil, fmt.Errorf("%w: shards must be between 1 and 16384, got %d", storeapi.ErrInvalid, opt.Shards)
 	}
 	if opt.Clock == nil {
 		opt.Clock = clock.Real{}
@@ -214,7 +216,7 @@ func (s *Store) ShardOf(id string) int {
 
 func (s *Store) shard(n int) (*shard, error) {
 	if n < 0 || n >= len(s.shards) {
-		return nil, fmt.Errorf("%w: shard %d out of range [0,%d)", store.ErrInvalid, n, len(s.shards))
+		return nil, fmt.Errorf("%w: shard %d out of range [0,%d)", storeapi.ErrInvalid, n, len(s.shards))
 	}
 	return s.shards[n], nil
 }
@@ -242,16 +244,21 @@ func sortedUpTo(z map[string]int64, max int64, limit int) []scored {
 			out = append(out, scored{id, sc})
 		}
 	}
+	sortScored(out)
+	if limit >= 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out
+}
+
+// sortScored sorts members in Redis's order: score, then member bytes.
+func sortScored(out []scored) {
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].score != out[j].score {
 			return out[i].score < out[j].score
 		}
 		return out[i].id < out[j].id
 	})
-	if limit >= 0 && len(out) > limit {
-		out = out[:limit]
-	}
-	return out
 }
 
 // trimArgs mirrors the Redis store's done-window arguments of ack and cancel.

@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/delaybridge/delay-bridge/internal/envelope"
-	"github.com/delaybridge/delay-bridge/scheduler/store"
+	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
 // Store is every method the suite exercises: the scheduler's Store interface and the
@@ -30,35 +30,35 @@ type Store interface {
 	ShardOf(id string) int
 
 	Park(ctx context.Context, envs []*envelope.Envelope) ([]bool, map[int]int64, error)
-	ParkEach(ctx context.Context, envs []*envelope.Envelope) ([]store.State, map[int]int64, error)
-	Bury(ctx context.Context, envs []*envelope.Envelope, now int64) ([]store.State, error)
+	ParkEach(ctx context.Context, envs []*envelope.Envelope) ([]storeapi.State, map[int]int64, error)
+	Bury(ctx context.Context, envs []*envelope.Envelope, now int64) ([]storeapi.State, error)
 
 	Claim(ctx context.Context, shard int, instance string, token int64, upTo, leaseDeadline int64, limit int) ([]*envelope.Envelope, int64, error)
 	Ack(ctx context.Context, shard int, ids []string, now int64) error
 	AckMany(ctx context.Context, ids []string, now int64) error
-	Retry(ctx context.Context, shard int, items []store.RetryItem, now int64) error
-	RetryMany(ctx context.Context, byShard map[int][]store.RetryItem, now int64) error
+	Retry(ctx context.Context, shard int, items []storeapi.RetryItem, now int64) error
+	RetryMany(ctx context.Context, byShard map[int][]storeapi.RetryItem, now int64) error
 	Recover(ctx context.Context, shard int, now int64, limit int) (int, bool, error)
 	RecoverAll(ctx context.Context, shard int, now int64, limit int) (int, bool, error)
 
-	Cancel(ctx context.Context, id string, now int64, opt store.CancelOptions) (store.State, string, error)
-	Reschedule(ctx context.Context, id string, due int64) (store.State, error)
+	Cancel(ctx context.Context, id string, now int64, opt storeapi.CancelOptions) (storeapi.State, string, error)
+	Reschedule(ctx context.Context, id string, due int64) (storeapi.State, error)
 	RequeueDead(ctx context.Context, id string, due int64) error
-	Get(ctx context.Context, id string) (store.State, int64, *envelope.Envelope, error)
+	Get(ctx context.Context, id string) (storeapi.State, int64, *envelope.Envelope, error)
 	Envelopes(ctx context.Context, ids []string) ([]*envelope.Envelope, error)
 	ListDead(ctx context.Context, limit int) ([]*envelope.Envelope, error)
 	PurgeDead(ctx context.Context) (int64, error)
-	ShardStats(ctx context.Context) ([]store.ShardStat, error)
-	RouteCounts(ctx context.Context) (store.Counts, error)
+	ShardStats(ctx context.Context) ([]storeapi.ShardStat, error)
+	RouteCounts(ctx context.Context) (storeapi.Counts, error)
 
 	AcquireLease(ctx context.Context, shard int, instance string, ttl time.Duration) (int64, error)
 	AcquireLeases(ctx context.Context, shards []int, instance string, ttl time.Duration) ([]int64, error)
 	RenewLease(ctx context.Context, shard int, instance string, token int64, ttl time.Duration) (bool, error)
-	RenewLeases(ctx context.Context, instance string, leases []store.Lease, ttl time.Duration) ([]bool, error)
+	RenewLeases(ctx context.Context, instance string, leases []storeapi.Lease, ttl time.Duration) ([]bool, error)
 	ReleaseLease(ctx context.Context, shard int, instance string, token int64) error
 	Heartbeat(ctx context.Context, instance string, now int64) error
 	Members(ctx context.Context, now int64, maxAge time.Duration) ([]string, error)
-	LiveMembers(ctx context.Context, now int64, maxAge time.Duration) ([]store.Member, error)
+	LiveMembers(ctx context.Context, now int64, maxAge time.Duration) ([]storeapi.Member, error)
 	Leave(ctx context.Context, instance string) error
 
 	PublishWake(ctx context.Context, minDue map[int]int64) error
@@ -220,7 +220,7 @@ func ids(envs []*envelope.Envelope) []string {
 
 // wantState checks id's state and (unless wantScore < 0) its score, and returns its
 // envelope.
-func wantState(t *testing.T, s Store, id string, want store.State, wantScore int64) *envelope.Envelope {
+func wantState(t *testing.T, s Store, id string, want storeapi.State, wantScore int64) *envelope.Envelope {
 	t.Helper()
 	st, score, e, err := s.Get(storeCtx(t), id)
 	if err != nil {
@@ -233,9 +233,9 @@ func wantState(t *testing.T, s Store, id string, want store.State, wantScore int
 }
 
 // countStates counts ids by the state Get reports.
-func countStates(t *testing.T, s Store, idList []string) map[store.State]int {
+func countStates(t *testing.T, s Store, idList []string) map[storeapi.State]int {
 	t.Helper()
-	out := map[store.State]int{}
+	out := map[storeapi.State]int{}
 	for _, id := range idList {
 		st, _, _, err := s.Get(storeCtx(t), id)
 		if err != nil {
