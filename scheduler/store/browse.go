@@ -87,6 +87,20 @@ func (s *Store) Browse(ctx context.Context, q BrowseQuery) (BrowsePage, error) {
 	return page, nil
 }
 
+// parseScore reads a sorted-set score as a script returned it: redis-server writes an
+// integral score as an integer ("1700000000000"), miniredis in the shortest form that
+// reads back exactly ("1.7e+12"); scores are unix ms, exact in a float64.
+func parseScore(v string) (int64, error) {
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		return n, nil
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || f != math.Trunc(f) || math.Abs(f) > 1<<53 {
+		return 0, fmt.Errorf("not an integral score: %q", v)
+	}
+	return int64(f), nil
+}
+
 type candidate struct {
 	position
 	shard int
@@ -115,7 +129,7 @@ func (s *Store) browseRound(ctx context.Context, q BrowseQuery, cur position, pe
 		var lastOfShard position
 		for i := 0; i+1 < len(vals); i += 2 {
 			id, _ := vals[i].(string)
-			score, err := strconv.ParseInt(fmt.Sprint(vals[i+1]), 10, 64)
+			score, err := parseScore(fmt.Sprint(vals[i+1]))
 			if err != nil {
 				return nil, position{}, false, fmt.Errorf("scheduler: browse shard %d: score %v: %w", sh, vals[i+1], err)
 			}

@@ -43,21 +43,7 @@ func (s *Store) Cancel(ctx context.Context, id string, now int64, opt storeapi.C
 				return st, "", fmt.Errorf("%w: %q has an unreadable envelope (%v)", storeapi.ErrOtherRoute, id, derr)
 			}
 		}
-		delete(sh.due, id)
-		delete(sh.inflight, id)
-		delete(sh.dead, id)
-		delete(sh.msg, id)
-		if remember {
-			routes := []string{route}
-			if _, done := sh.done[id]; done {
-				if old, ok := sh.cancelled[id]; ok && !slices.Contains(old, route) {
-					routes = append(slices.Clone(old), route)
-				}
-			}
-			sh.done[id] = now
-			sh.cancelled[id] = routes
-		}
-		trim(sh, trimBefore, trimLimit)
+		s.cancelFound(sh, id, route, now)
 		return st, route, after
 	}
 	if _, done := sh.done[id]; done {
@@ -84,6 +70,27 @@ func (s *Store) Cancel(ctx context.Context, id string, now int64, opt storeapi.C
 	return storeapi.StateUnknown, route, after
 }
 
+// cancelFound removes id (pending, in flight or dead) from its shard and remembers it
+// as cancelled for route, trimming the done window as one cancel call does.
+func (s *Store) cancelFound(sh *shard, id, route string, now int64) {
+	remember, trimBefore, trimLimit := s.trimArgs(now, 1)
+	delete(sh.due, id)
+	delete(sh.inflight, id)
+	delete(sh.dead, id)
+	delete(sh.msg, id)
+	if remember {
+		routes := []string{route}
+		if _, done := sh.done[id]; done {
+			if old, ok := sh.cancelled[id]; ok && !slices.Contains(old, route) {
+				routes = append(slices.Clone(old), route)
+			}
+		}
+		sh.done[id] = now
+		sh.cancelled[id] = routes
+	}
+	trim(sh, trimBefore, trimLimit)
+}
+
 // Get looks id up: its state, the score there and its envelope (nil for delivered,
 // cancelled and unknown); an envelope that does not decode is reported with an error
 // wrapping envelope.ErrCorrupt.
@@ -101,26 +108,11 @@ func (s *Store) Get(ctx context.Context, id string) (storeapi.State, int64, *env
 }
 
 func (s *Store) get(id string) (storeapi.State, int64, *envelope.Envelope, error) {
-	sh := s.shards[s.ShardOf(id)]
-	st := stateOf(sh, id)
-	var score int64
-	switch st {
-	case storeapi.StatePending:
-		score = sh.due[id]
-	case storeapi.StateInflight:
-		score = sh.inflight[id]
-	case storeapi.StateDead:
-		score = sh.dead[id]
-	default:
-		at, done := sh.done[id]
-		if !done {
-			return storeapi.StateUnknown, 0, nil, nil
-		}
-		if _, ok := sh.cancelled[id]; ok {
-			return storeapi.StateCancelled, at, nil, nil
-		}
-		return storeapi.StateDelivered, at, nil, nil
+	st, score := s.stateAt(id)
+	if st != storeapi.StatePending && st != storeapi.StateInflight && st != storeapi.StateDead {
+		return st, score, nil, nil
 	}
+	sh := s.shards[s.ShardOf(id)]
 	raw, ok := sh.msg[id]
 	if !ok {
 		return st, score, nil, nil
@@ -130,6 +122,23 @@ func (s *Store) get(id string) (storeapi.State, int64, *envelope.Envelope, error
 		return st, score, nil, fmt.Errorf("memstore: get %q: %w", id, err)
 	}
 	return st, score, e, nil
+}
+
+// stateAt is id's state and score there, as Get reports them.
+func (s *Store) stateAt(id string) (storeapi.State, int64) {
+	sh := s.shards[s.ShardOf(id)]
+	switch st := stateOf(sh, id); st {
+	case storeapi.StatePending, storeapi.StateInflight, storeapi.StateDead:
+		return st, set(sh, st)[id]
+	}
+	at, done := sh.done[id]
+	if !done {
+		return storeapi.StateUnknown, 0
+	}
+	if _, ok := sh.cancelled[id]; ok {
+		return storeapi.StateCancelled, at
+	}
+	return storeapi.StateDelivered, at
 }
 
 // Reschedule gives a pending message a new due time (its envelope's DueAt with it) or

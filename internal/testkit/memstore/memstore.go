@@ -1,8 +1,9 @@
 // Package memstore is an in-memory shard store with the semantics of scheduler/store's
-// Redis store (every method of scheduler.Store, plus the intake and by-id methods the
-// Redis store has), for tests that need what a real server cannot give: failure
-// injection (any operation failing, transiently or not, before or after it took effect,
-// or blocking) and lease expiry on a fake clock.
+// Redis store: all of storeapi.Store (intake, claims, by id, leases, membership,
+// notifications, browse, counts, dead letters, job records and batches), for tests
+// that need what a real server cannot give: failure injection (any operation failing,
+// transiently or not, before or after it took effect, or blocking) and lease expiry
+// (and job record expiry) on a fake clock.
 //
 // It adds coverage; it never replaces the tests against a real redis-server. It passes
 // the same conformance suite (internal/testkit/storetest) as the Redis store on
@@ -23,8 +24,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
-	"io"
 	"sort"
 	"sync"
 	"time"
@@ -104,6 +103,9 @@ type Store struct {
 	shards  []*shard
 	members map[string]int64
 	subs    map[*subscriber]struct{}
+	jobs    map[string]*jobRecord // job id -> record (jobs.go)
+	listed  map[string]int64      // job id -> created: the listing, trimmed on create
+	active  map[string]bool       // queued and running job ids
 
 	hookMu  sync.Mutex
 	hook    Hook
@@ -125,6 +127,7 @@ func New(opt Options) (*Store, error) {
 	s := &Store{
 		opt: opt, shards: make([]*shard, opt.Shards), members: map[string]int64{},
 		subs: map[*subscriber]struct{}{}, counter: map[string]int{},
+		jobs: map[string]*jobRecord{}, listed: map[string]int64{}, active: map[string]bool{},
 	}
 	for i := range s.shards {
 		s.shards[i] = &shard{
@@ -208,11 +211,7 @@ func (s *Store) Shards() int { return s.opt.Shards }
 
 // ShardOf maps an id to its shard exactly as the Redis store does (FNV-1a 32 of the
 // id's bytes modulo the shard count).
-func (s *Store) ShardOf(id string) int {
-	h := fnv.New32a()
-	_, _ = io.WriteString(h, id)
-	return int(h.Sum32() % uint32(s.opt.Shards))
-}
+func (s *Store) ShardOf(id string) int { return storeapi.ShardOf(id, s.opt.Shards) }
 
 func (s *Store) shard(n int) (*shard, error) {
 	if n < 0 || n >= len(s.shards) {
@@ -273,3 +272,5 @@ func trim(sh *shard, before int64, limit int) {
 		delete(sh.cancelled, m.id)
 	}
 }
+
+var _ storeapi.Store = (*Store)(nil)

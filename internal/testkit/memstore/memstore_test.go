@@ -223,6 +223,8 @@ func TestEveryOpCanFail(t *testing.T) {
 		memstore.OpMembers:      func() error { _, err := s.LiveMembers(ctx, t0, time.Second); return err },
 		memstore.OpLeave:        func() error { return s.Leave(ctx, "i1") },
 		memstore.OpPublish:      func() error { return s.PublishCancel(ctx, "a") },
+		memstore.OpBrowse:       func() error { _, err := s.Browse(ctx, storeapi.BrowseQuery{}); return err },
+		memstore.OpJobs:         func() error { _, err := s.ListJobs(ctx, 1, t0); return err },
 	}
 	for op, call := range calls {
 		s.FailNext(op, 1, nil)

@@ -18,7 +18,7 @@ type rc = storeapi.RouteCount
 
 // wantCounts checks RouteCounts: exact, and per route as want (routes with nothing
 // left absent).
-func wantCounts(t *testing.T, s Store, step string, want map[string]rc) {
+func wantCounts(t *testing.T, s storeapi.Store, step string, want map[string]rc) {
 	t.Helper()
 	c, err := s.RouteCounts(storeCtx(t))
 	if err != nil {
@@ -88,7 +88,7 @@ func caseCountsEveryTransition(t *testing.T, newSubject func(Config) Subject) {
 
 // countsCancelDeadPurge continues caseCountsEveryTransition: cancel, retry to dead,
 // purge.
-func countsCancelDeadPurge(t *testing.T, s Store, a, b []string, tok int64) {
+func countsCancelDeadPurge(t *testing.T, s storeapi.Store, a, b []string, tok int64) {
 	ctx := storeCtx(t)
 	// cancel in each state: pending (b0), in flight (a1 claimed again), dead (b2)
 	items, _ := mustClaim(t, s, 1, tok, t0+1_000, 1) // a4 (due t0+1)

@@ -266,7 +266,7 @@ func caseLifecycle(t *testing.T, newSubject func(Config) Subject) {
 
 // lifecycleEnd is the second half of caseLifecycle: three messages of shard 1 are in
 // flight (lease deadline t0+1000) and a buried one is dead.
-func lifecycleEnd(t *testing.T, s Store, tok int64, items []*envelope.Envelope) {
+func lifecycleEnd(t *testing.T, s storeapi.Store, tok int64, items []*envelope.Envelope) {
 	t.Helper()
 	ctx := storeCtx(t)
 	if n, more, err := s.Recover(ctx, 1, t0+1000, 2); err != nil || n != 2 || !more {
