@@ -66,7 +66,7 @@ func TestReadyNamesTheFailingCheck(t *testing.T) {
 	}()
 
 	ready := func() (bool, string) {
-		err := b.Ready(context.Background())
+		err := b.Backend().Ready(context.Background())
 		if err == nil {
 			return true, "ready"
 		}
@@ -74,7 +74,7 @@ func TestReadyNamesTheFailingCheck(t *testing.T) {
 	}
 	waitFor(t, "ready", 60*time.Second, ready)
 
-	routes, err := b.Routes(context.Background())
+	routes, err := b.Backend().Routes(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestReadyNamesTheFailingCheck(t *testing.T) {
 
 	rs.Kill()
 	waitFor(t, "not ready while redis is down", 30*time.Second, func() (bool, string) {
-		err := b.Ready(context.Background())
+		err := b.Backend().Ready(context.Background())
 		var nr *admin.NotReadyError
 		if !errors.As(err, &nr) {
 			return false, "Ready = " + errText(err)
