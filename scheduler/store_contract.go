@@ -28,6 +28,9 @@ type Store interface {
 	LiveMembers(ctx context.Context, now int64, maxAge time.Duration) ([]store.Member, error)
 	// Leave removes instance from the membership set (a clean shutdown).
 	Leave(ctx context.Context, instance string) error
+	// Time is the coordinator's clock (Redis TIME): the reference every instance's
+	// clock is measured against (clock.go). It is the one call that reads a clock.
+	Time(ctx context.Context) (time.Time, error)
 
 	// AcquireLeases tries to take each shard's lease for ttl: per shard the new fencing
 	// token (strictly greater than any earlier token of that shard), or 0 if another

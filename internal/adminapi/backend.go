@@ -42,6 +42,9 @@ type Scheduler interface {
 	Cancel(ctx context.Context, id string, opt store.CancelOptions) (store.State, error)
 	Wake(ctx context.Context, minDue map[int]int64)
 	Ready() bool
+	// ClockCheck is nil while this instance's clock is within scheduler.max_clock_offset
+	// of Redis's, otherwise why it is not claiming.
+	ClockCheck() error
 }
 
 // ConnState is a broker connection as /readyz reads it (amqpconn.Manager).

@@ -26,8 +26,9 @@ func (b *Backend) Ready(ctx context.Context) error {
 }
 
 // Checks runs the readiness checks, in this order: the bridge is running (connected to
-// Redis once), Redis answers a PING, shard ownership is established, every route's
-// ingress is consuming (ingress.HealthReporter), every target broker is reachable
+// Redis once), Redis answers a PING, shard ownership is established, this instance's
+// clock is within scheduler.max_clock_offset of Redis's (else it does not claim), every
+// route's ingress is consuming (ingress.HealthReporter), every target broker is reachable
 // (egress.HealthChecker) and the AMQP connections are up. Only the Redis PING calls a
 // server; the rest read the last known state.
 func (b *Backend) Checks(ctx context.Context) []admin.Check {
@@ -50,6 +51,7 @@ func (b *Backend) Checks(ctx context.Context) []admin.Check {
 	} else {
 		add("shards", fmt.Errorf("shard ownership not established yet"))
 	}
+	add("clock", sched.ClockCheck())
 	for _, r := range b.routeStatuses() {
 		if r.Ingress.State != stateUnknown {
 			add("ingress "+r.Name, ingressErr(r.Ingress))

@@ -208,7 +208,7 @@ func (b *Bridge) newScheduler(shardStore *store.Store) (*scheduler.Scheduler, er
 	return scheduler.New(scheduler.Options{
 		Store: shardStore, Clock: b.clk, Instance: b.cfg.Instance,
 		Tick: sc.Tick, Lookahead: sc.Lookahead, ClaimBatch: sc.ClaimBatch, InflightLease: sc.InflightLease,
-		LeaseTTL: sc.LeaseTTL, SafetyScan: sc.SafetyScan, MaxInMemory: sc.MaxInMemory,
+		LeaseTTL: sc.LeaseTTL, SafetyScan: sc.SafetyScan, MaxInMemory: sc.MaxInMemory, MaxClockOffset: sc.MaxClockOffset,
 		MaxAttempts: b.cfg.Retry.MaxAttempts, BackoffInitial: b.cfg.Retry.Backoff.Initial, BackoffMax: b.cfg.Retry.Backoff.Max,
 		OnDead: b.publishDead, Observer: b.obs, Logger: b.log,
 		AckInterval: b.ackInterval(),

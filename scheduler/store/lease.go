@@ -17,6 +17,17 @@ import (
 // against the caller's token inside the same script, which is what keeps an instance
 // that stalled past its TTL (GC pause, partition) from claiming after another took over.
 
+// Time is Redis's clock (TIME): the reference each instance's clock is measured
+// against at every ownership round (docs/HA.md "One clock"). On a Redis Cluster it is
+// the clock of whichever master go-redis asks.
+func (s *Store) Time(ctx context.Context) (time.Time, error) {
+	t, err := s.rdb.Time(ctx).Result()
+	if err != nil {
+		return time.Time{}, fmt.Errorf("scheduler: time: %w", redisErr(err))
+	}
+	return t, nil
+}
+
 // CheckInstance refuses an instance name no lease can hold (empty, or with '|', which
 // separates it from the token in the owner value). Both stores use it.
 func CheckInstance(instance string) error {

@@ -53,6 +53,7 @@ const (
 	OpHeartbeat    = "heartbeat"
 	OpMembers      = "members"
 	OpLeave        = "leave"
+	OpTime         = "time"
 	OpPublish      = "publish" // PublishWake, PublishCancel
 )
 
