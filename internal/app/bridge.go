@@ -22,6 +22,7 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/fault"
 	"github.com/delaybridge/delay-bridge/internal/observe"
+	"github.com/delaybridge/delay-bridge/internal/series"
 	"github.com/delaybridge/delay-bridge/scheduler"
 	"github.com/delaybridge/delay-bridge/scheduler/jobs"
 	"github.com/delaybridge/delay-bridge/scheduler/store"
@@ -32,6 +33,10 @@ type Options struct {
 	Logger   *slog.Logger
 	Observer observe.Observer
 	Clock    clock.Clock
+	// Series, when set, is the ring behind the console's charts (GET /v1/series): Run
+	// closes its intervals and writes them to Redis for the cluster view. The caller
+	// feeds it through the Observer (series.Observe).
+	Series *series.Recorder
 }
 
 // Bridge is one running instance.
@@ -42,6 +47,8 @@ type Bridge struct {
 	clk   clock.Clock
 	rdb   redis.UniversalClient
 	rules map[string]ingress.Rules
+
+	series *series.Recorder // the charts' ring (series.go); nil = none
 
 	mu         sync.Mutex
 	shardStore *store.Store
@@ -84,7 +91,8 @@ func New(cfg config.Config, opts Options) (*Bridge, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Bridge{cfg: cfg, log: opts.Logger, obs: opts.Observer, clk: opts.Clock, rdb: rdb, rules: map[string]ingress.Rules{}}
+	b := &Bridge{cfg: cfg, log: opts.Logger, obs: opts.Observer, clk: opts.Clock, rdb: rdb, rules: map[string]ingress.Rules{},
+		series: opts.Series}
 	for _, r := range cfg.Routes {
 		b.rules[r.Name] = ingress.Rules{
 			Route: r.Name, MaxDelay: cfg.Limits.MaxDelay, MaxPayloadBytes: cfg.Limits.MaxPayloadBytes, AllowTargets: r.AllowTargets,
@@ -155,6 +163,8 @@ func (b *Bridge) Run(ctx context.Context) error {
 	// Counting a store written by an older bridge stops with the jobs.
 	countsDone := make(chan struct{})
 	go func() { defer close(countsDone); b.backfillCounts(jobsCtx, shardStore) }()
+	// The charts' intervals (series.go) stop with the jobs too.
+	seriesDone := b.runSeries(jobsCtx, shardStore)
 
 	errc, stopIngress := b.startIngress(ctx, sources)
 	var runErr error
@@ -168,6 +178,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	stopJobs()
 	<-jobsDone
 	<-countsDone
+	<-seriesDone
 	b.log.Info("shutting down: stopping scheduler")
 	stopSched()
 	if err := <-schedDone; err != nil && runErr == nil {
