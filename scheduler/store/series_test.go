@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
 // The cluster view's keys stay bounded: one field per ring slot however many intervals
@@ -55,5 +57,26 @@ func TestStoreSeriesBounded(t *testing.T) {
 	}
 	if err := s.PutSeries(ctx, "x|y", 0, nil, t0, keep); err == nil {
 		t.Error("an instance name with '|' was accepted")
+	}
+}
+
+// The series keys share the {cluster} hash tag: the write (one MULTI) and the read work
+// through a ClusterClient.
+func TestStoreSeriesOnCluster(t *testing.T) {
+	r := testkit.StartRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+	cc := newSingleNodeCluster(t, r)
+	ctx := storeCtx(t)
+	s, err := New(ctx, cc, Options{Shards: 2, DoneWindow: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, inst := range []string{"a", "b"} {
+		if err := s.PutSeries(ctx, inst, i, []byte(inst), t0, time.Minute); err != nil {
+			t.Fatalf("PutSeries on Cluster: %v", err)
+		}
+	}
+	got, err := s.Series(ctx, t0, time.Minute)
+	if err != nil || len(got) != 2 || string(got["b"][0]) != "b" {
+		t.Fatalf("Series on Cluster = %v, %v", got, err)
 	}
 }
