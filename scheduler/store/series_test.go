@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
 	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
@@ -78,5 +81,27 @@ func TestStoreSeriesOnCluster(t *testing.T) {
 	got, err := s.Series(ctx, t0, time.Minute)
 	if err != nil || len(got) != 2 || string(got["b"][0]) != "b" {
 		t.Fatalf("Series on Cluster = %v, %v", got, err)
+	}
+}
+
+// miniredis (the embedded server of `bridge dev` without a redis-server on PATH) runs
+// the same commands.
+func TestStoreSeriesOnMiniredis(t *testing.T) {
+	m := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { c.Close() })
+	ctx := storeCtx(t)
+	s, err := New(ctx, c, Options{Shards: 2, DoneWindow: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if err := s.PutSeries(ctx, "a", i%2, []byte(fmt.Sprint(i)), t0+int64(i), time.Minute); err != nil {
+			t.Fatalf("PutSeries on miniredis: %v", err)
+		}
+	}
+	got, err := s.Series(ctx, t0+5, time.Minute)
+	if err != nil || len(got["a"]) != 2 {
+		t.Fatalf("Series on miniredis = %v, %v", got, err)
 	}
 }
