@@ -145,8 +145,12 @@ func (r *Recorder) Delivered(route string, lateness time.Duration) {
 // DeadLettered counts n messages moved to the dead letters.
 func (r *Recorder) DeadLettered(route string, n int) { r.acc(route).dead.Add(uint64(n)) }
 
-// start is the start of the interval holding t.
-func (r *Recorder) start(t time.Time) time.Time { return t.Truncate(r.interval) }
+// start is the start of the interval holding t: a multiple of the interval in unix
+// time (what Slot and the other instances count from).
+func (r *Recorder) start(t time.Time) time.Time {
+	ms, iv := t.UnixMilli(), r.interval.Milliseconds()
+	return time.UnixMilli(ms - ms%iv)
+}
 
 // close ends the open interval: every route's counters are swapped to zero (a message
 // counted concurrently lands in this interval or the next, never in both) and the
