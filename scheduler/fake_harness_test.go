@@ -13,7 +13,7 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/testkit/memstore"
 	"github.com/delaybridge/delay-bridge/scheduler"
-	"github.com/delaybridge/delay-bridge/scheduler/store"
+	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
 // The scheduler's own tests run on internal/testkit/memstore and a fake clock: no Redis,
@@ -75,7 +75,7 @@ func (w *world) advance(d time.Duration) {
 	w.settle()
 }
 
-func (w *world) state(id string) (store.State, int64, *envelope.Envelope) {
+func (w *world) state(id string) (storeapi.State, int64, *envelope.Envelope) {
 	w.t.Helper()
 	st, score, env, err := w.ms.Get(context.Background(), id)
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/fault"
 	"github.com/delaybridge/delay-bridge/internal/testkit/memstore"
 	"github.com/delaybridge/delay-bridge/scheduler"
-	"github.com/delaybridge/delay-bridge/scheduler/store"
+	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
 func shardsOf(owners []string, name string) []int {
@@ -50,7 +50,7 @@ func TestOwnershipSplitsAndTakesOverOnLeave(t *testing.T) {
 		if n := a.disp.published()[id] + b.disp.published()[id]; n != 1 {
 			t.Errorf("%s published %d times", id, n)
 		}
-		if st, _, _ := w.state(id); st != store.StateDelivered {
+		if st, _, _ := w.state(id); st != storeapi.StateDelivered {
 			t.Errorf("%s: %s, want delivered", id, st)
 		}
 	}
@@ -106,8 +106,8 @@ func TestPumpClaimsWithinLookaheadSleepsAndIsWoken(t *testing.T) {
 	w.park([]string{"soon"}, start.Add(300*time.Millisecond))
 	w.park([]string{"later"}, start.Add(10*time.Second))
 	a := w.start(opt, nil)
-	w.drive("soon claimed", 5*time.Second, func() bool { st, _, _ := w.state("soon"); return st != store.StatePending })
-	if st, _, _ := w.state("later"); st != store.StatePending {
+	w.drive("soon claimed", 5*time.Second, func() bool { st, _, _ := w.state("soon"); return st != storeapi.StatePending })
+	if st, _, _ := w.state("later"); st != storeapi.StatePending {
 		t.Fatalf("later: %s, claimed beyond the lookahead", st)
 	}
 	w.drive("soon published", 5*time.Second, func() bool { return a.disp.published()["soon"] == 1 })
@@ -126,17 +126,17 @@ func TestPumpClaimsWithinLookaheadSleepsAndIsWoken(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for st, _, _ := w.state("woken"); st == store.StatePending; st, _, _ = w.state("woken") {
+	for st, _, _ := w.state("woken"); st == storeapi.StatePending; st, _, _ = w.state("woken") {
 		if time.Now().After(deadline) {
 			t.Fatal("the park did not wake the pump")
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if st, _, _ := w.state("later"); st != store.StatePending {
+	if st, _, _ := w.state("later"); st != storeapi.StatePending {
 		t.Fatalf("later: %s after the wake-up claim, want pending", st)
 	}
 	// later is claimed half a lookahead before due, not earlier.
-	w.drive("later claimed", 5*time.Second, func() bool { st, _, _ := w.state("later"); return st != store.StatePending })
+	w.drive("later claimed", 5*time.Second, func() bool { st, _, _ := w.state("later"); return st != storeapi.StatePending })
 	if at := w.fc.Now().Sub(start); at < 9500*time.Millisecond {
 		t.Fatalf("later claimed at %s, want ≥ 9.5s (due 10s, half a lookahead)", at)
 	}
@@ -152,7 +152,7 @@ func TestCompleterAcksOnPublish(t *testing.T) {
 	w.park(msgs, w.fc.Now().Add(time.Second))
 	w.drive("all delivered", 10*time.Second, func() bool {
 		for _, id := range msgs {
-			if st, _, _ := w.state(id); st != store.StateDelivered {
+			if st, _, _ := w.state(id); st != storeapi.StateDelivered {
 				return false
 			}
 		}
@@ -175,7 +175,7 @@ func TestCompleterBatchedAcks(t *testing.T) {
 	opt := w.options("a")
 	opt.AckInterval = time.Hour // nothing after the first write is acked before the stop
 	a := w.start(opt, nil)
-	inState := func(msgs []string, want store.State) func() bool {
+	inState := func(msgs []string, want storeapi.State) func() bool {
 		return func() bool {
 			for _, id := range msgs {
 				if st, _, _ := w.state(id); st != want {
@@ -187,7 +187,7 @@ func TestCompleterBatchedAcks(t *testing.T) {
 	}
 	first := ids("first", 20)
 	w.park(first, w.fc.Now().Add(time.Second))
-	w.drive("first delivered", 10*time.Second, inState(first, store.StateDelivered))
+	w.drive("first delivered", 10*time.Second, inState(first, storeapi.StateDelivered))
 	second := ids("second", 20)
 	w.park(second, w.fc.Now().Add(time.Second))
 	w.drive("second published", 10*time.Second, func() bool {
@@ -200,14 +200,14 @@ func TestCompleterBatchedAcks(t *testing.T) {
 		return true
 	})
 	w.advance(time.Second)
-	if !inState(second, store.StateInflight)() {
+	if !inState(second, storeapi.StateInflight)() {
 		t.Fatal("the second batch was acknowledged within the ack interval")
 	}
 	if free := a.s.InMemory().FreeCredits; free != opt.MaxInMemory-len(second) {
 		t.Fatalf("%d free credits while %d acks are queued, want %d", free, len(second), opt.MaxInMemory-len(second))
 	}
 	a.stop()
-	if !inState(second, store.StateDelivered)() {
+	if !inState(second, storeapi.StateDelivered)() {
 		t.Fatal("queued acknowledgements not written by the time Run returned")
 	}
 	for _, id := range append(first, second...) {
@@ -234,7 +234,7 @@ func TestCompleterRetriesWithAttemptBackoff(t *testing.T) {
 		return nil
 	})
 	w.park([]string{"x"}, w.fc.Now().Add(time.Second))
-	w.drive("x delivered", 20*time.Second, func() bool { st, _, _ := w.state("x"); return st == store.StateDelivered })
+	w.drive("x delivered", 20*time.Second, func() bool { st, _, _ := w.state("x"); return st == storeapi.StateDelivered })
 	tries := a.disp.tries("x")
 	if len(tries) != 3 {
 		t.Fatalf("%d attempts, want 3", len(tries))
@@ -274,7 +274,7 @@ func TestCompleterDeadAfterMaxAttemptsOrPermanent(t *testing.T) {
 	w.drive("both dead", 20*time.Second, func() bool {
 		p, _, _ := w.state("perm")
 		q, _, _ := w.state("tries")
-		return p == store.StateDead && q == store.StateDead
+		return p == storeapi.StateDead && q == storeapi.StateDead
 	})
 	if n := len(a.disp.tries("perm")); n != 1 {
 		t.Errorf("perm: %d attempts, want 1", n)
@@ -312,13 +312,13 @@ func TestCompleterNeverDeadForUnreachable(t *testing.T) {
 	})
 	w.park([]string{"u"}, w.fc.Now().Add(time.Second))
 	w.drive("six attempts", 30*time.Second, func() bool { return len(a.disp.tries("u")) >= 6 })
-	if st, _, _ := w.state("u"); st == store.StateDead {
+	if st, _, _ := w.state("u"); st == storeapi.StateDead {
 		t.Fatal("dead-lettered for an unreachable broker")
 	}
 	mu.Lock()
 	down = false
 	mu.Unlock()
-	w.drive("delivered", 10*time.Second, func() bool { st, _, _ := w.state("u"); return st == store.StateDelivered })
+	w.drive("delivered", 10*time.Second, func() bool { st, _, _ := w.state("u"); return st == storeapi.StateDelivered })
 	if _, _, dead := w.totals(); dead != 0 {
 		t.Fatalf("%d dead letters", dead)
 	}
@@ -345,10 +345,10 @@ func TestCompleterUnknownOutcomeStaysInFlight(t *testing.T) {
 	w.park([]string{"q"}, w.fc.Now().Add(time.Second))
 	w.drive("first attempt", 10*time.Second, func() bool { return len(a.disp.tries("q")) == 1 })
 	w.advance(time.Second)
-	if st, _, _ := w.state("q"); st != store.StateInflight {
+	if st, _, _ := w.state("q"); st != storeapi.StateInflight {
 		t.Fatalf("q: %s after an unknown outcome, want inflight", st)
 	}
-	w.drive("delivered", 20*time.Second, func() bool { st, _, _ := w.state("q"); return st == store.StateDelivered })
+	w.drive("delivered", 20*time.Second, func() bool { st, _, _ := w.state("q"); return st == storeapi.StateDelivered })
 	tries := a.disp.tries("q")
 	if len(tries) != 2 {
 		t.Fatalf("%d attempts, want 2", len(tries))
@@ -396,7 +396,7 @@ func storeFailuresRetried(t *testing.T, ackInterval time.Duration) {
 	})
 	pub := a.disp.published()
 	for _, id := range msgs {
-		if st, _, _ := w.state(id); st != store.StateDelivered {
+		if st, _, _ := w.state(id); st != storeapi.StateDelivered {
 			t.Errorf("%s: %s", id, st)
 		}
 		if pub[id] != 1 {

@@ -4,7 +4,7 @@ import (
 	"sync"
 
 	"github.com/delaybridge/delay-bridge/internal/envelope"
-	"github.com/delaybridge/delay-bridge/scheduler/store"
+	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
 // heldSet is one shard's messages in memory.
@@ -114,13 +114,13 @@ func (s *Scheduler) CancelLocal(id string) bool {
 	return true
 }
 
-func (st *shardState) addOrphans(items ...store.RetryItem) {
+func (st *shardState) addOrphans(items ...storeapi.RetryItem) {
 	st.omu.Lock()
 	st.orphans = append(st.orphans, items...)
 	st.omu.Unlock()
 }
 
-func (st *shardState) takeOrphans() []store.RetryItem {
+func (st *shardState) takeOrphans() []storeapi.RetryItem {
 	st.omu.Lock()
 	defer st.omu.Unlock()
 	out := st.orphans

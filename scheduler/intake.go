@@ -9,7 +9,7 @@ import (
 
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
-	"github.com/delaybridge/delay-bridge/scheduler/store"
+	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
 // Intake: messages coming in (from ingress or the admin API) are parked, buried or
@@ -66,8 +66,8 @@ func (s *Scheduler) Accept(ctx context.Context, items []Incoming) error {
 	for _, c := range cancels {
 		// A cancel record cancels only a message of its own route, and leaves a
 		// tombstone when it overtakes its message.
-		_, err := s.Cancel(ctx, c.ID, store.CancelOptions{Route: c.Route, Tombstone: true})
-		if errors.Is(err, store.ErrOtherRoute) {
+		_, err := s.Cancel(ctx, c.ID, storeapi.CancelOptions{Route: c.Route, Tombstone: true})
+		if errors.Is(err, storeapi.ErrOtherRoute) {
 			s.log.Info("x-delay-cancel ignored: the id names a message of another route", "route", c.Route, "id", c.ID, "err", err)
 			continue
 		}
@@ -84,7 +84,7 @@ func (s *Scheduler) Accept(ctx context.Context, items []Incoming) error {
 // failed call are counted too (those messages are stored; the replay reports them as
 // duplicates). It wakes the pumps concerned (Wake) and returns the per-message prior
 // states of Store.ParkEach.
-func (s *Scheduler) Park(ctx context.Context, envs []*envelope.Envelope, invalid []string) ([]store.State, error) {
+func (s *Scheduler) Park(ctx context.Context, envs []*envelope.Envelope, invalid []string) ([]storeapi.State, error) {
 	if len(envs) == 0 {
 		return nil, nil
 	}
@@ -96,14 +96,14 @@ func (s *Scheduler) Park(ctx context.Context, envs []*envelope.Envelope, invalid
 	var dups []int
 	for i, st := range prior {
 		switch st {
-		case store.StateUnknown:
+		case storeapi.StateUnknown:
 			e := envs[i]
 			parked[e.Route]++
 			s.obs.RequestedDelay(e.Route, time.Duration(e.DueAt-e.ReceivedAt)*time.Millisecond)
 			if invalid != nil && invalid[i] != "" {
 				s.obs.Invalid(e.Route, invalid[i])
 			}
-		case store.StateNotStored:
+		case storeapi.StateNotStored:
 		default:
 			dups = append(dups, i)
 		}
@@ -131,7 +131,7 @@ func (s *Scheduler) bury(ctx context.Context, envs []*envelope.Envelope, reasons
 	var buried []*envelope.Envelope
 	var dups []int
 	for i, st := range prior {
-		if st != store.StateUnknown {
+		if st != storeapi.StateUnknown {
 			dups = append(dups, i)
 			continue
 		}
@@ -160,7 +160,7 @@ func (s *Scheduler) bury(ctx context.Context, envs []*envelope.Envelope, reasons
 // counted) and compares their encoded bytes with the per-delivery fields cleared:
 // receive and due time, attempt and dead-letter reason (a replayed AMQP message gets a
 // new receive time, and with it a new due time).
-func (s *Scheduler) duplicates(ctx context.Context, envs []*envelope.Envelope, prior []store.State, dups []int) {
+func (s *Scheduler) duplicates(ctx context.Context, envs []*envelope.Envelope, prior []storeapi.State, dups []int) {
 	if len(dups) == 0 {
 		return
 	}
@@ -170,7 +170,7 @@ func (s *Scheduler) duplicates(ctx context.Context, envs []*envelope.Envelope, p
 	for _, i := range dups {
 		counts[key{envs[i].Route, string(prior[i])}]++
 		switch prior[i] {
-		case store.StatePending, store.StateInflight, store.StateDead:
+		case storeapi.StatePending, storeapi.StateInflight, storeapi.StateDead:
 			stored = append(stored, i)
 		}
 	}
@@ -223,16 +223,16 @@ func sameContent(a, b *envelope.Envelope) bool {
 // Cancel removes id from the store wherever it is (within opt's route scope) and from
 // this instance's wheel; other instances hear of it through the store's cancel channel.
 // A message cancelled now (it was pending, in flight or dead) is counted as Cancelled.
-func (s *Scheduler) Cancel(ctx context.Context, id string, opt store.CancelOptions) (store.State, error) {
+func (s *Scheduler) Cancel(ctx context.Context, id string, opt storeapi.CancelOptions) (storeapi.State, error) {
 	prior, route, err := s.store.Cancel(ctx, id, clock.NowMs(s.clk), opt)
 	if err != nil {
 		return prior, fmt.Errorf("cancel %q: %w", id, err)
 	}
 	switch prior {
-	case store.StatePending, store.StateInflight, store.StateDead:
+	case storeapi.StatePending, storeapi.StateInflight, storeapi.StateDead:
 		s.obs.Cancelled(route, 1)
 	}
-	if prior == store.StateInflight && !s.CancelLocal(id) {
+	if prior == storeapi.StateInflight && !s.CancelLocal(id) {
 		if err := s.BroadcastCancel(ctx, id); err != nil {
 			s.log.Warn("broadcast cancel of an in-flight message", "id", id, "err", err)
 		}

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/delaybridge/delay-bridge/internal/clock"
-	"github.com/delaybridge/delay-bridge/scheduler/store"
+	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
 // ownershipLoop runs an ownership round every LeaseTTL/3 (measured from the start of
@@ -171,9 +171,9 @@ func (s *Scheduler) renewAll(ctx context.Context) {
 		s.lastRenew.Store(0)
 		return
 	}
-	leases := make([]store.Lease, len(sts))
+	leases := make([]storeapi.Lease, len(sts))
 	for i, st := range sts {
-		leases[i] = store.Lease{Shard: st.shard, Token: st.token}
+		leases[i] = storeapi.Lease{Shard: st.shard, Token: st.token}
 	}
 	start, startMono := clock.NowMs(s.clk), s.mono()
 	held, err := s.store.RenewLeases(ctx, s.holder, leases, s.opt.LeaseTTL)
@@ -231,9 +231,9 @@ func (s *Scheduler) handOver(ctx context.Context, st *shardState) {
 	if len(envs) == 0 {
 		return
 	}
-	items := make([]store.RetryItem, len(envs))
+	items := make([]storeapi.RetryItem, len(envs))
 	for i, env := range envs {
-		items[i] = store.RetryItem{Env: env, Due: env.FireTime()}
+		items[i] = storeapi.RetryItem{Env: env, Due: env.FireTime()}
 	}
 	if err := s.store.Retry(ctx, st.shard, items, clock.NowMs(s.clk)); err != nil {
 		s.log.Warn("hand over: put back unfired messages; they stay in flight and are recovered by the next owner", "shard", st.shard, "n", len(items), "err", err)

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/delaybridge/delay-bridge/internal/clock"
-	"github.com/delaybridge/delay-bridge/scheduler/store"
+	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
 // pump claims due messages of one shard into the wheel.
@@ -44,7 +44,7 @@ func (s *Scheduler) pump(ctx context.Context, st *shardState) {
 		items, nextDue, err := s.store.Claim(ctx, st.shard, s.holder, st.token, now+lookahead, now+s.opt.InflightLease.Milliseconds(), n)
 		s.credits.release(n - len(items))
 		if err != nil {
-			if errors.Is(err, store.ErrFenced) {
+			if errors.Is(err, storeapi.ErrFenced) {
 				s.log.Warn("shard lease lost (fenced); pump stops", "shard", st.shard)
 				st.leaseUntil.Store(0)
 				return

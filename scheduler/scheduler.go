@@ -17,7 +17,7 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/observe"
-	"github.com/delaybridge/delay-bridge/scheduler/store"
+	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 	"github.com/delaybridge/delay-bridge/scheduler/wheel"
 )
 
@@ -98,7 +98,7 @@ type shardState struct {
 	// valid (see Dropped); they are written after the next successful renewal, or
 	// forgotten when the lease turns out lost (the next owner recovers them).
 	omu     sync.Mutex
-	orphans []store.RetryItem
+	orphans []storeapi.RetryItem
 }
 
 // New fills opt's defaults, validates it and builds a scheduler. Run starts it.
@@ -289,12 +289,12 @@ func (s *Scheduler) keepLeases(ctx context.Context) {
 // attempt unchanged, for the shards still held under the token they were claimed
 // with; the others are left in flight for the shard's next owner to recover.
 func (s *Scheduler) putBack(ctx context.Context, envs []*envelope.Envelope) {
-	byShard := map[int][]store.RetryItem{}
+	byShard := map[int][]storeapi.RetryItem{}
 	for _, env := range envs {
 		sh := s.store.ShardOf(env.ID)
 		cur, tok := s.untrack(sh, env)
 		if st := s.state(sh); cur && st != nil && st.token == tok {
-			byShard[sh] = append(byShard[sh], store.RetryItem{Env: env, Due: env.FireTime()})
+			byShard[sh] = append(byShard[sh], storeapi.RetryItem{Env: env, Due: env.FireTime()})
 		}
 	}
 	s.credits.release(len(envs))

@@ -15,14 +15,14 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/fault"
 	"github.com/delaybridge/delay-bridge/scheduler"
-	"github.com/delaybridge/delay-bridge/scheduler/store"
+	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
 var _ admin.Backend = (*Bridge)(nil)
 
 // parts returns the running shardStore and scheduler, or ErrUnavailable before Run has
 // connected to Redis.
-func (b *Bridge) parts() (*store.Store, *scheduler.Scheduler, error) {
+func (b *Bridge) parts() (storeapi.Store, *scheduler.Scheduler, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.shardStore == nil || !b.running {
@@ -36,7 +36,7 @@ func storeErr(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, store.ErrNotFound):
+	case errors.Is(err, storeapi.ErrNotFound):
 		return fmt.Errorf("%w: %w", admin.ErrNotFound, err)
 	case fault.IsTransient(err):
 		return fmt.Errorf("%w: redis: %w", admin.ErrUnavailable, err)
@@ -106,12 +106,12 @@ func (b *Bridge) Schedule(ctx context.Context, req admin.ScheduleRequest) (admin
 	if err != nil {
 		return admin.Scheduled{}, storeErr(fmt.Errorf("park: %w", err))
 	}
-	if prior[0] == store.StateUnknown {
+	if prior[0] == storeapi.StateUnknown {
 		return admin.Scheduled{ID: id, DueAt: due}, nil
 	}
 	out := admin.Scheduled{ID: id, Duplicate: true}
-	if prior[0] == store.StatePending {
-		if st, score, _, err := shardStore.Get(ctx, id); err == nil && st == store.StatePending {
+	if prior[0] == storeapi.StatePending {
+		if st, score, _, err := shardStore.Get(ctx, id); err == nil && st == storeapi.StatePending {
 			out.DueAt = score
 		}
 	}
@@ -128,7 +128,7 @@ func (b *Bridge) Get(ctx context.Context, id string) (admin.Message, error) {
 	if err != nil && !errors.Is(err, envelope.ErrCorrupt) {
 		return admin.Message{}, storeErr(err)
 	}
-	if st == store.StateUnknown {
+	if st == storeapi.StateUnknown {
 		return admin.Message{}, fmt.Errorf("%w: no message %q", admin.ErrNotFound, id)
 	}
 	m := admin.Message{ID: id, State: string(st)}
@@ -136,15 +136,15 @@ func (b *Bridge) Get(ctx context.Context, id string) (admin.Message, error) {
 		m = messageOf(env, st)
 	}
 	switch st {
-	case store.StatePending:
+	case storeapi.StatePending:
 		m.DueAt = score
-	case store.StateDead:
+	case storeapi.StateDead:
 		m.DeadAt = score
 	}
 	return m, nil
 }
 
-func messageOf(env *envelope.Envelope, st store.State) admin.Message {
+func messageOf(env *envelope.Envelope, st storeapi.State) admin.Message {
 	m := admin.Message{
 		ID: env.ID, State: string(st), DueAt: env.DueAt, Route: env.Route, Source: env.Source,
 		SourceBroker: env.SourceBroker, Target: env.Target, ReceivedAt: env.ReceivedAt,
@@ -167,14 +167,14 @@ func (b *Bridge) Cancel(ctx context.Context, id string) (string, error) {
 		return "", err
 	}
 	// Whatever its route; an unknown id is answered 404 and leaves no tombstone.
-	prior, err := sched.Cancel(ctx, id, store.CancelOptions{})
+	prior, err := sched.Cancel(ctx, id, storeapi.CancelOptions{})
 	if err != nil {
 		return "", storeErr(err)
 	}
 	switch prior {
-	case store.StateUnknown:
+	case storeapi.StateUnknown:
 		return "", fmt.Errorf("%w: no message %q", admin.ErrNotFound, id)
-	case store.StateDelivered, store.StateCancelled:
+	case storeapi.StateDelivered, storeapi.StateCancelled:
 		return string(prior), fmt.Errorf("%w: %q was already %s", admin.ErrConflict, id, prior)
 	}
 	return string(prior), nil
@@ -196,7 +196,7 @@ func (b *Bridge) Reschedule(ctx context.Context, id string, when admin.When) (ad
 		return admin.Scheduled{}, storeErr(err)
 	}
 	switch prior {
-	case store.StatePending, store.StateDead:
+	case storeapi.StatePending, storeapi.StateDead:
 		route := ""
 		if before != nil {
 			route = before.Route
@@ -204,7 +204,7 @@ func (b *Bridge) Reschedule(ctx context.Context, id string, when admin.When) (ad
 		b.obs.Rescheduled(route, 1)
 		sched.Wake(ctx, map[int]int64{shardStore.ShardOf(id): due})
 		return admin.Scheduled{ID: id, DueAt: due}, nil
-	case store.StateUnknown:
+	case storeapi.StateUnknown:
 		return admin.Scheduled{}, fmt.Errorf("%w: no message %q", admin.ErrNotFound, id)
 	}
 	return admin.Scheduled{}, fmt.Errorf("%w: %q is %s", admin.ErrConflict, id, prior)

@@ -26,6 +26,7 @@ import (
 	"github.com/delaybridge/delay-bridge/scheduler"
 	"github.com/delaybridge/delay-bridge/scheduler/jobs"
 	"github.com/delaybridge/delay-bridge/scheduler/store"
+	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
 // Options are the parts of a bridge that are not configuration.
@@ -51,7 +52,7 @@ type Bridge struct {
 	series *series.Recorder // the charts' ring (series.go); nil = none
 
 	mu         sync.Mutex
-	shardStore *store.Store
+	shardStore storeapi.Store
 	sched      *scheduler.Scheduler
 	sinks      map[string]egress.Sink // by broker
 	sources    []ingress.Source       // one per route, in cfg.Routes order
@@ -210,7 +211,7 @@ func (b *Bridge) startIngress(ctx context.Context, sources []ingress.Source) (er
 }
 
 // newScheduler builds the scheduler from the configuration.
-func (b *Bridge) newScheduler(shardStore *store.Store) (*scheduler.Scheduler, error) {
+func (b *Bridge) newScheduler(shardStore storeapi.Store) (*scheduler.Scheduler, error) {
 	sc := b.cfg.Scheduler
 	return scheduler.New(scheduler.Options{
 		Store: shardStore, Clock: b.clk, Instance: b.cfg.Instance,
@@ -237,7 +238,7 @@ func (b *Bridge) ackInterval() time.Duration {
 // connectStore waits for Redis (logging while it is down, retrying with the clock's
 // Backoff) and opens the shard store. A wrong shard count is permanent and returned at
 // once; nil, nil means ctx ended first.
-func (b *Bridge) connectStore(ctx context.Context) (*store.Store, error) {
+func (b *Bridge) connectStore(ctx context.Context) (storeapi.Store, error) {
 	bo := clock.NewBackoff(b.clk, clock.BackoffPolicy{Initial: 100 * time.Millisecond, Max: 5 * time.Second})
 	for {
 		shardStore, err := store.New(ctx, b.rdb, store.Options{

@@ -8,7 +8,7 @@ import (
 	"github.com/delaybridge/delay-bridge/admin"
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/scheduler/jobs"
-	"github.com/delaybridge/delay-bridge/scheduler/store"
+	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
 // Browsing and bulk jobs (admin.Backend, docs/CONTRACT.md §6): browse pages come from
@@ -20,17 +20,17 @@ import (
 const previewMaxScan = 200_000
 
 // jobFilter turns an admin filter into the store's, checking the route.
-func (b *Bridge) jobFilter(f admin.Filter) (store.JobFilter, error) {
+func (b *Bridge) jobFilter(f admin.Filter) (storeapi.JobFilter, error) {
 	if f.Route != "" {
 		if _, ok := b.rules[f.Route]; !ok {
-			return store.JobFilter{}, admin.Invalid("route", "no route named %q", f.Route)
+			return storeapi.JobFilter{}, admin.Invalid("route", "no route named %q", f.Route)
 		}
 	}
-	out := store.JobFilter{State: store.State(f.State), Route: f.Route, From: f.DueFrom, IDPrefix: f.IDPrefix, KeyPrefix: f.KeyPrefix}
+	out := storeapi.JobFilter{State: storeapi.State(f.State), Route: f.Route, From: f.DueFrom, IDPrefix: f.IDPrefix, KeyPrefix: f.KeyPrefix}
 	if f.DueTo != 0 {
 		out.To = f.DueTo - 1 // admin's due_to is exclusive, the store's range inclusive
 		if out.To < max(out.From, 1) {
-			return store.JobFilter{}, admin.Invalid("due_to", "due_to %d is not after due_from %d", f.DueTo, f.DueFrom)
+			return storeapi.JobFilter{}, admin.Invalid("due_to", "due_to %d is not after due_from %d", f.DueTo, f.DueFrom)
 		}
 	}
 	return out, nil
@@ -38,13 +38,13 @@ func (b *Bridge) jobFilter(f admin.Filter) (store.JobFilter, error) {
 
 // browseMessage is messageOf for a browse item: the score is the due time (pending),
 // the time dead-lettered (dead) or the lease deadline (inflight); no payload.
-func browseMessage(it store.BrowseItem, st store.State) admin.Message {
+func browseMessage(it storeapi.BrowseItem, st storeapi.State) admin.Message {
 	m := messageOf(it.Envelope, st)
 	m.RawPayload = nil
 	switch st {
-	case store.StatePending:
+	case storeapi.StatePending:
 		m.DueAt = it.Score
-	case store.StateDead:
+	case storeapi.StateDead:
 		m.DeadAt = it.Score
 	}
 	return m
@@ -64,9 +64,9 @@ func (b *Bridge) Browse(ctx context.Context, q admin.Query) (admin.Page, error) 
 	bq.Limit, bq.Cursor = q.Limit, q.Cursor
 	page, err := shardStore.Browse(ctx, bq)
 	switch {
-	case errors.Is(err, store.ErrBadCursor):
+	case errors.Is(err, storeapi.ErrBadCursor):
 		return admin.Page{}, admin.Invalid("cursor", "%v", err)
-	case errors.Is(err, store.ErrInvalid):
+	case errors.Is(err, storeapi.ErrInvalid):
 		return admin.Page{}, admin.Invalid("state", "%v", err)
 	case err != nil:
 		return admin.Page{}, storeErr(err)
@@ -94,16 +94,16 @@ func (b *Bridge) PurgeDead(ctx context.Context, f admin.Filter) (int64, error) {
 		return 0, err
 	}
 	q := jf.Query()
-	q.Limit = store.BrowseMaxLimit
+	q.Limit = storeapi.BrowseMaxLimit
 	var total int64
 	for {
 		page, err := shardStore.Browse(ctx, q)
 		if err != nil {
 			return total, storeErr(err)
 		}
-		items := make([]store.BatchItem, len(page.Items))
+		items := make([]storeapi.BatchItem, len(page.Items))
 		for i, it := range page.Items {
-			items[i] = store.BatchItem{ID: it.Envelope.ID, Score: it.Score}
+			items[i] = storeapi.BatchItem{ID: it.Envelope.ID, Score: it.Score}
 		}
 		flags, err := shardStore.PurgeDeadBatch(ctx, items)
 		if err != nil {
@@ -122,14 +122,14 @@ func (b *Bridge) PurgeDead(ctx context.Context, f admin.Filter) (int64, error) {
 }
 
 // jobSpec turns a validated admin job spec into the store's.
-func (b *Bridge) jobSpec(spec admin.JobSpec) (store.JobSpec, error) {
+func (b *Bridge) jobSpec(spec admin.JobSpec) (storeapi.JobSpec, error) {
 	f, err := b.jobFilter(spec.Filter)
 	if err != nil {
-		return store.JobSpec{}, err
+		return storeapi.JobSpec{}, err
 	}
-	out := store.JobSpec{Kind: store.JobKind(spec.Kind), Filter: f, DueAt: spec.DeliverAt, ShiftMs: spec.ShiftMs}
+	out := storeapi.JobSpec{Kind: storeapi.JobKind(spec.Kind), Filter: f, DueAt: spec.DeliverAt, ShiftMs: spec.ShiftMs}
 	if err := out.Validate(); err != nil {
-		return store.JobSpec{}, admin.Invalid("kind", "%v", err)
+		return storeapi.JobSpec{}, admin.Invalid("kind", "%v", err)
 	}
 	return out, nil
 }
@@ -186,7 +186,7 @@ func (b *Bridge) GetJob(ctx context.Context, id string) (admin.Job, error) {
 		return admin.Job{}, err
 	}
 	j, err := shardStore.GetJob(ctx, id, clock.NowMs(b.clk))
-	if errors.Is(err, store.ErrJobNotFound) {
+	if errors.Is(err, storeapi.ErrJobNotFound) {
 		return admin.Job{}, fmt.Errorf("%w: no job %q", admin.ErrNotFound, id)
 	}
 	if err != nil {
@@ -214,7 +214,7 @@ func (b *Bridge) ListJobs(ctx context.Context, limit int) ([]admin.Job, error) {
 
 // jobOf is a job as the admin API shows it: messages left alone because they changed
 // state before the job reached them count as failed, with a sentence saying so.
-func jobOf(j store.Job) admin.Job {
+func jobOf(j storeapi.Job) admin.Job {
 	p := j.Progress
 	out := admin.Job{
 		ID: j.ID, State: string(j.State), Matched: p.Matched, Done: p.Done, Failed: p.Failed + p.Skipped,
@@ -227,7 +227,7 @@ func jobOf(j store.Job) admin.Job {
 	if j.Spec.Filter.To != 0 {
 		out.Spec.Filter.DueTo = j.Spec.Filter.To + 1
 	}
-	if j.State == store.JobCancelled {
+	if j.State == storeapi.JobCancelled {
 		out.State = admin.JobFailed
 		out.Errors = append(out.Errors, "cancelled by an operator")
 	}
@@ -242,7 +242,7 @@ func jobOf(j store.Job) admin.Job {
 
 // newJobRunner builds the bulk job runner of this instance: in-flight cancels reach the
 // wheel holding the message, reschedules and requeues wake the pumps.
-func (b *Bridge) newJobRunner(shardStore *store.Store, sched interface {
+func (b *Bridge) newJobRunner(shardStore storeapi.Store, sched interface {
 	CancelLocal(id string) bool
 	BroadcastCancel(ctx context.Context, id string) error
 	Wake(ctx context.Context, minDue map[int]int64)

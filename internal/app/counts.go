@@ -8,7 +8,7 @@ import (
 	"github.com/delaybridge/delay-bridge/admin"
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/fault"
-	"github.com/delaybridge/delay-bridge/scheduler/store"
+	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
 // Per-route counts and next due times for GET /v1/routes, /v1/stats and the gauges.
@@ -26,9 +26,9 @@ const (
 )
 
 // backfillCounts counts a store written by a bridge without per-route counts, in
-// bounded steps, until every shard is exact (store.BackfillCounts). It runs in its own
+// bounded steps, until every shard is exact (storeapi.Stats.BackfillCounts). It runs in its own
 // goroutine, owned by Run, and ends with ctx. Several instances may run it at once.
-func (b *Bridge) backfillCounts(ctx context.Context, s *store.Store) {
+func (b *Bridge) backfillCounts(ctx context.Context, s storeapi.Store) {
 	backoff := clock.NewBackoff(b.clk, clock.BackoffPolicy{Initial: 100 * time.Millisecond, Max: 10 * time.Second})
 	total := 0
 	for ctx.Err() == nil {
@@ -63,15 +63,15 @@ type nextDueCache struct {
 
 // routeCounts reads the per-route counts (per shard; summed in routes), and the
 // routes' next due times (cached).
-func (b *Bridge) routeCounts(ctx context.Context, s *store.Store, shards []store.ShardStat) (store.Counts, map[string]store.RouteCount, map[string]int64, error) {
+func (b *Bridge) routeCounts(ctx context.Context, s storeapi.Store, shards []storeapi.ShardStat) (storeapi.Counts, map[string]storeapi.RouteCount, map[string]int64, error) {
 	c, err := s.RouteCounts(ctx)
 	if err != nil {
-		return store.Counts{}, nil, nil, err
+		return storeapi.Counts{}, nil, nil, err
 	}
 	routes := c.Routes()
 	next, err := b.nextDue(ctx, s, routes, shards)
 	if err != nil {
-		return store.Counts{}, nil, nil, err
+		return storeapi.Counts{}, nil, nil, err
 	}
 	return c, routes, next, nil
 }
@@ -82,7 +82,7 @@ func (b *Bridge) routeCounts(ctx context.Context, s *store.Store, shards []store
 // (bounded: it examines at most the browse scan budget, 2,000 candidates, merged over
 // the shards). A route whose first message lies beyond that budget has no next due
 // (omitted, never a guess).
-func (b *Bridge) nextDue(ctx context.Context, s *store.Store, routes map[string]store.RouteCount, shards []store.ShardStat) (map[string]int64, error) {
+func (b *Bridge) nextDue(ctx context.Context, s storeapi.Store, routes map[string]storeapi.RouteCount, shards []storeapi.ShardStat) (map[string]int64, error) {
 	b.due.mu.Lock()
 	defer b.due.mu.Unlock()
 	if b.due.byRt != nil && b.clk.Now().Sub(b.due.at) < nextDueTTL {
@@ -103,7 +103,7 @@ func (b *Bridge) nextDue(ctx context.Context, s *store.Store, routes map[string]
 		case n.Pending == total && head >= 0:
 			out[r] = head
 		default:
-			p, err := s.Browse(ctx, store.BrowseQuery{State: store.StatePending, Route: r, Limit: 1})
+			p, err := s.Browse(ctx, storeapi.BrowseQuery{State: storeapi.StatePending, Route: r, Limit: 1})
 			if err != nil {
 				return nil, err
 			}
@@ -116,6 +116,6 @@ func (b *Bridge) nextDue(ctx context.Context, s *store.Store, routes map[string]
 	return out, nil
 }
 
-func adminCounts(n store.RouteCount) admin.Counts {
+func adminCounts(n storeapi.RouteCount) admin.Counts {
 	return admin.Counts{Pending: n.Pending, Inflight: n.Inflight, Dead: n.Dead}
 }

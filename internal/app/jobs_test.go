@@ -12,7 +12,7 @@ import (
 
 	"github.com/delaybridge/delay-bridge/admin"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
-	"github.com/delaybridge/delay-bridge/scheduler/store"
+	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
 // TestJobOverHTTPWhileFiring runs a real bridge (redis-server, kfake) behind the admin
@@ -203,7 +203,7 @@ func TestDeadLettersByRouteOverHTTP(t *testing.T) {
 
 // startBridgeOverHTTP starts a bridge (redis-server, kfake) behind the admin HTTP API and
 // returns it, a client of the API and its shard store.
-func startBridgeOverHTTP(t *testing.T) (*testBridge, *admin.Client, *store.Store) {
+func startBridgeOverHTTP(t *testing.T) (*testBridge, *admin.Client, storeapi.Store) {
 	t.Helper()
 	tb := startBridge(t)
 	ts := httptest.NewServer(admin.NewServer(admin.Options{Backend: tb.Bridge}))

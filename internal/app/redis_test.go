@@ -16,6 +16,7 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/fault"
 	"github.com/delaybridge/delay-bridge/internal/testkit"
 	"github.com/delaybridge/delay-bridge/scheduler/store"
+	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -169,7 +170,7 @@ func TestNewRedisSentinelStoreSurvivesFailover(t *testing.T) {
 	for sh := 0; sh < 2; sh++ {
 		for _, id := range byShard[sh] {
 			st, _, _, err := shardStore.Get(ctx, id)
-			if err != nil || st != store.StateDelivered {
+			if err != nil || st != storeapi.StateDelivered {
 				t.Fatalf("%s (acked before the failover) is %q on the new primary (%v), want delivered", id, st, err)
 			}
 		}

@@ -8,18 +8,18 @@ import (
 
 	"github.com/delaybridge/delay-bridge/admin"
 	"github.com/delaybridge/delay-bridge/internal/series"
-	"github.com/delaybridge/delay-bridge/scheduler/store"
+	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
 // The console's charts (GET /v1/series): Options.Series is this instance's ring, fed by
 // the observer (series.Observe, wired by cmd/bridge). runSeries closes its intervals,
 // with the pending counts read from Redis, and writes each one to Redis for the cluster
-// view (store.PutSeries: bounded keys); Series answers from Redis (every instance's
+// view (storeapi.History, bounded keys in Redis); Series answers from Redis (every instance's
 // intervals, merged) or from the ring alone.
 
 // runSeries closes the ring's intervals until ctx ends; the returned channel closes
 // when it has stopped. Without a ring it is closed at once.
-func (b *Bridge) runSeries(ctx context.Context, shardStore *store.Store) <-chan struct{} {
+func (b *Bridge) runSeries(ctx context.Context, shardStore storeapi.Store) <-chan struct{} {
 	done := make(chan struct{})
 	if b.series == nil {
 		close(done)

@@ -36,6 +36,7 @@ var layers = []struct {
 	{0, "lua", "leaf: the Redis scripts, embedded"},
 	{0, "config", "leaf: loading and validating the configuration"},
 	{1, "internal/kafkaconn", "broker helper: Kafka dialer, TLS, SASL"},
+	{1, "scheduler/storeapi", "the shard store contract: the Store interface, its types and errors"},
 	{1, "internal/amqpconn", "broker helper: the AMQP connection manager"},
 	{1, "internal/amqpconn/tcpproxy", "test helper: a TCP proxy that can freeze"},
 	{1, "internal/series", "the console charts' ring: per-route samples of recent intervals, merging"},
@@ -183,4 +184,18 @@ func renderTable(pkgs []pkgInfo) string {
 		fmt.Fprintf(&b, "| %d | `%s` | %s | %s |\n", l, name, role, strings.Join(imps, ", "))
 	}
 	return b.String()
+}
+
+// TestStoreBehindItsContract: the Redis store is built in one place, the composition
+// root (internal/app); every other package works through the contract,
+// scheduler/storeapi. (Tests may build a Redis store: test imports are not listed.)
+func TestStoreBehindItsContract(t *testing.T) {
+	const redisStore, root = "scheduler/store", "internal/app"
+	for _, p := range listPackages(t) {
+		for _, imp := range p.imports {
+			if imp == redisStore && p.path != root {
+				t.Errorf("%s imports %s: depend on scheduler/storeapi (only %s builds the Redis store)", p.path, redisStore, root)
+			}
+		}
+	}
 }

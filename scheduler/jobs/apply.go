@@ -6,17 +6,17 @@ import (
 
 	"github.com/delaybridge/delay-bridge/internal/clock"
 
-	"github.com/delaybridge/delay-bridge/scheduler/store"
+	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
 // apply runs the job's operation on one page and counts the outcome.
-func (ex *execution) apply(ctx context.Context, q store.BrowseQuery, p pass, items []store.BrowseItem) error {
+func (ex *execution) apply(ctx context.Context, q storeapi.BrowseQuery, p pass, items []storeapi.BrowseItem) error {
 	if len(items) == 0 {
 		return nil
 	}
-	batch := make([]store.BatchItem, len(items))
+	batch := make([]storeapi.BatchItem, len(items))
 	for i, it := range items {
-		batch[i] = store.BatchItem{ID: it.Envelope.ID, Score: it.Score}
+		batch[i] = storeapi.BatchItem{ID: it.Envelope.ID, Score: it.Score}
 	}
 	if p.noop {
 		// Already due at the reschedule's target time: nothing to change.
@@ -25,32 +25,32 @@ func (ex *execution) apply(ctx context.Context, q store.BrowseQuery, p pass, ite
 		return nil
 	}
 	var (
-		res []store.BatchResult
-		ok  store.State // the Prior that means "changed"
+		res []storeapi.BatchResult
+		ok  storeapi.State // the Prior that means "changed"
 		err error
 	)
 	now := ex.now()
 	switch ex.job.Spec.Kind {
-	case store.JobCancel:
+	case storeapi.JobCancel:
 		res, err = ex.r.st.CancelBatch(ctx, batch, q, now)
-	case store.JobReschedule:
+	case storeapi.JobReschedule:
 		res, err = ex.r.st.RescheduleBatch(ctx, ex.rescheduleItems(batch))
-		ok = store.StatePending
-	case store.JobRequeueDead:
+		ok = storeapi.StatePending
+	case storeapi.JobRequeueDead:
 		res, err = ex.r.st.RequeueDeadBatch(ctx, batch, now)
-		ok = store.StateDead
-	case store.JobPurgeDead:
+		ok = storeapi.StateDead
+	case storeapi.JobPurgeDead:
 		var flags []bool
 		flags, err = ex.r.st.PurgeDeadBatch(ctx, batch)
-		res = make([]store.BatchResult, len(flags))
+		res = make([]storeapi.BatchResult, len(flags))
 		for i, f := range flags {
 			if f {
-				res[i].Prior = store.StateDead
+				res[i].Prior = storeapi.StateDead
 			}
 		}
-		ok = store.StateDead
+		ok = storeapi.StateDead
 	default:
-		return fmt.Errorf("job kind %q: %w", ex.job.Spec.Kind, store.ErrInvalid)
+		return fmt.Errorf("job kind %q: %w", ex.job.Spec.Kind, storeapi.ErrInvalid)
 	}
 	if err != nil {
 		return err
@@ -59,14 +59,14 @@ func (ex *execution) apply(ctx context.Context, q store.BrowseQuery, p pass, ite
 	return nil
 }
 
-func (ex *execution) rescheduleItems(batch []store.BatchItem) []store.RescheduleItem {
-	out := make([]store.RescheduleItem, len(batch))
+func (ex *execution) rescheduleItems(batch []storeapi.BatchItem) []storeapi.RescheduleItem {
+	out := make([]storeapi.RescheduleItem, len(batch))
 	for i, it := range batch {
 		due := ex.job.Spec.DueAt
 		if ex.job.Spec.ShiftMs != 0 {
 			due = max(0, it.Score+ex.job.Spec.ShiftMs)
 		}
-		out[i] = store.RescheduleItem{BatchItem: it, Due: due}
+		out[i] = storeapi.RescheduleItem{BatchItem: it, Due: due}
 	}
 	return out
 }
@@ -74,7 +74,7 @@ func (ex *execution) rescheduleItems(batch []store.BatchItem) []store.Reschedule
 // count adds a batch's results to the progress and tells the scheduler about in-flight
 // cancels and earlier due times. ok is the Prior that means "changed" ("" for cancel:
 // pending, inflight or dead).
-func (ex *execution) count(ctx context.Context, batch []store.BatchItem, res []store.BatchResult, ok store.State) {
+func (ex *execution) count(ctx context.Context, batch []storeapi.BatchItem, res []storeapi.BatchResult, ok storeapi.State) {
 	var inflight []string
 	minDue := map[int]int64{}
 	perRoute := map[string]int{}
@@ -83,7 +83,7 @@ func (ex *execution) count(ctx context.Context, batch []store.BatchItem, res []s
 		ex.prog.Matched++
 		changed := r.Prior == ok
 		if ok == "" {
-			changed = r.Prior == store.StatePending || r.Prior == store.StateInflight || r.Prior == store.StateDead
+			changed = r.Prior == storeapi.StatePending || r.Prior == storeapi.StateInflight || r.Prior == storeapi.StateDead
 		}
 		switch {
 		case r.Err != nil:
@@ -97,13 +97,13 @@ func (ex *execution) count(ctx context.Context, batch []store.BatchItem, res []s
 		ex.prog.Done++
 		perRoute[r.Route]++
 		switch ex.job.Spec.Kind {
-		case store.JobCancel:
-			if r.Prior == store.StateInflight {
+		case storeapi.JobCancel:
+			if r.Prior == storeapi.StateInflight {
 				inflight = append(inflight, batch[i].ID)
 			}
-		case store.JobReschedule, store.JobRequeueDead:
+		case storeapi.JobReschedule, storeapi.JobRequeueDead:
 			due := now
-			if ex.job.Spec.Kind == store.JobReschedule {
+			if ex.job.Spec.Kind == storeapi.JobReschedule {
 				due = ex.rescheduleItems(batch[i : i+1])[0].Due
 			}
 			sh := ex.r.st.ShardOf(batch[i].ID)
@@ -114,9 +114,9 @@ func (ex *execution) count(ctx context.Context, batch []store.BatchItem, res []s
 	}
 	for route, n := range perRoute {
 		switch ex.job.Spec.Kind {
-		case store.JobCancel:
+		case storeapi.JobCancel:
 			ex.r.opt.Observer.Cancelled(route, n)
-		case store.JobReschedule:
+		case storeapi.JobReschedule:
 			ex.r.opt.Observer.Rescheduled(route, n)
 		}
 	}
@@ -133,10 +133,10 @@ func (ex *execution) count(ctx context.Context, batch []store.BatchItem, res []s
 // (resumable from the cursor) up to DryRunMaxScan examined messages.
 func (ex *execution) dryRun(ctx context.Context) error {
 	f, spec := ex.job.Spec.Filter, ex.job.Spec
-	sample := func(items []store.BrowseItem) {
+	sample := func(items []storeapi.BrowseItem) {
 		for _, it := range items {
 			if len(ex.prog.Sample) < spec.Sample {
-				ex.prog.Sample = append(ex.prog.Sample, store.JobSample{ID: it.Envelope.ID, Route: it.Envelope.Route, Score: it.Score})
+				ex.prog.Sample = append(ex.prog.Sample, storeapi.JobSample{ID: it.Envelope.ID, Route: it.Envelope.Route, Score: it.Score})
 			}
 		}
 	}
@@ -160,7 +160,7 @@ func (ex *execution) dryRun(ctx context.Context) error {
 	for {
 		start := ex.r.opt.Clock.Now()
 		q := f.Query()
-		q.Limit, q.Cursor = store.BrowseMaxLimit, ex.cur.Page
+		q.Limit, q.Cursor = storeapi.BrowseMaxLimit, ex.cur.Page
 		page, err := ex.r.st.Browse(ctx, q)
 		if err != nil {
 			return err

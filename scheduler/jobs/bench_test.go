@@ -14,6 +14,7 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/testkit"
 	"github.com/delaybridge/delay-bridge/scheduler/store"
+	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
 // BenchmarkAt1M parks BENCH_PENDING (default 1,000,000) tiny envelopes over 64 shards
@@ -41,7 +42,7 @@ func BenchmarkAt1M(b *testing.B) {
 	benchPark(b, st, n)
 	b.Logf("parked %d messages over 64 shards in %s; used_memory %s", n, time.Since(start).Round(time.Second), redisMemory(rdb))
 
-	pager := func(q store.BrowseQuery) func(b *testing.B) {
+	pager := func(q storeapi.BrowseQuery) func(b *testing.B) {
 		return func(b *testing.B) {
 			cur := ""
 			measure(b, rdb, func() {
@@ -54,20 +55,20 @@ func BenchmarkAt1M(b *testing.B) {
 			})
 		}
 	}
-	b.Run("browse/pending/limit=100", pager(store.BrowseQuery{Limit: 100}))
-	b.Run("browse/pending/limit=1000", pager(store.BrowseQuery{Limit: 1000}))
-	b.Run("browse/route=b/limit=100", pager(store.BrowseQuery{Route: "b", Limit: 100}))
-	b.Run("browse/key-prefix-no-match/limit=100", pager(store.BrowseQuery{KeyPrefix: "zz", Limit: 100}))
-	b.Run("browse/inside-a-tie(a-tenth-due-at-one-instant)/limit=100", pager(store.BrowseQuery{From: benchTie, To: benchTie, Limit: 100}))
-	b.Run("browse/mid-range/limit=100", pager(store.BrowseQuery{From: benchT0 + 43_200_001, Limit: 100}))
+	b.Run("browse/pending/limit=100", pager(storeapi.BrowseQuery{Limit: 100}))
+	b.Run("browse/pending/limit=1000", pager(storeapi.BrowseQuery{Limit: 1000}))
+	b.Run("browse/route=b/limit=100", pager(storeapi.BrowseQuery{Route: "b", Limit: 100}))
+	b.Run("browse/key-prefix-no-match/limit=100", pager(storeapi.BrowseQuery{KeyPrefix: "zz", Limit: 100}))
+	b.Run("browse/inside-a-tie(a-tenth-due-at-one-instant)/limit=100", pager(storeapi.BrowseQuery{From: benchTie, To: benchTie, Limit: 100}))
+	b.Run("browse/mid-range/limit=100", pager(storeapi.BrowseQuery{From: benchT0 + 43_200_001, Limit: 100}))
 
 	// Dry runs and a job take seconds each: run once, logged.
 	for _, c := range []struct {
 		name string
-		f    store.JobFilter
+		f    storeapi.JobFilter
 	}{
-		{"dry run, all pending (ZCOUNT per shard)", store.JobFilter{State: store.StatePending}},
-		{"dry run, route=b (browse every page)", store.JobFilter{State: store.StatePending, Route: "b"}},
+		{"dry run, all pending (ZCOUNT per shard)", storeapi.JobFilter{State: storeapi.StatePending}},
+		{"dry run, route=b (browse every page)", storeapi.JobFilter{State: storeapi.StatePending, Route: "b"}},
 	} {
 		var p Preview
 		took, redisTook := once(b, rdb, func() {
@@ -87,8 +88,8 @@ func BenchmarkAt1M(b *testing.B) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = r.Run(rctx) }()
 	defer func() { stop(); <-done }()
-	job := func(name string, spec store.JobSpec) {
-		var j store.Job
+	job := func(name string, spec storeapi.JobSpec) {
+		var j storeapi.Job
 		took, redisTook := once(b, rdb, func() {
 			var err error
 			if j, err = st.CreateJob(ctx, spec, time.Now().UnixMilli()); err != nil {
@@ -96,7 +97,7 @@ func BenchmarkAt1M(b *testing.B) {
 			}
 			r.Kick()
 			for {
-				if j, _ = st.GetJob(ctx, j.ID, time.Now().UnixMilli()); j.State == store.JobDone || j.State == store.JobFailed {
+				if j, _ = st.GetJob(ctx, j.ID, time.Now().UnixMilli()); j.State == storeapi.JobDone || j.State == storeapi.JobFailed {
 					break
 				}
 				time.Sleep(5 * time.Millisecond)
@@ -106,12 +107,12 @@ func BenchmarkAt1M(b *testing.B) {
 			name, j.State, j.Progress.Matched, j.Progress.Done, j.Progress.Skipped, j.Progress.Failed, took,
 			float64(j.Progress.Done)/took.Seconds(), redisTook)
 	}
-	job("reschedule +1h over [t0, t0+2.4h]", store.JobSpec{Kind: store.JobReschedule, ShiftMs: 3_600_000,
-		Filter: store.JobFilter{From: benchT0, To: to}})
+	job("reschedule +1h over [t0, t0+2.4h]", storeapi.JobSpec{Kind: storeapi.JobReschedule, ShiftMs: 3_600_000,
+		Filter: storeapi.JobFilter{From: benchT0, To: to}})
 	// A shift far smaller than the gaps between due times (about 86 ms here): one
 	// window per message.
-	job("reschedule +1ms over [t0+12h, t0+12h15m] (sparse)", store.JobSpec{Kind: store.JobReschedule, ShiftMs: 1,
-		Filter: store.JobFilter{From: benchTie + 1, To: benchTie + 900_000}})
+	job("reschedule +1ms over [t0+12h, t0+12h15m] (sparse)", storeapi.JobSpec{Kind: storeapi.JobReschedule, ShiftMs: 1,
+		Filter: storeapi.JobFilter{From: benchTie + 1, To: benchTie + 900_000}})
 }
 
 // once runs f and returns its wall time and Redis's own time meanwhile.
@@ -130,7 +131,7 @@ const (
 
 // benchPark parks n messages over three routes, due over one day, every tenth at
 // benchTie, in pipelined batches.
-func benchPark(b *testing.B, st *store.Store, n int) {
+func benchPark(b *testing.B, st storeapi.Store, n int) {
 	envs := make([]*envelope.Envelope, 0, 5000)
 	for i := range n {
 		due := benchT0 + int64(i)*7919%86_400_000

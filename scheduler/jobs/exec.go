@@ -10,7 +10,7 @@ import (
 
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/fault"
-	"github.com/delaybridge/delay-bridge/scheduler/store"
+	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
 // cursor is where a job is, stored (as JSON) in the job record after every batch.
@@ -34,8 +34,8 @@ type pass struct {
 
 type execution struct {
 	r    *Runner
-	job  store.Job
-	prog store.JobProgress
+	job  storeapi.Job
+	prog storeapi.JobProgress
 	cur  cursor
 }
 
@@ -51,7 +51,7 @@ func (ex *execution) run(ctx context.Context) error {
 		return ex.dryRun(ctx)
 	}
 	passes := ex.passes()
-	bo := clock.NewBackoff(ex.r.opt.Clock, clock.BackoffPolicy{Initial: 100 * time.Millisecond, Max: store.JobHeartbeat})
+	bo := clock.NewBackoff(ex.r.opt.Clock, clock.BackoffPolicy{Initial: 100 * time.Millisecond, Max: storeapi.JobHeartbeat})
 	for {
 		// The heartbeat before each batch is also where a cancel by an operator, or
 		// a take-over by another instance, is noticed: at most the batch under way
@@ -68,7 +68,7 @@ func (ex *execution) run(ctx context.Context) error {
 		switch {
 		case err == nil:
 			bo.Reset()
-		case errors.Is(err, store.ErrJobLost), !fault.IsTransient(err) || ctx.Err() != nil:
+		case errors.Is(err, storeapi.ErrJobLost), !fault.IsTransient(err) || ctx.Err() != nil:
 			return err
 		default:
 			ex.r.opt.Log.Debug("bulk job step failed, retrying", "job", ex.job.ID, "err", err)
@@ -102,9 +102,9 @@ func (ex *execution) save(ctx context.Context, more bool) error {
 		return fmt.Errorf("encode cursor: %w", err)
 	}
 	ex.prog.Cursor = string(raw)
-	final := store.JobState("")
+	final := storeapi.JobState("")
 	if !more {
-		final = store.JobDone
+		final = storeapi.JobDone
 	}
 	return ex.r.st.SaveJob(ctx, ex.job.ID, ex.r.opt.Instance, ex.prog, final, ex.now())
 }
@@ -119,7 +119,7 @@ func (ex *execution) passes() []pass {
 		hi = math.MaxInt64
 	}
 	t := ex.job.Spec.DueAt
-	if ex.job.Spec.Kind != store.JobReschedule || t == 0 {
+	if ex.job.Spec.Kind != storeapi.JobReschedule || t == 0 {
 		return []pass{{lo: lo, hi: hi}}
 	}
 	var out []pass
@@ -134,7 +134,7 @@ func (ex *execution) passes() []pass {
 
 // query returns the browse query of the next batch, opening the next shift window when
 // needed; ok is false when every pass is done.
-func (ex *execution) query(ctx context.Context, passes []pass) (store.BrowseQuery, pass, bool, error) {
+func (ex *execution) query(ctx context.Context, passes []pass) (storeapi.BrowseQuery, pass, bool, error) {
 	shift := ex.job.Spec.ShiftMs
 	for ex.cur.Pass < len(passes) {
 		p := passes[ex.cur.Pass]
@@ -163,7 +163,7 @@ func (ex *execution) query(ctx context.Context, passes []pass) (store.BrowseQuer
 		q.From, q.To = ex.cur.Lo, ex.cur.Hi
 		return q, p, true, nil
 	}
-	return store.BrowseQuery{}, pass{}, false, nil
+	return storeapi.BrowseQuery{}, pass{}, false, nil
 }
 
 // openWindow opens the next window of a shift: moving later, windows go from the

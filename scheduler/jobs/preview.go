@@ -3,7 +3,7 @@ package jobs
 import (
 	"context"
 
-	"github.com/delaybridge/delay-bridge/scheduler/store"
+	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
 // Preview is what a dry run finds: how many messages a filter selects now, whether that
@@ -13,15 +13,15 @@ type Preview struct {
 	// Exact is false when the count stopped at its scan budget: Matched is then a lower
 	// bound.
 	Exact  bool
-	Sample []store.BrowseItem
+	Sample []storeapi.BrowseItem
 }
 
 // PreviewFilter counts what f selects and returns the first sample matches, changing
 // nothing, within ctx (an HTTP request's deadline). A filter on state and range alone
 // is counted exactly by one ZCOUNT per shard; any other is counted by browsing pages
-// (each bounded, see store.Browse) until maxScan messages were examined (<= 0: no
+// (each bounded, see storeapi.Browser.Browse) until maxScan messages were examined (<= 0: no
 // budget but ctx).
-func PreviewFilter(ctx context.Context, st *store.Store, f store.JobFilter, sample, maxScan int) (Preview, error) {
+func PreviewFilter(ctx context.Context, st storeapi.Store, f storeapi.JobFilter, sample, maxScan int) (Preview, error) {
 	var out Preview
 	q := f.Query()
 	if f.RangeOnly() {
@@ -40,7 +40,7 @@ func PreviewFilter(ctx context.Context, st *store.Store, f store.JobFilter, samp
 		}
 		return out, nil
 	}
-	q.Limit = store.BrowseMaxLimit
+	q.Limit = storeapi.BrowseMaxLimit
 	scanned := 0
 	for {
 		page, err := st.Browse(ctx, q)

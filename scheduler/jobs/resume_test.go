@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/delaybridge/delay-bridge/internal/clock"
-	"github.com/delaybridge/delay-bridge/scheduler/store"
+	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
 // TestStoppedJobIsAbandonedThenResumedOnce: a runner on a fake clock does one batch of
@@ -20,7 +20,7 @@ func TestStoppedJobIsAbandonedThenResumedOnce(t *testing.T) {
 	msgs := park(t, s, 3000, abRoute, func(i int) int64 { return t0 + int64(i%40) })
 	clk := clock.NewFake(time.UnixMilli(t0 - 3_600_000))
 	ctx := context.Background()
-	j, err := s.CreateJob(ctx, store.JobSpec{Kind: store.JobReschedule, ShiftMs: 25}, clock.NowMs(clk))
+	j, err := s.CreateJob(ctx, storeapi.JobSpec{Kind: storeapi.JobReschedule, ShiftMs: 25}, clock.NowMs(clk))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +29,7 @@ func TestStoppedJobIsAbandonedThenResumedOnce(t *testing.T) {
 	ctx1, stop1 := context.WithCancel(ctx)
 	done1 := make(chan struct{})
 	go func() { defer close(done1); _ = r1.Run(ctx1) }()
-	var mid store.Job
+	var mid storeapi.Job
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		mid, err = s.GetJob(ctx, j.ID, clock.NowMs(clk))
 		if err != nil {
@@ -44,11 +44,11 @@ func TestStoppedJobIsAbandonedThenResumedOnce(t *testing.T) {
 	}
 	stop1()
 	<-done1
-	if mid.State != store.JobRunning || mid.Instance != "r1" || mid.Progress.Done >= 3000 {
+	if mid.State != storeapi.JobRunning || mid.Instance != "r1" || mid.Progress.Done >= 3000 {
 		t.Fatalf("after one batch: %+v", mid)
 	}
-	clk.Advance(store.JobStaleAfter + time.Second)
-	if got, _ := s.GetJob(ctx, j.ID, clock.NowMs(clk)); got.State != store.JobAbandoned {
+	clk.Advance(storeapi.JobStaleAfter + time.Second)
+	if got, _ := s.GetJob(ctx, j.ID, clock.NowMs(clk)); got.State != storeapi.JobAbandoned {
 		t.Fatalf("a job whose runner stopped reads %q, want abandoned", got.State)
 	}
 
@@ -57,10 +57,10 @@ func TestStoppedJobIsAbandonedThenResumedOnce(t *testing.T) {
 	done2 := make(chan struct{})
 	go func() { defer close(done2); _ = r2.Run(ctx2) }()
 	defer func() { stop2(); <-done2 }()
-	var end store.Job
+	var end storeapi.Job
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		end, _ = s.GetJob(ctx, j.ID, clock.NowMs(clk))
-		if end.State == store.JobDone {
+		if end.State == storeapi.JobDone {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -84,20 +84,20 @@ func TestCancelledJobStops(t *testing.T) {
 	park(t, s, 2000, abRoute, func(i int) int64 { return t0 + int64(i) })
 	clk := clock.NewFake(time.UnixMilli(t0 - 3_600_000))
 	ctx := context.Background()
-	j, _ := s.CreateJob(ctx, store.JobSpec{Kind: store.JobCancel}, clock.NowMs(clk))
+	j, _ := s.CreateJob(ctx, storeapi.JobSpec{Kind: storeapi.JobCancel}, clock.NowMs(clk))
 	r := New(s, Options{Instance: "r1", Clock: clk, Batch: 100, Pause: time.Second, Poll: time.Hour})
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = r.Run(rctx) }()
 	defer func() { stop(); <-done }()
-	var mid store.Job
+	var mid storeapi.Job
 	for deadline := time.Now().Add(30 * time.Second); mid.Progress.Done == 0; time.Sleep(5 * time.Millisecond) {
 		mid, _ = s.GetJob(ctx, j.ID, clock.NowMs(clk))
 		if time.Now().After(deadline) {
 			t.Fatalf("no batch: %+v", mid)
 		}
 	}
-	if prior, err := s.CancelJob(ctx, j.ID, clock.NowMs(clk)); prior != store.JobRunning || err != nil {
+	if prior, err := s.CancelJob(ctx, j.ID, clock.NowMs(clk)); prior != storeapi.JobRunning || err != nil {
 		t.Fatalf("CancelJob = %q, %v", prior, err)
 	}
 	for clk.Timers() == 0 {
@@ -116,11 +116,11 @@ func TestCancelledJobStops(t *testing.T) {
 		}
 	}
 	end, _ := s.GetJob(ctx, j.ID, clock.NowMs(clk))
-	left, _ := s.CountRange(ctx, store.StatePending, 0, 0)
-	if end.State != store.JobCancelled || end.Progress.Done != mid.Progress.Done || left != 2000-mid.Progress.Done {
+	left, _ := s.CountRange(ctx, storeapi.StatePending, 0, 0)
+	if end.State != storeapi.JobCancelled || end.Progress.Done != mid.Progress.Done || left != 2000-mid.Progress.Done {
 		t.Fatalf("cancelled job %+v, %d pending; want it stopped after %d", end, left, mid.Progress.Done)
 	}
-	if err := s.SaveJob(ctx, j.ID, "r1", end.Progress, "", clock.NowMs(clk)); !errors.Is(err, store.ErrJobLost) {
+	if err := s.SaveJob(ctx, j.ID, "r1", end.Progress, "", clock.NowMs(clk)); !errors.Is(err, storeapi.ErrJobLost) {
 		t.Fatalf("save after cancel = %v", err)
 	}
 }
@@ -136,7 +136,7 @@ func TestCrashAfterApplyBeforeSave(t *testing.T) {
 		msgs := park(t, s, 1500, abRoute, func(i int) int64 { return t0 + int64(i%100) })
 		clk := clock.NewFake(time.UnixMilli(t0 - 3_600_000))
 		ctx := context.Background()
-		j, _ := s.CreateJob(ctx, store.JobSpec{Kind: store.JobReschedule, ShiftMs: shift}, clock.NowMs(clk))
+		j, _ := s.CreateJob(ctx, storeapi.JobSpec{Kind: storeapi.JobReschedule, ShiftMs: shift}, clock.NowMs(clk))
 		j, ok, err := s.ClaimJob(ctx, j.ID, "r1", clock.NowMs(clk))
 		if !ok || err != nil {
 			t.Fatalf("claim: %v %v", ok, err)
@@ -149,13 +149,13 @@ func TestCrashAfterApplyBeforeSave(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		clk.Advance(store.JobStaleAfter + time.Second)
+		clk.Advance(storeapi.JobStaleAfter + time.Second)
 		r2 := New(s, Options{Instance: "r2", Clock: clk, Batch: 100, Pause: -1, Poll: time.Hour})
 		rctx, stop := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() { defer close(done); _ = r2.Run(rctx) }()
 		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-			if end, _ := s.GetJob(ctx, j.ID, clock.NowMs(clk)); end.State == store.JobDone {
+			if end, _ := s.GetJob(ctx, j.ID, clock.NowMs(clk)); end.State == storeapi.JobDone {
 				break
 			}
 			if time.Now().After(deadline) {

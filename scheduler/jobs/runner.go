@@ -17,7 +17,7 @@
 //
 // Goroutines: Run (the poll loop) and one per running job; all stop when Run's context
 // ends, and Run returns after they have. A job stopped that way stays "running" in
-// Redis, reads "abandoned" after store.JobStaleAfter and is resumed by the next runner
+// Redis, reads "abandoned" after storeapi.JobStaleAfter and is resumed by the next runner
 // that polls.
 package jobs
 
@@ -30,7 +30,7 @@ import (
 
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/observe"
-	"github.com/delaybridge/delay-bridge/scheduler/store"
+	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
 // Options configure a Runner. Zero values take the defaults.
@@ -39,7 +39,7 @@ type Options struct {
 	Clock    clock.Clock // default the real clock
 	Log      *slog.Logger
 	// Batch is the number of messages per step (a browse page); default 500, at most
-	// store.BrowseMaxLimit.
+	// storeapi.BrowseMaxLimit.
 	Batch int
 	// Pause is the least wait between batches; default 20 ms. The wait is at least as
 	// long as the batch took, so a job keeps Redis busy at most about half the time.
@@ -67,7 +67,7 @@ type Options struct {
 
 // Runner claims and runs jobs. Create it with New and run it with Run.
 type Runner struct {
-	st   *store.Store
+	st   storeapi.Store
 	opt  Options
 	kick chan struct{}
 
@@ -76,7 +76,7 @@ type Runner struct {
 }
 
 // New returns a Runner over st.
-func New(st *store.Store, opt Options) *Runner {
+func New(st storeapi.Store, opt Options) *Runner {
 	if opt.Clock == nil {
 		opt.Clock = clock.Real{}
 	}
@@ -89,7 +89,7 @@ func New(st *store.Store, opt Options) *Runner {
 	if opt.Batch <= 0 {
 		opt.Batch = 500
 	}
-	opt.Batch = min(opt.Batch, store.BrowseMaxLimit)
+	opt.Batch = min(opt.Batch, storeapi.BrowseMaxLimit)
 	if opt.Pause == 0 {
 		opt.Pause = 20 * time.Millisecond
 	}
@@ -182,7 +182,7 @@ func (r *Runner) poll(ctx context.Context, wg *sync.WaitGroup) {
 }
 
 // runJob runs one claimed job to its end, or until ctx ends or the job is lost.
-func (r *Runner) runJob(ctx context.Context, job store.Job) {
+func (r *Runner) runJob(ctx context.Context, job storeapi.Job) {
 	ex := &execution{r: r, job: job, prog: job.Progress}
 	err := ex.run(ctx)
 	switch {
@@ -191,12 +191,12 @@ func (r *Runner) runJob(ctx context.Context, job store.Job) {
 			"matched", ex.prog.Matched, "done", ex.prog.Done, "skipped", ex.prog.Skipped, "failed", ex.prog.Failed)
 	case ctx.Err() != nil:
 		// Stopping: the job stays running in Redis and is resumed after JobStaleAfter.
-	case errors.Is(err, store.ErrJobLost):
+	case errors.Is(err, storeapi.ErrJobLost):
 		r.opt.Log.Info("bulk job stopped: cancelled, or taken over by another instance", "job", job.ID, "err", err)
 	default:
 		r.opt.Log.Warn("bulk job failed", "job", job.ID, "kind", job.Spec.Kind, "err", err)
 		ex.prog.LastError = err.Error()
-		if serr := r.st.SaveJob(ctx, job.ID, r.opt.Instance, ex.prog, store.JobFailed, clock.NowMs(r.opt.Clock)); serr != nil {
+		if serr := r.st.SaveJob(ctx, job.ID, r.opt.Instance, ex.prog, storeapi.JobFailed, clock.NowMs(r.opt.Clock)); serr != nil {
 			r.opt.Log.Warn("record a failed bulk job", "job", job.ID, "err", serr)
 		}
 	}

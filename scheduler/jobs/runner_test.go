@@ -13,13 +13,14 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/testkit"
 	"github.com/delaybridge/delay-bridge/scheduler/store"
+	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 const t0 = int64(1_900_000_000_000) // far in the future of the real clock: nothing fires
 
-func newStore(t *testing.T, shards int) *store.Store {
+func newStore(t *testing.T, shards int) storeapi.Store {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -31,7 +32,7 @@ func newStore(t *testing.T, shards int) *store.Store {
 }
 
 // park parks n messages m-<i> on route route(i) due at due(i).
-func park(t *testing.T, s *store.Store, n int, route func(int) string, due func(int) int64) map[string]*envelope.Envelope {
+func park(t *testing.T, s storeapi.Store, n int, route func(int) string, due func(int) int64) map[string]*envelope.Envelope {
 	t.Helper()
 	out := make(map[string]*envelope.Envelope, n)
 	var envs []*envelope.Envelope
@@ -57,7 +58,7 @@ func park(t *testing.T, s *store.Store, n int, route func(int) string, due func(
 }
 
 // runner starts a Runner until the test ends.
-func runner(t *testing.T, s *store.Store, opt Options) *Runner {
+func runner(t *testing.T, s storeapi.Store, opt Options) *Runner {
 	t.Helper()
 	if opt.Instance == "" {
 		opt.Instance = "r1"
@@ -77,7 +78,7 @@ func runner(t *testing.T, s *store.Store, opt Options) *Runner {
 }
 
 // create records a job, failing the test on error.
-func create(t *testing.T, s *store.Store, spec store.JobSpec) store.Job {
+func create(t *testing.T, s storeapi.Store, spec storeapi.JobSpec) storeapi.Job {
 	t.Helper()
 	j, err := s.CreateJob(context.Background(), spec, time.Now().UnixMilli())
 	if err != nil {
@@ -87,7 +88,7 @@ func create(t *testing.T, s *store.Store, spec store.JobSpec) store.Job {
 }
 
 // wait polls the job until it ends (or reads want), failing after a generous deadline.
-func wait(t *testing.T, s *store.Store, id string, want store.JobState) store.Job {
+func wait(t *testing.T, s storeapi.Store, id string, want storeapi.JobState) storeapi.Job {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -98,7 +99,7 @@ func wait(t *testing.T, s *store.Store, id string, want store.JobState) store.Jo
 		switch j.State {
 		case want:
 			return j
-		case store.JobDone, store.JobFailed, store.JobCancelled:
+		case storeapi.JobDone, storeapi.JobFailed, storeapi.JobCancelled:
 			t.Fatalf("job %s ended %s, want %s: %+v", id, j.State, want, j.Progress)
 		}
 		if time.Now().After(deadline) {
@@ -108,7 +109,7 @@ func wait(t *testing.T, s *store.Store, id string, want store.JobState) store.Jo
 	}
 }
 
-func state(t *testing.T, s *store.Store, id string) (store.State, int64) {
+func state(t *testing.T, s storeapi.Store, id string) (storeapi.State, int64) {
 	t.Helper()
 	st, score, _, err := s.Get(context.Background(), id)
 	if err != nil {
@@ -123,15 +124,15 @@ func TestCancelByRouteLeavesOtherRoutes(t *testing.T) {
 	s := newStore(t, 8)
 	msgs := park(t, s, 3000, abRoute, func(i int) int64 { return t0 + int64(i%100) })
 	r := runner(t, s, Options{Batch: 128})
-	j := create(t, s, store.JobSpec{Kind: store.JobCancel, Filter: store.JobFilter{Route: "a"}})
+	j := create(t, s, storeapi.JobSpec{Kind: storeapi.JobCancel, Filter: storeapi.JobFilter{Route: "a"}})
 	r.Kick()
-	j = wait(t, s, j.ID, store.JobDone)
+	j = wait(t, s, j.ID, storeapi.JobDone)
 	if p := j.Progress; p.Matched != 1500 || p.Done != 1500 || p.Skipped != 0 || p.Failed != 0 {
 		t.Fatalf("progress %+v, want 1500 matched and cancelled", p)
 	}
 	for id, e := range msgs {
 		st, _ := state(t, s, id)
-		if want := map[string]store.State{"a": store.StateCancelled, "b": store.StatePending}[e.Route]; st != want {
+		if want := map[string]storeapi.State{"a": storeapi.StateCancelled, "b": storeapi.StatePending}[e.Route]; st != want {
 			t.Fatalf("%s of route %s is %s, want %s", id, e.Route, st, want)
 		}
 	}
@@ -157,9 +158,9 @@ func TestCancelInflightBroadcasts(t *testing.T) {
 		told = append(told, ids...)
 		mu.Unlock()
 	}})
-	j := create(t, s, store.JobSpec{Kind: store.JobCancel, Filter: store.JobFilter{State: store.StateInflight}})
+	j := create(t, s, storeapi.JobSpec{Kind: storeapi.JobCancel, Filter: storeapi.JobFilter{State: storeapi.StateInflight}})
 	r.Kick()
-	j = wait(t, s, j.ID, store.JobDone)
+	j = wait(t, s, j.ID, storeapi.JobDone)
 	want := make([]string, len(claimed))
 	for i, e := range claimed {
 		want[i] = e.ID
@@ -171,7 +172,7 @@ func TestCancelInflightBroadcasts(t *testing.T) {
 	if !slices.Equal(told, want) || j.Progress.Done != int64(len(want)) {
 		t.Fatalf("told %d in-flight cancels, done %d; want the %d claimed", len(told), j.Progress.Done, len(want))
 	}
-	if n, _ := s.CountRange(ctx, store.StatePending, 0, 0); n != int64(300-len(claimed)) {
+	if n, _ := s.CountRange(ctx, storeapi.StatePending, 0, 0); n != int64(300-len(claimed)) {
 		t.Fatalf("%d pending left, want %d (an inflight cancel touches pending messages)", n, 300-len(claimed))
 	}
 }
@@ -179,13 +180,13 @@ func TestCancelInflightBroadcasts(t *testing.T) {
 func TestRescheduleMovesDueTimesExactly(t *testing.T) {
 	cases := []struct {
 		name  string
-		spec  store.JobSpec
+		spec  storeapi.JobSpec
 		moved func(old int64) int64
 	}{
-		{"shift later", store.JobSpec{ShiftMs: 7}, func(old int64) int64 { return old + 7 }},
-		{"shift earlier", store.JobSpec{ShiftMs: -5}, func(old int64) int64 { return old - 5 }},
-		{"shift later by a lot", store.JobSpec{ShiftMs: 3_600_000}, func(old int64) int64 { return old + 3_600_000 }},
-		{"to a time inside the range", store.JobSpec{DueAt: t0 + 20}, func(int64) int64 { return t0 + 20 }},
+		{"shift later", storeapi.JobSpec{ShiftMs: 7}, func(old int64) int64 { return old + 7 }},
+		{"shift earlier", storeapi.JobSpec{ShiftMs: -5}, func(old int64) int64 { return old - 5 }},
+		{"shift later by a lot", storeapi.JobSpec{ShiftMs: 3_600_000}, func(old int64) int64 { return old + 3_600_000 }},
+		{"to a time inside the range", storeapi.JobSpec{DueAt: t0 + 20}, func(int64) int64 { return t0 + 20 }},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -194,10 +195,10 @@ func TestRescheduleMovesDueTimesExactly(t *testing.T) {
 			msgs := park(t, s, 2000, abRoute, func(i int) int64 { return t0 + int64(i%50) })
 			r := runner(t, s, Options{Batch: 97})
 			spec := c.spec
-			spec.Kind, spec.Filter = store.JobReschedule, store.JobFilter{Route: "b"}
+			spec.Kind, spec.Filter = storeapi.JobReschedule, storeapi.JobFilter{Route: "b"}
 			j := create(t, s, spec)
 			r.Kick()
-			j = wait(t, s, j.ID, store.JobDone)
+			j = wait(t, s, j.ID, storeapi.JobDone)
 			if p := j.Progress; p.Matched != 1000 || p.Done != 1000 || p.Skipped+p.Failed != 0 {
 				t.Fatalf("progress %+v, want 1000 matched and moved", p)
 			}
@@ -233,14 +234,14 @@ func TestRequeueAndPurgeDead(t *testing.T) {
 		woken += len(minDue)
 		mu.Unlock()
 	}})
-	j := create(t, s, store.JobSpec{Kind: store.JobRequeueDead, Filter: store.JobFilter{Route: "a"}})
+	j := create(t, s, storeapi.JobSpec{Kind: storeapi.JobRequeueDead, Filter: storeapi.JobFilter{Route: "a"}})
 	r.Kick()
-	if j = wait(t, s, j.ID, store.JobDone); j.Progress.Done != 300 {
+	if j = wait(t, s, j.ID, storeapi.JobDone); j.Progress.Done != 300 {
 		t.Fatalf("requeue progress %+v", j.Progress)
 	}
-	p := create(t, s, store.JobSpec{Kind: store.JobPurgeDead})
+	p := create(t, s, storeapi.JobSpec{Kind: storeapi.JobPurgeDead})
 	r.Kick()
-	if p = wait(t, s, p.ID, store.JobDone); p.Progress.Done != 300 || p.Progress.Matched != 300 {
+	if p = wait(t, s, p.ID, storeapi.JobDone); p.Progress.Done != 300 || p.Progress.Matched != 300 {
 		t.Fatalf("purge progress %+v", p.Progress)
 	}
 	for _, e := range dead {
@@ -248,10 +249,10 @@ func TestRequeueAndPurgeDead(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Get: %v", err)
 		}
-		if e.Route == "a" && (st != store.StatePending || got.Attempt != 0 || got.Reason != "") {
+		if e.Route == "a" && (st != storeapi.StatePending || got.Attempt != 0 || got.Reason != "") {
 			t.Fatalf("%s: %s %+v, want requeued with attempts reset", e.ID, st, got)
 		}
-		if e.Route == "b" && st != store.StateUnknown {
+		if e.Route == "b" && st != storeapi.StateUnknown {
 			t.Fatalf("%s: %s, want purged", e.ID, st)
 		}
 	}
@@ -276,16 +277,16 @@ func TestDryRunChangesNothing(t *testing.T) {
 		return n
 	}
 	cases := []struct {
-		filter store.JobFilter
+		filter storeapi.JobFilter
 		keep   func(*envelope.Envelope) bool
 	}{
-		{store.JobFilter{From: t0 + 100, To: t0 + 199}, func(e *envelope.Envelope) bool { return e.DueAt >= t0+100 && e.DueAt <= t0+199 }},
-		{store.JobFilter{Route: "a", KeyPrefix: "k3"}, func(e *envelope.Envelope) bool { return e.Route == "a" && string(e.Key) == "k3" }},
+		{storeapi.JobFilter{From: t0 + 100, To: t0 + 199}, func(e *envelope.Envelope) bool { return e.DueAt >= t0+100 && e.DueAt <= t0+199 }},
+		{storeapi.JobFilter{Route: "a", KeyPrefix: "k3"}, func(e *envelope.Envelope) bool { return e.Route == "a" && string(e.Key) == "k3" }},
 	}
 	for _, c := range cases {
-		j := create(t, s, store.JobSpec{Kind: store.JobCancel, DryRun: true, Filter: c.filter, Sample: 5})
+		j := create(t, s, storeapi.JobSpec{Kind: storeapi.JobCancel, DryRun: true, Filter: c.filter, Sample: 5})
 		r.Kick()
-		j = wait(t, s, j.ID, store.JobDone)
+		j = wait(t, s, j.ID, storeapi.JobDone)
 		if want := count(c.keep); j.Progress.Matched != want || !j.Progress.Exact || j.Progress.Done != 0 {
 			t.Fatalf("dry run %+v: %+v, want exactly %d matched, none done", c.filter, j.Progress, want)
 		}
@@ -299,7 +300,7 @@ func TestDryRunChangesNothing(t *testing.T) {
 		}
 	}
 	for id, e := range msgs {
-		if st, due := state(t, s, id); st != store.StatePending || due != e.DueAt {
+		if st, due := state(t, s, id); st != storeapi.StatePending || due != e.DueAt {
 			t.Fatalf("%s is %s at %d after dry runs", id, st, due)
 		}
 	}
@@ -310,9 +311,9 @@ func TestDryRunBudget(t *testing.T) {
 	s := newStore(t, 4)
 	park(t, s, 5000, abRoute, func(i int) int64 { return t0 + int64(i) })
 	r := runner(t, s, Options{DryRunMaxScan: 2500})
-	j := create(t, s, store.JobSpec{Kind: store.JobCancel, DryRun: true, Filter: store.JobFilter{Route: "b"}})
+	j := create(t, s, storeapi.JobSpec{Kind: storeapi.JobCancel, DryRun: true, Filter: storeapi.JobFilter{Route: "b"}})
 	r.Kick()
-	j = wait(t, s, j.ID, store.JobDone)
+	j = wait(t, s, j.ID, storeapi.JobDone)
 	if p := j.Progress; p.Exact || p.Matched < 1000 || p.Matched >= 2500 {
 		t.Fatalf("budgeted dry run %+v, want an inexact lower bound of the 2500", p)
 	}
@@ -325,15 +326,15 @@ func TestPreviewFilter(t *testing.T) {
 	s := newStore(t, 8)
 	park(t, s, 4000, abRoute, func(i int) int64 { return t0 + int64(i) })
 	ctx := context.Background()
-	p, err := PreviewFilter(ctx, s, store.JobFilter{State: store.StatePending, From: t0 + 1000, To: t0 + 2999}, 3, 0)
+	p, err := PreviewFilter(ctx, s, storeapi.JobFilter{State: storeapi.StatePending, From: t0 + 1000, To: t0 + 2999}, 3, 0)
 	if err != nil || p.Matched != 2000 || !p.Exact || len(p.Sample) != 3 || p.Sample[0].Envelope.ID != "m-001000" {
 		t.Fatalf("range preview %+v, %v", p, err)
 	}
-	p, err = PreviewFilter(ctx, s, store.JobFilter{State: store.StatePending, Route: "b"}, 2, 0)
+	p, err = PreviewFilter(ctx, s, storeapi.JobFilter{State: storeapi.StatePending, Route: "b"}, 2, 0)
 	if err != nil || p.Matched != 2000 || !p.Exact || len(p.Sample) != 2 || p.Sample[0].Envelope.ID != "m-000001" {
 		t.Fatalf("route preview %+v, %v", p, err)
 	}
-	p, err = PreviewFilter(ctx, s, store.JobFilter{State: store.StatePending, Route: "b"}, 2, 1500)
+	p, err = PreviewFilter(ctx, s, storeapi.JobFilter{State: storeapi.StatePending, Route: "b"}, 2, 1500)
 	if err != nil || p.Exact || p.Matched == 0 || p.Matched >= 2000 {
 		t.Fatalf("budgeted route preview %+v, %v; want an inexact lower bound", p, err)
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/testkit"
 	"github.com/delaybridge/delay-bridge/scheduler"
 	"github.com/delaybridge/delay-bridge/scheduler/store"
+	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
 // startWithSink runs a scheduler and dispatcher for route "r" over sink, observed by a
@@ -164,7 +165,7 @@ func TestUnknownOutcomeIsNotResentBeforeTheLease(t *testing.T) {
 	waitFor(t, "the first attempt", 10*time.Second, func() bool { return calls.Load() >= 1 })
 	first := time.Now()
 	st, _, _, err := h.shardStore.Get(context.Background(), "m-0")
-	if err != nil || st != store.StateInflight {
+	if err != nil || st != storeapi.StateInflight {
 		t.Fatalf("after an unknown outcome: state %q, err %v; want inflight", st, err)
 	}
 	waitFor(t, "the message re-published", 30*time.Second, func() bool { return len(sink.snapshot()) == 1 })

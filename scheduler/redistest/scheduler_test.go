@@ -16,6 +16,7 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/testkit"
 	"github.com/delaybridge/delay-bridge/scheduler"
 	"github.com/delaybridge/delay-bridge/scheduler/store"
+	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
 // recordingSink is an egress.Sink that keeps what it was asked to publish; failFor
@@ -60,7 +61,7 @@ func (s *recordingSink) snapshot() []published {
 }
 
 type harness struct {
-	shardStore *store.Store
+	shardStore storeapi.Store
 	sched      *scheduler.Scheduler
 	sink       *recordingSink
 	stop       func()
@@ -115,7 +116,7 @@ func startSchedulerOwned(t *testing.T, r *testkit.Redis, instance string, sink *
 	return h
 }
 
-func parkN(t *testing.T, shardStore *store.Store, n int, due func(i int) int64) {
+func parkN(t *testing.T, shardStore storeapi.Store, n int, due func(i int) int64) {
 	t.Helper()
 	envs := make([]*envelope.Envelope, n)
 	for i := range envs {
@@ -143,7 +144,7 @@ func waitFor(t *testing.T, what string, limit time.Duration, cond func() bool) {
 	}
 }
 
-func totals(t *testing.T, shardStore *store.Store) (pending, inflight, dead int64) {
+func totals(t *testing.T, shardStore storeapi.Store) (pending, inflight, dead int64) {
 	t.Helper()
 	st, err := shardStore.ShardStats(context.Background())
 	if err != nil {
@@ -181,7 +182,7 @@ func TestSchedulerFiresEveryMessageOnceNeverEarly(t *testing.T) {
 		return p == 0 && i == 0 && d == 0
 	})
 	st, _, _, err := h.shardStore.Get(context.Background(), "m-7")
-	if err != nil || st != store.StateDelivered {
+	if err != nil || st != storeapi.StateDelivered {
 		t.Fatalf("fired message state = %q, %v; want delivered", st, err)
 	}
 	if got := len(h.sched.OwnedShards()); got != 8 {
@@ -217,11 +218,11 @@ func TestSchedulerRetriesThenDeadLetters(t *testing.T) {
 	}
 	waitFor(t, "two dead letters", 10*time.Second, func() bool { _, _, d := totals(t, h.shardStore); return d == 2 })
 	st, _, env, err := h.shardStore.Get(context.Background(), "m-1")
-	if err != nil || st != store.StateDead || env.Attempt != 3 || env.Reason == "" {
+	if err != nil || st != storeapi.StateDead || env.Attempt != 3 || env.Reason == "" {
 		t.Fatalf("m-1: state %q attempt %d reason %q err %v; want dead after 3 attempts with a reason", st, env.Attempt, env.Reason, err)
 	}
 	st, _, env, err = h.shardStore.Get(context.Background(), "m-2")
-	if err != nil || st != store.StateDead || env.Attempt != 1 {
+	if err != nil || st != storeapi.StateDead || env.Attempt != 1 {
 		t.Fatalf("m-2: state %q attempt %d err %v; want dead after 1 attempt (permanent)", st, env.Attempt, err)
 	}
 }
@@ -246,7 +247,7 @@ func TestShutdownPutsUnfiredMessagesBackToPending(t *testing.T) {
 	if len(sink.snapshot()) != 0 {
 		t.Fatalf("nothing was due yet, but %d were published", len(sink.snapshot()))
 	}
-	// store.Lease released and membership left: another instance takes over at once.
+	// storeapi.Lease released and membership left: another instance takes over at once.
 	sink2 := &recordingSink{}
 	h2 := startScheduler(t, r, "b", sink2, nil)
 	waitFor(t, "the new instance fires them", 10*time.Second, func() bool { return len(sink2.snapshot()) == 50 })
@@ -530,7 +531,7 @@ func TestRefusedByOwnsIsFiredAfterRenewal(t *testing.T) {
 	}
 	waitFor(t, "shards empty", 5*time.Second, func() bool { p, i, _ := totals(t, h.shardStore); return p == 0 && i == 0 })
 	st, _, _, err := h.shardStore.Get(context.Background(), "m-3")
-	if err != nil || st != store.StateDelivered {
+	if err != nil || st != storeapi.StateDelivered {
 		t.Fatalf("m-3: %q %v, want delivered", st, err)
 	}
 }

@@ -1,9 +1,7 @@
 package store
 
 import (
-	"bytes"
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"math"
@@ -14,53 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
-
-// Browse limits.
-const (
-	BrowseDefaultLimit = 100
-	BrowseMaxLimit     = 1000
-	// browseMinScan is the least number of candidates a page examines before it gives
-	// up on a filter that matches rarely (it then returns what it found and a cursor).
-	browseMinScan = 2000
-)
-
-// BrowseQuery selects messages in one state, in score order: for StatePending the
-// score is the due time, for StateInflight the lease deadline, for StateDead the time
-// dead-lettered.
-type BrowseQuery struct {
-	State     State  // StatePending (default), StateInflight or StateDead
-	Route     string // "" = every route
-	From, To  int64  // score range, inclusive; 0 = unbounded
-	IDPrefix  string // "" = any id
-	KeyPrefix string // "" = any key (compared with the Kafka key's bytes)
-	Limit     int    // page size: default BrowseDefaultLimit, at most BrowseMaxLimit
-	Cursor    string // "" = first page; else a previous page's Next
-	// MaxScan bounds the candidates one page examines (default max(20×Limit, 2000)):
-	// a filter that matches rarely returns a short page and a cursor, never a scan of
-	// the whole store.
-	MaxScan int
-}
-
-// BrowseItem is one message of a page. Score is the set's score (see BrowseQuery); for
-// a pending message Envelope.DueAt is that score (a reschedule changes only the score).
-type BrowseItem struct {
-	Score    int64
-	Envelope *envelope.Envelope
-}
-
-// BrowsePage is one page. Next is "" when nothing after it can match; otherwise pass it
-// as the next query's Cursor (with the same filters). A page may hold fewer than Limit
-// items and still have a Next: the filter matched rarely and MaxScan ran out. Scanned
-// is how many candidates the page examined.
-type BrowsePage struct {
-	Items   []BrowseItem
-	Next    string
-	Scanned int
-}
-
-// ErrBadCursor is returned for a cursor this store did not make for the same state.
-var ErrBadCursor = errors.New("scheduler: invalid browse cursor")
 
 type position struct {
 	score int64
@@ -71,50 +24,11 @@ func (p position) less(q position) bool {
 	return p.score < q.score || (p.score == q.score && p.id < q.id)
 }
 
-func encodeCursor(st State, p position) string {
-	raw := string(st) + "\x00" + strconv.FormatInt(p.score, 10) + "\x00" + p.id
-	return base64.RawURLEncoding.EncodeToString([]byte(raw))
-}
+func encodeCursor(st State, p position) string { return storeapi.EncodeCursor(st, p.score, p.id) }
 
 func decodeCursor(st State, c string) (position, error) {
-	raw, err := base64.RawURLEncoding.DecodeString(c)
-	if err != nil {
-		return position{}, fmt.Errorf("%w: %v", ErrBadCursor, err)
-	}
-	parts := strings.SplitN(string(raw), "\x00", 3)
-	if len(parts) != 3 || State(parts[0]) != st || parts[2] == "" {
-		return position{}, fmt.Errorf("%w: not a %s cursor", ErrBadCursor, st)
-	}
-	score, err := strconv.ParseInt(parts[1], 10, 64)
-	if err != nil {
-		return position{}, fmt.Errorf("%w: %v", ErrBadCursor, err)
-	}
-	return position{score: score, id: parts[2]}, nil
-}
-
-func (q *BrowseQuery) normalize() error {
-	if q.State == "" {
-		q.State = StatePending
-	}
-	switch q.State {
-	case StatePending, StateInflight, StateDead:
-	default:
-		return fmt.Errorf("%w: cannot browse state %q (pending, inflight or dead)", ErrInvalid, q.State)
-	}
-	if q.Limit <= 0 {
-		q.Limit = BrowseDefaultLimit
-	}
-	q.Limit = min(q.Limit, BrowseMaxLimit)
-	if q.MaxScan <= 0 {
-		q.MaxScan = max(20*q.Limit, browseMinScan)
-	}
-	if q.To == 0 {
-		q.To = math.MaxInt64
-	}
-	if q.From > q.To {
-		return fmt.Errorf("%w: range from %d is after to %d", ErrInvalid, q.From, q.To)
-	}
-	return nil
+	score, id, err := storeapi.DecodeCursor(st, c)
+	return position{score: score, id: id}, err
 }
 
 func (s *Store) setKey(st State, shard int) string {
@@ -137,7 +51,7 @@ func (s *Store) setKey(st State, shard int) string {
 // the route and key filters. Messages that change state while a client pages may be
 // missed or seen twice, as with any cursor over live data.
 func (s *Store) Browse(ctx context.Context, q BrowseQuery) (BrowsePage, error) {
-	if err := q.normalize(); err != nil {
+	if err := q.Normalize(); err != nil {
 		return BrowsePage{}, err
 	}
 	cur := position{score: q.From}
@@ -173,6 +87,20 @@ func (s *Store) Browse(ctx context.Context, q BrowseQuery) (BrowsePage, error) {
 	return page, nil
 }
 
+// parseScore reads a sorted-set score as a script returned it: redis-server writes an
+// integral score as an integer ("1700000000000"), miniredis in the shortest form that
+// reads back exactly ("1.7e+12"); scores are unix ms, exact in a float64.
+func parseScore(v string) (int64, error) {
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		return n, nil
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || f != math.Trunc(f) || math.Abs(f) > 1<<53 {
+		return 0, fmt.Errorf("not an integral score: %q", v)
+	}
+	return int64(f), nil
+}
+
 type candidate struct {
 	position
 	shard int
@@ -201,7 +129,7 @@ func (s *Store) browseRound(ctx context.Context, q BrowseQuery, cur position, pe
 		var lastOfShard position
 		for i := 0; i+1 < len(vals); i += 2 {
 			id, _ := vals[i].(string)
-			score, err := strconv.ParseInt(fmt.Sprint(vals[i+1]), 10, 64)
+			score, err := parseScore(fmt.Sprint(vals[i+1]))
 			if err != nil {
 				return nil, position{}, false, fmt.Errorf("scheduler: browse shard %d: score %v: %w", sh, vals[i+1], err)
 			}
@@ -266,12 +194,7 @@ func (s *Store) filterCandidates(ctx context.Context, q BrowseQuery, cands []can
 	return position{}, false, nil
 }
 
-func matches(q BrowseQuery, e *envelope.Envelope) bool {
-	if q.Route != "" && e.Route != q.Route {
-		return false
-	}
-	return q.KeyPrefix == "" || bytes.HasPrefix(e.Key, []byte(q.KeyPrefix))
-}
+func matches(q BrowseQuery, e *envelope.Envelope) bool { return q.Matches(e) }
 
 // envelopesOf reads the candidates' envelopes in one pipelined round trip (nil where
 // the message has gone since, or its envelope does not decode: a browse shows what it

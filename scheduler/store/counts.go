@@ -20,49 +20,6 @@ import (
 // counted by BackfillCounts in bounded steps; until every shard is done the counts are
 // reported as not exact.
 
-// RouteCount is one route's messages by state.
-type RouteCount struct {
-	Pending, Inflight, Dead int64
-}
-
-// ShardCounts is one shard's per-route counts; Exact is false while the shard is still
-// being backfilled (the counts then cover only part of it).
-type ShardCounts struct {
-	Shard  int
-	Routes map[string]RouteCount
-	Exact  bool
-}
-
-// Counts are the per-route counts of every shard.
-type Counts struct {
-	Shards []ShardCounts
-}
-
-// Exact reports whether every shard's counts cover all its messages.
-func (c Counts) Exact() bool {
-	for _, s := range c.Shards {
-		if !s.Exact {
-			return false
-		}
-	}
-	return true
-}
-
-// Routes sums the shards' counts per route (routes with nothing left are omitted).
-func (c Counts) Routes() map[string]RouteCount {
-	out := map[string]RouteCount{}
-	for _, s := range c.Shards {
-		for r, n := range s.Routes {
-			t := out[r]
-			t.Pending += n.Pending
-			t.Inflight += n.Inflight
-			t.Dead += n.Dead
-			out[r] = t
-		}
-	}
-	return out
-}
-
 var countsBackfillScript = &script{name: "counts_backfill", Script: redis.NewScript(lua.CountsBackfill)}
 
 // RouteCounts reads every shard's counts in one pipelined round trip (one HGETALL per

@@ -5,10 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -23,171 +21,6 @@ import (
 //	P:{C}:jobs           ZSET  id -> created (unix ms), newest listed first; trimmed
 //	                           to JobRetention on every create
 //	P:{C}:jobs:active    SET   ids of queued and running jobs (what runners poll)
-
-// JobKind is what a job does to the messages its filter selects.
-type JobKind string
-
-const (
-	JobCancel      JobKind = "cancel"       // cancel pending, in-flight or dead messages
-	JobReschedule  JobKind = "reschedule"   // new due time: absolute (DueAt) or shifted (ShiftMs)
-	JobRequeueDead JobKind = "requeue_dead" // dead letters back to pending, due when requeued
-	JobPurgeDead   JobKind = "purge_dead"   // delete dead letters
-)
-
-// JobState is where a job is. JobAbandoned is never stored: it is how a running job
-// reads when its heartbeat is older than JobStaleAfter (its instance died or lost
-// Redis); any runner then takes it over and resumes it from its cursor.
-type JobState string
-
-const (
-	JobQueued    JobState = "queued"
-	JobRunning   JobState = "running"
-	JobDone      JobState = "done"
-	JobFailed    JobState = "failed"
-	JobCancelled JobState = "cancelled"
-	JobAbandoned JobState = "abandoned"
-)
-
-// Job timing.
-const (
-	// JobHeartbeat is how often a runner writes a running job's heartbeat (at least:
-	// every batch writes it too).
-	JobHeartbeat = 5 * time.Second
-	// JobStaleAfter: a running job whose heartbeat is older reads JobAbandoned and may
-	// be claimed by another runner.
-	JobStaleAfter = 3 * JobHeartbeat
-	// JobRetention: how long a finished job's record is kept.
-	JobRetention = 7 * 24 * time.Hour
-	// JobSampleMax bounds a dry run's sample.
-	JobSampleMax = 100
-)
-
-// maxShift bounds a reschedule's shift (100 years in ms), far from int64 overflow.
-const maxShift = 100 * 365 * 24 * 3600 * 1000
-
-// ErrJobNotFound: no job with that id (never created, or expired after JobRetention).
-var ErrJobNotFound = errors.New("scheduler: job not found")
-
-// JobFilter selects a job's messages: a BrowseQuery without paging.
-type JobFilter struct {
-	State     State  `json:"state,omitempty"` // default pending (dead for the dead-letter kinds)
-	Route     string `json:"route,omitempty"`
-	From      int64  `json:"from,omitempty"` // score range, inclusive, unix ms; 0 = unbounded
-	To        int64  `json:"to,omitempty"`
-	IDPrefix  string `json:"id_prefix,omitempty"`
-	KeyPrefix string `json:"key_prefix,omitempty"`
-}
-
-// Query is the filter as a BrowseQuery (first page).
-func (f JobFilter) Query() BrowseQuery {
-	return BrowseQuery{State: f.State, Route: f.Route, From: f.From, To: f.To, IDPrefix: f.IDPrefix, KeyPrefix: f.KeyPrefix}
-}
-
-// RangeOnly reports whether the filter selects by state and score range alone, so its
-// count is a ZCOUNT per shard.
-func (f JobFilter) RangeOnly() bool { return f.Route == "" && f.IDPrefix == "" && f.KeyPrefix == "" }
-
-// JobSpec is what an operator asks for.
-type JobSpec struct {
-	Kind   JobKind   `json:"kind"`
-	Filter JobFilter `json:"filter"`
-	// DryRun: count the matches and return a sample; change nothing.
-	DryRun bool `json:"dry_run,omitempty"`
-	// Reschedule: exactly one of DueAt (new due time, unix ms) and ShiftMs (added to
-	// each message's due time; negative moves earlier).
-	DueAt   int64 `json:"due_at,omitempty"`
-	ShiftMs int64 `json:"shift_ms,omitempty"`
-	// Sample: how many matches a dry run returns (default 10, at most JobSampleMax).
-	Sample int `json:"sample,omitempty"`
-}
-
-// Validate fills defaults and checks the spec; errors wrap ErrInvalid.
-func (sp *JobSpec) Validate() error {
-	f := &sp.Filter
-	switch sp.Kind {
-	case JobCancel:
-		if f.State == "" {
-			f.State = StatePending
-		}
-		if f.State != StatePending && f.State != StateInflight && f.State != StateDead {
-			return fmt.Errorf("%w: a cancel job selects pending, inflight or dead messages, not %q", ErrInvalid, f.State)
-		}
-	case JobReschedule:
-		if f.State == "" {
-			f.State = StatePending
-		}
-		if f.State != StatePending {
-			return fmt.Errorf("%w: a reschedule job selects pending messages, not %q", ErrInvalid, f.State)
-		}
-		if (sp.DueAt == 0) == (sp.ShiftMs == 0) {
-			return fmt.Errorf("%w: a reschedule job needs exactly one of due_at and shift_ms", ErrInvalid)
-		}
-		if sp.DueAt < 0 {
-			return fmt.Errorf("%w: due_at %d is negative", ErrInvalid, sp.DueAt)
-		}
-		if sp.ShiftMs > maxShift || sp.ShiftMs < -maxShift {
-			return fmt.Errorf("%w: shift_ms %d is beyond ±%d (100 years)", ErrInvalid, sp.ShiftMs, maxShift)
-		}
-	case JobRequeueDead, JobPurgeDead:
-		if f.State == "" {
-			f.State = StateDead
-		}
-		if f.State != StateDead {
-			return fmt.Errorf("%w: a %s job selects dead letters, not %q", ErrInvalid, sp.Kind, f.State)
-		}
-	default:
-		return fmt.Errorf("%w: job kind %q (cancel, reschedule, requeue_dead, purge_dead)", ErrInvalid, sp.Kind)
-	}
-	if sp.Kind != JobReschedule && (sp.DueAt != 0 || sp.ShiftMs != 0) {
-		return fmt.Errorf("%w: due_at and shift_ms belong to reschedule jobs", ErrInvalid)
-	}
-	if f.From < 0 || f.To < 0 || (f.To != 0 && f.From > f.To) {
-		return fmt.Errorf("%w: score range [%d, %d]", ErrInvalid, f.From, f.To)
-	}
-	if sp.Sample <= 0 {
-		sp.Sample = 10
-	}
-	sp.Sample = min(sp.Sample, JobSampleMax)
-	return nil
-}
-
-// JobSample is one message a dry run would touch.
-type JobSample struct {
-	ID    string `json:"id"`
-	Route string `json:"route"`
-	Score int64  `json:"score"` // due time, lease deadline or time dead-lettered
-}
-
-// JobProgress is what a runner records after every batch.
-type JobProgress struct {
-	Matched int64 `json:"matched"` // messages the filter selected so far
-	Done    int64 `json:"done"`    // changed as asked
-	// Skipped: selected, but changed by something else before the job reached them
-	// (fired, cancelled, requeued): left alone.
-	Skipped int64  `json:"skipped"`
-	Failed  int64  `json:"failed"` // could not be changed (LastError says why)
-	Cursor  string `json:"cursor,omitempty"`
-	// Dry runs: whether Matched is exact (false: the count stopped at its scan budget
-	// and Matched is a lower bound), and the first matches.
-	Exact     bool        `json:"exact,omitempty"`
-	Sample    []JobSample `json:"sample,omitempty"`
-	LastError string      `json:"last_error,omitempty"`
-}
-
-// Job is a job record as read back.
-type Job struct {
-	ID   string
-	Spec JobSpec
-	// State as stored, except that a running job with a stale heartbeat reads
-	// JobAbandoned.
-	State     JobState
-	Progress  JobProgress
-	Instance  string // the runner's instance ("" while queued)
-	Claims    int    // how many times a runner took it (more than 1: resumed)
-	Created   int64  // unix ms
-	Updated   int64
-	Heartbeat int64
-}
 
 func (s *Store) jobKey(id string) string {
 	return fmt.Sprintf("%s:{%s}:job:%s", s.opt.Prefix, s.opt.Cluster, id)
@@ -316,10 +149,6 @@ func (s *Store) ClaimJob(ctx context.Context, id, instance string, now int64) (J
 	j, err := s.GetJob(ctx, id, now)
 	return j, err == nil, err
 }
-
-// ErrJobLost: the runner no longer runs the job (an operator cancelled it, or another
-// instance took it over after a missed heartbeat, or it expired). The runner stops.
-var ErrJobLost = errors.New("scheduler: job no longer run by this instance")
 
 // SaveJob records a running job's progress and heartbeat; with final set (JobDone,
 // JobFailed) it also ends the job. It fails with ErrJobLost when instance no longer

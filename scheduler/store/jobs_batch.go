@@ -24,22 +24,6 @@ import (
 
 var purgeDeadIDsScript = &script{name: "purge_dead_ids", Script: redis.NewScript(lua.PurgeDeadIDs)}
 
-// BatchItem is one message of a batch: its id and the score the job saw it at (due
-// time, lease deadline or time dead-lettered).
-type BatchItem struct {
-	ID    string
-	Score int64
-}
-
-// BatchResult is what happened to one item: Prior is the state it was found in (the
-// change was made when it is the state the operation works on, see each method), Route
-// its route, Err a per-message failure (an envelope that cannot be re-encoded).
-type BatchResult struct {
-	Prior State
-	Route string
-	Err   error
-}
-
 type rawState struct {
 	state State
 	score int64
@@ -141,12 +125,6 @@ func (s *Store) CancelBatch(ctx context.Context, items []BatchItem, q BrowseQuer
 		}
 	}
 	return res, nil
-}
-
-// RescheduleItem is a pending message to move: from the due time it was seen at to Due.
-type RescheduleItem struct {
-	BatchItem
-	Due int64
 }
 
 // RescheduleBatch moves each pending message of items that is still due at the score
@@ -291,7 +269,7 @@ func (s *Store) PurgeDeadBatch(ctx context.Context, items []BatchItem) ([]bool, 
 // unbounded) over all shards: one pipelined ZCOUNT per shard, O(log n) each.
 func (s *Store) CountRange(ctx context.Context, st State, from, to int64) (int64, error) {
 	q := BrowseQuery{State: st, From: from, To: to}
-	if err := q.normalize(); err != nil {
+	if err := q.Normalize(); err != nil {
 		return 0, err
 	}
 	pipe := s.rdb.Pipeline()
@@ -314,7 +292,7 @@ func (s *Store) CountRange(ctx context.Context, st State, from, to int64) (int64
 // pipelined ZRANGE BYSCORE LIMIT 1 per shard.
 func (s *Store) EdgeScore(ctx context.Context, st State, from, to int64, highest bool) (int64, bool, error) {
 	q := BrowseQuery{State: st, From: from, To: to}
-	if err := q.normalize(); err != nil {
+	if err := q.Normalize(); err != nil {
 		return 0, false, err
 	}
 	lo, hi := strconv.FormatInt(q.From, 10), strconv.FormatInt(q.To, 10)

@@ -5,10 +5,11 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
 // Shard leases and membership. A shard is worked by the instance holding its lease: the
@@ -16,24 +17,6 @@ import (
 // from the shard's fence counter, so tokens only grow; Claim checks the owner key
 // against the caller's token inside the same script, which is what keeps an instance
 // that stalled past its TTL (GC pause, partition) from claiming after another took over.
-
-// CheckInstance refuses an instance name no lease can hold (empty, or with '|', which
-// separates it from the token in the owner value). Both stores use it.
-func CheckInstance(instance string) error {
-	if instance == "" || strings.ContainsRune(instance, '|') {
-		return fmt.Errorf("%w: instance name %q must be non-empty without '|'", ErrInvalid, instance)
-	}
-	return nil
-}
-
-// LeaseTTLMs is ttl in whole milliseconds, refusing one under 1 ms. Both stores use it.
-func LeaseTTLMs(ttl time.Duration) (int64, error) {
-	ms := ttl.Milliseconds()
-	if ms <= 0 {
-		return 0, fmt.Errorf("%w: lease TTL %s must be at least 1ms", ErrInvalid, ttl)
-	}
-	return ms, nil
-}
 
 // AcquireLease takes the lease of shard for instance for ttl if it is free, and returns
 // the fencing token to present to Claim; 0 means another instance holds it. If instance
@@ -44,10 +27,10 @@ func (s *Store) AcquireLease(ctx context.Context, shard int, instance string, tt
 	if err != nil {
 		return 0, err
 	}
-	if err := CheckInstance(instance); err != nil {
+	if err := storeapi.CheckInstance(instance); err != nil {
 		return 0, err
 	}
-	ms, err := LeaseTTLMs(ttl)
+	ms, err := storeapi.LeaseTTLMs(ttl)
 	if err != nil {
 		return 0, err
 	}
@@ -63,10 +46,10 @@ func (s *Store) AcquireLease(ctx context.Context, shard int, instance string, tt
 // are not meaningful (some leases may have been taken: they expire after ttl unless
 // renewed).
 func (s *Store) AcquireLeases(ctx context.Context, shards []int, instance string, ttl time.Duration) ([]int64, error) {
-	if err := CheckInstance(instance); err != nil {
+	if err := storeapi.CheckInstance(instance); err != nil {
 		return nil, err
 	}
-	ms, err := LeaseTTLMs(ttl)
+	ms, err := storeapi.LeaseTTLMs(ttl)
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +79,7 @@ func (s *Store) RenewLease(ctx context.Context, shard int, instance string, toke
 	if err != nil {
 		return false, err
 	}
-	ms, err := LeaseTTLMs(ttl)
+	ms, err := storeapi.LeaseTTLMs(ttl)
 	if err != nil {
 		return false, err
 	}
@@ -107,16 +90,10 @@ func (s *Store) RenewLease(ctx context.Context, shard int, instance string, toke
 	return n == 1, nil
 }
 
-// Lease names one held shard lease, for RenewLeases.
-type Lease struct {
-	Shard int
-	Token int64
-}
-
 // RenewLeases renews many leases of instance in one pipelined round trip and reports,
 // per lease, whether it is still held. On error the results are not meaningful.
 func (s *Store) RenewLeases(ctx context.Context, instance string, leases []Lease, ttl time.Duration) ([]bool, error) {
-	ms, err := LeaseTTLMs(ttl)
+	ms, err := storeapi.LeaseTTLMs(ttl)
 	if err != nil {
 		return nil, err
 	}
@@ -154,7 +131,7 @@ func (s *Store) ReleaseLease(ctx context.Context, shard int, instance string, to
 
 // Heartbeat records that instance is alive at now (unix ms).
 func (s *Store) Heartbeat(ctx context.Context, instance string, now int64) error {
-	if err := CheckInstance(instance); err != nil {
+	if err := storeapi.CheckInstance(instance); err != nil {
 		return err
 	}
 	if err := s.rdb.ZAdd(ctx, s.membersKey, redis.Z{Score: float64(now), Member: instance}).Err(); err != nil {
@@ -177,12 +154,6 @@ func (s *Store) Members(ctx context.Context, now int64, maxAge time.Duration) ([
 		out[i] = m.Name
 	}
 	return out, nil
-}
-
-// Member is a live instance and the time of its last heartbeat (unix ms).
-type Member struct {
-	Name      string
-	Heartbeat int64
 }
 
 // LiveMembers is Members with each member's last heartbeat, so that a caller can tell

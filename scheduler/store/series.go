@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
 // The console's cluster view of the recent history (internal/series): every instance
@@ -27,12 +29,10 @@ func (s *Store) seriesIndexKey() string {
 
 func (s *Store) seriesKey(instance string) string { return s.seriesIndexKey() + ":" + instance }
 
-// PutSeries stores one interval of instance in ring slot slot (0 <= slot < the ring's
-// length) at now (unix ms); keep is how long the history lasts: the instance's hash
-// expires keep after its last write and the index forgets instances older than keep.
-// One pipelined round trip.
+// PutSeries implements storeapi.History: the instance's hash expires keep after its
+// last write and the index forgets instances older than keep. One MULTI round trip.
 func (s *Store) PutSeries(ctx context.Context, instance string, slot int, interval []byte, now int64, keep time.Duration) error {
-	if err := CheckInstance(instance); err != nil {
+	if err := storeapi.CheckInstance(instance); err != nil {
 		return err
 	}
 	if keep <= 0 || slot < 0 {
@@ -51,8 +51,8 @@ func (s *Store) PutSeries(ctx context.Context, instance string, slot int, interv
 	return nil
 }
 
-// Series returns, for every instance that wrote within keep before now, the intervals
-// it holds (wire form, in no order; the caller drops those older than it wants).
+// Series implements storeapi.History: one ZRANGEBYSCORE, then one HVALS per instance
+// in a pipeline.
 func (s *Store) Series(ctx context.Context, now int64, keep time.Duration) (map[string][][]byte, error) {
 	instances, err := s.rdb.ZRangeByScore(ctx, s.seriesIndexKey(), &redis.ZRangeBy{
 		Min: strconv.FormatInt(now-keep.Milliseconds(), 10), Max: "+inf",

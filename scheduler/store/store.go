@@ -3,8 +3,6 @@ package store
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
-	"io"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -15,26 +13,7 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/observe"
 	"github.com/delaybridge/delay-bridge/lua"
-)
-
-// State is where a message is in its shard.
-type State string
-
-const (
-	StatePending  State = "pending"  // in due, waiting for its time
-	StateInflight State = "inflight" // claimed by a pump, being published
-	StateDead     State = "dead"     // dead-lettered (envelope Reason says why)
-	// StateDelivered: published, remembered for the dedup window. A done entry of an
-	// older bridge (which recorded cancels there too) reads as delivered.
-	StateDelivered State = "delivered"
-	// StateCancelled: cancelled (or tombstoned by a cancel that came before its
-	// message), remembered for the dedup window.
-	StateCancelled State = "cancelled"
-	StateUnknown   State = "" // never seen, or forgotten
-	// StateNotStored is not a message state: it appears only in ParkEach results
-	// returned with an error, for messages whose script call failed (stored or not,
-	// nobody knows; the caller replays the batch).
-	StateNotStored State = "not_stored"
+	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
 // Limits that keep every script call short (Redis runs one script at a time, so a huge
@@ -227,11 +206,7 @@ func (s *Store) Shards() int { return s.opt.Shards }
 
 // ShardOf maps a message id to its shard: FNV-1a (32-bit) of the id's bytes, modulo the
 // shard count. It must never change: ids already parked would become unreachable.
-func (s *Store) ShardOf(id string) int {
-	h := fnv.New32a()
-	_, _ = io.WriteString(h, id)
-	return int(h.Sum32() % uint32(s.opt.Shards))
-}
+func (s *Store) ShardOf(id string) int { return storeapi.ShardOf(id, s.opt.Shards) }
 
 func (s *Store) shardKeys(shard int) (shardKeys, error) {
 	if shard < 0 || shard >= len(s.keys) {

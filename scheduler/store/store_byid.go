@@ -19,20 +19,6 @@ func (s *Store) idKeys(id string) []string {
 	return []string{k.due, k.msg, k.inflight, k.dead, k.done, k.cancelled, k.counts}
 }
 
-// CancelOptions scope a Cancel.
-type CancelOptions struct {
-	// Route, when set, limits the cancel to a message of that route (an x-delay-cancel
-	// record cancels only its own route's messages): a message of another route is
-	// left alone and Cancel fails with ErrOtherRoute. "" cancels whatever the route
-	// (the admin API).
-	Route string
-	// Tombstone remembers an unknown id as cancelled for Route during the dedup window,
-	// so a cancel that overtakes its message still wins: that route's message with
-	// this id is then refused as a duplicate (reason cancelled). It needs Route. Without
-	// it an unknown id leaves no trace.
-	Tombstone bool
-}
-
 // Cancel removes the message id wherever it is (pending, in flight or dead) and
 // remembers it in done as cancelled, so a replay of its ingress record on its route does
 // not park it again. It returns the prior state: StatePending, StateInflight or

@@ -51,7 +51,7 @@ func (s *Store) Claim(ctx context.Context, shard int, instance string, token int
 		}
 	}
 	items = make([]*envelope.Envelope, 0, (len(vals)-2)/3)
-	var corrupt, newer []RetryItem
+	var corrupt, newer []retryEntry
 	for i := 2; i+2 < len(vals); i += 3 {
 		id, _ := vals[i].(string)
 		due, _ := vals[i+1].(int64)
@@ -60,11 +60,11 @@ func (s *Store) Claim(ctx context.Context, shard int, instance string, token int
 		if errors.Is(derr, envelope.ErrNewerVersion) {
 			// Parked by a newer bridge during a rolling upgrade: put it back unchanged,
 			// a little later, until an instance that reads it owns the shard.
-			newer = append(newer, RetryItem{raw: raw, id: id, Due: upTo + newerVersionRetry.Milliseconds()})
+			newer = append(newer, retryEntry{raw: raw, id: id, RetryItem: RetryItem{Due: upTo + newerVersionRetry.Milliseconds()}})
 			continue
 		}
 		if derr != nil {
-			corrupt = append(corrupt, RetryItem{raw: raw, id: id, Dead: true})
+			corrupt = append(corrupt, retryEntry{raw: raw, id: id, RetryItem: RetryItem{Dead: true}})
 			continue
 		}
 		// DueAt stays the message's due time (headers, lateness); the score may be
@@ -73,7 +73,7 @@ func (s *Store) Claim(ctx context.Context, shard int, instance string, token int
 		items = append(items, e)
 	}
 	if len(newer) > 0 {
-		if err := s.Retry(ctx, shard, newer, upTo); err != nil {
+		if err := s.retry1(ctx, shard, newer, upTo); err != nil {
 			return items, nextDue, fmt.Errorf("scheduler: put back %d envelopes of a newer bridge version on shard %d: %w", len(newer), shard, err)
 		}
 		for range newer {
@@ -83,7 +83,7 @@ func (s *Store) Claim(ctx context.Context, shard int, instance string, token int
 	if len(corrupt) > 0 {
 		// Keep the bytes for forensics; ListDead shows them as an envelope with a reason.
 		// Claim is not told the time; upTo (now + lookahead) stands in as the dead time.
-		if err := s.Retry(ctx, shard, corrupt, upTo); err != nil {
+		if err := s.retry1(ctx, shard, corrupt, upTo); err != nil {
 			return items, nextDue, fmt.Errorf("scheduler: dead-letter %d corrupt envelopes of shard %d: %w", len(corrupt), shard, err)
 		}
 		for range corrupt {
@@ -197,19 +197,28 @@ func (s *Store) AckEnvelopes(ctx context.Context, envs []*envelope.Envelope, now
 	return err
 }
 
-// RetryItem is a failed publish to put back: into due at Due with Env (attempt, reason
-// and DueAt as the caller set them), or, with Dead, into the dead letters.
-type RetryItem struct {
-	Env  *envelope.Envelope
-	Due  int64
-	Dead bool
+// retryEntry is a RetryItem, or (id and raw set by Claim, Env nil) bytes that do not
+// decode, put back or dead-lettered unchanged.
+type retryEntry struct {
+	RetryItem
+	id, raw string
+}
 
-	id, raw string // set by Claim to dead-letter undecodable bytes unchanged
+func retryEntries(items []RetryItem) []retryEntry {
+	out := make([]retryEntry, len(items))
+	for i, it := range items {
+		out[i].RetryItem = it
+	}
+	return out
 }
 
 // Retry puts failed claimed messages of shard back (see RetryItem). Messages no longer
 // in flight are ignored. now is the dead-letter time.
 func (s *Store) Retry(ctx context.Context, shard int, items []RetryItem, now int64) error {
+	return s.retry1(ctx, shard, retryEntries(items), now)
+}
+
+func (s *Store) retry1(ctx context.Context, shard int, items []retryEntry, now int64) error {
 	calls, err := s.retryCalls(shard, items, now)
 	if err != nil {
 		return err
@@ -232,7 +241,7 @@ func (s *Store) Retry(ctx context.Context, shard int, items []RetryItem, now int
 func (s *Store) RetryMany(ctx context.Context, byShard map[int][]RetryItem, now int64) error {
 	var calls []call
 	for shard, items := range byShard {
-		c, err := s.retryCalls(shard, items, now)
+		c, err := s.retryCalls(shard, retryEntries(items), now)
 		if err != nil {
 			return err
 		}
@@ -247,7 +256,7 @@ func (s *Store) RetryMany(ctx context.Context, byShard map[int][]RetryItem, now 
 
 // retryCalls encodes items and builds the retry script calls of one shard (bounded
 // batches).
-func (s *Store) retryCalls(shard int, items []RetryItem, now int64) ([]call, error) {
+func (s *Store) retryCalls(shard int, items []retryEntry, now int64) ([]call, error) {
 	k, err := s.shardKeys(shard)
 	if err != nil {
 		return nil, err

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
 // Dead letters (listing, purge) and per-shard statistics; by id: store_byid.go.
@@ -102,17 +103,6 @@ func (s *Store) PurgeDead(ctx context.Context) (int64, error) {
 	return total, nil
 }
 
-// ShardStat is one shard's counts, for /v1/stats and the pending/in-flight gauges.
-type ShardStat struct {
-	Shard    int
-	Pending  int64
-	Inflight int64
-	Dead     int64
-	NextDue  int64  // earliest pending due time, -1 if none
-	Owner    string // instance holding the lease, "" if none
-	Token    int64  // its fencing token
-}
-
 // ShardStats reads every shard's counts in one pipelined round trip. The counts are
 // read shard by shard, not as one snapshot.
 func (s *Store) ShardStats(ctx context.Context) ([]ShardStat, error) {
@@ -154,20 +144,5 @@ func parseOwner(v string) (string, int64) {
 		return v, 0
 	}
 	tok, _ := strconv.ParseInt(v[i+1:], 10, 64)
-	return InstanceOf(v[:i]), tok
-}
-
-// InstanceOf returns the instance name of a lease holder: holder without a trailing
-// "#" and 8 hex digits (the scheduler's incarnation tag), if it has one.
-func InstanceOf(holder string) string {
-	i := len(holder) - 9
-	if i < 1 || holder[i] != '#' {
-		return holder
-	}
-	for _, c := range holder[i+1:] {
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return holder
-		}
-	}
-	return holder[:i]
+	return storeapi.InstanceOf(v[:i]), tok
 }

@@ -8,21 +8,21 @@ import (
 	"sort"
 
 	"github.com/delaybridge/delay-bridge/internal/envelope"
-	"github.com/delaybridge/delay-bridge/scheduler/store"
+	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
 // By id (cancel, get, reschedule, requeue), dead letters and statistics.
 
 // Cancel removes id wherever it is and remembers it as cancelled for its route, with
 // the Redis store's prior states, route scoping and tombstones (see
-// store.Store.Cancel). It is atomic here, so there is no stale re-read.
-func (s *Store) Cancel(ctx context.Context, id string, now int64, opt store.CancelOptions) (prior store.State, route string, err error) {
+// storeapi.ByID.Cancel). It is atomic here, so there is no stale re-read.
+func (s *Store) Cancel(ctx context.Context, id string, now int64, opt storeapi.CancelOptions) (prior storeapi.State, route string, err error) {
 	if opt.Tombstone && opt.Route == "" {
-		return store.StateUnknown, "", fmt.Errorf("%w: a cancel tombstone needs a route", store.ErrInvalid)
+		return storeapi.StateUnknown, "", fmt.Errorf("%w: a cancel tombstone needs a route", storeapi.ErrInvalid)
 	}
 	after, err := s.begin(ctx, OpCancel)
 	if err != nil {
-		return store.StateUnknown, "", err
+		return storeapi.StateUnknown, "", err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -30,43 +30,29 @@ func (s *Store) Cancel(ctx context.Context, id string, now int64, opt store.Canc
 	remember, trimBefore, trimLimit := s.trimArgs(now, 1)
 	route = opt.Route
 	st := stateOf(sh, id)
-	if st != store.StateUnknown {
+	if st != storeapi.StateUnknown {
 		if raw, ok := sh.msg[id]; ok {
 			e, derr := envelope.Decode(raw, id)
 			switch {
 			case derr == nil:
 				if opt.Route != "" && e.Route != opt.Route {
-					return st, e.Route, fmt.Errorf("%w: %q is a message of route %q, not %q", store.ErrOtherRoute, id, e.Route, opt.Route)
+					return st, e.Route, fmt.Errorf("%w: %q is a message of route %q, not %q", storeapi.ErrOtherRoute, id, e.Route, opt.Route)
 				}
 				route = e.Route
 			case opt.Route != "":
-				return st, "", fmt.Errorf("%w: %q has an unreadable envelope (%v)", store.ErrOtherRoute, id, derr)
+				return st, "", fmt.Errorf("%w: %q has an unreadable envelope (%v)", storeapi.ErrOtherRoute, id, derr)
 			}
 		}
-		delete(sh.due, id)
-		delete(sh.inflight, id)
-		delete(sh.dead, id)
-		delete(sh.msg, id)
-		if remember {
-			routes := []string{route}
-			if _, done := sh.done[id]; done {
-				if old, ok := sh.cancelled[id]; ok && !slices.Contains(old, route) {
-					routes = append(slices.Clone(old), route)
-				}
-			}
-			sh.done[id] = now
-			sh.cancelled[id] = routes
-		}
-		trim(sh, trimBefore, trimLimit)
+		s.cancelFound(sh, id, route, now)
 		return st, route, after
 	}
 	if _, done := sh.done[id]; done {
 		routes, ok := sh.cancelled[id]
 		if !ok {
-			return store.StateDelivered, route, after
+			return storeapi.StateDelivered, route, after
 		}
 		if !opt.Tombstone || slices.Contains(routes, route) {
-			return store.StateCancelled, route, after
+			return storeapi.StateCancelled, route, after
 		}
 		// Another route's tombstone: this route's goes beside it.
 		if remember {
@@ -74,53 +60,59 @@ func (s *Store) Cancel(ctx context.Context, id string, now int64, opt store.Canc
 			sh.cancelled[id] = append(slices.Clone(routes), route)
 		}
 		trim(sh, trimBefore, trimLimit)
-		return store.StateUnknown, route, after
+		return storeapi.StateUnknown, route, after
 	}
 	if opt.Tombstone && remember {
 		sh.done[id] = now
 		sh.cancelled[id] = []string{route}
 		trim(sh, trimBefore, trimLimit)
 	}
-	return store.StateUnknown, route, after
+	return storeapi.StateUnknown, route, after
+}
+
+// cancelFound removes id (pending, in flight or dead) from its shard and remembers it
+// as cancelled for route, trimming the done window as one cancel call does.
+func (s *Store) cancelFound(sh *shard, id, route string, now int64) {
+	remember, trimBefore, trimLimit := s.trimArgs(now, 1)
+	delete(sh.due, id)
+	delete(sh.inflight, id)
+	delete(sh.dead, id)
+	delete(sh.msg, id)
+	if remember {
+		routes := []string{route}
+		if _, done := sh.done[id]; done {
+			if old, ok := sh.cancelled[id]; ok && !slices.Contains(old, route) {
+				routes = append(slices.Clone(old), route)
+			}
+		}
+		sh.done[id] = now
+		sh.cancelled[id] = routes
+	}
+	trim(sh, trimBefore, trimLimit)
 }
 
 // Get looks id up: its state, the score there and its envelope (nil for delivered,
 // cancelled and unknown); an envelope that does not decode is reported with an error
 // wrapping envelope.ErrCorrupt.
-func (s *Store) Get(ctx context.Context, id string) (store.State, int64, *envelope.Envelope, error) {
+func (s *Store) Get(ctx context.Context, id string) (storeapi.State, int64, *envelope.Envelope, error) {
 	after, err := s.begin(ctx, OpGet)
 	if err != nil {
-		return store.StateUnknown, 0, nil, err
+		return storeapi.StateUnknown, 0, nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if after != nil {
-		return store.StateUnknown, 0, nil, after
+		return storeapi.StateUnknown, 0, nil, after
 	}
 	return s.get(id)
 }
 
-func (s *Store) get(id string) (store.State, int64, *envelope.Envelope, error) {
-	sh := s.shards[s.ShardOf(id)]
-	st := stateOf(sh, id)
-	var score int64
-	switch st {
-	case store.StatePending:
-		score = sh.due[id]
-	case store.StateInflight:
-		score = sh.inflight[id]
-	case store.StateDead:
-		score = sh.dead[id]
-	default:
-		at, done := sh.done[id]
-		if !done {
-			return store.StateUnknown, 0, nil, nil
-		}
-		if _, ok := sh.cancelled[id]; ok {
-			return store.StateCancelled, at, nil, nil
-		}
-		return store.StateDelivered, at, nil, nil
+func (s *Store) get(id string) (storeapi.State, int64, *envelope.Envelope, error) {
+	st, score := s.stateAt(id)
+	if st != storeapi.StatePending && st != storeapi.StateInflight && st != storeapi.StateDead {
+		return st, score, nil, nil
 	}
+	sh := s.shards[s.ShardOf(id)]
 	raw, ok := sh.msg[id]
 	if !ok {
 		return st, score, nil, nil
@@ -132,21 +124,38 @@ func (s *Store) get(id string) (store.State, int64, *envelope.Envelope, error) {
 	return st, score, e, nil
 }
 
+// stateAt is id's state and score there, as Get reports them.
+func (s *Store) stateAt(id string) (storeapi.State, int64) {
+	sh := s.shards[s.ShardOf(id)]
+	switch st := stateOf(sh, id); st {
+	case storeapi.StatePending, storeapi.StateInflight, storeapi.StateDead:
+		return st, set(sh, st)[id]
+	}
+	at, done := sh.done[id]
+	if !done {
+		return storeapi.StateUnknown, 0
+	}
+	if _, ok := sh.cancelled[id]; ok {
+		return storeapi.StateCancelled, at
+	}
+	return storeapi.StateDelivered, at
+}
+
 // Reschedule gives a pending message a new due time (its envelope's DueAt with it) or
 // requeues a dead letter (as RequeueDead); it returns the prior state, and only
 // StatePending and StateDead mean the change was made.
-func (s *Store) Reschedule(ctx context.Context, id string, due int64) (store.State, error) {
+func (s *Store) Reschedule(ctx context.Context, id string, due int64) (storeapi.State, error) {
 	after, err := s.begin(ctx, OpReschedule)
 	if err != nil {
-		return store.StateUnknown, err
+		return storeapi.StateUnknown, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st, _, e, err := s.get(id)
 	switch {
-	case err != nil && st == store.StatePending:
+	case err != nil && st == storeapi.StatePending:
 		return st, err
-	case st == store.StatePending:
+	case st == storeapi.StatePending:
 		if e != nil {
 			e.DueAt = due
 			if err := s.putEnvelope(e); err != nil {
@@ -154,7 +163,7 @@ func (s *Store) Reschedule(ctx context.Context, id string, due int64) (store.Sta
 			}
 		}
 		s.shards[s.ShardOf(id)].due[id] = due
-	case st == store.StateDead:
+	case st == storeapi.StateDead:
 		if err := s.requeue(id, e, due); err != nil {
 			return st, err
 		}
@@ -175,8 +184,8 @@ func (s *Store) RequeueDead(ctx context.Context, id string, due int64) error {
 	if err != nil && !errors.Is(err, envelope.ErrCorrupt) {
 		return err
 	}
-	if st != store.StateDead {
-		return fmt.Errorf("%w: %q is not a dead letter (state %q)", store.ErrNotFound, id, st)
+	if st != storeapi.StateDead {
+		return fmt.Errorf("%w: %q is not a dead letter (state %q)", storeapi.ErrNotFound, id, st)
 	}
 	if err := s.requeue(id, e, due); err != nil {
 		return err
@@ -201,7 +210,7 @@ func (s *Store) requeue(id string, e *envelope.Envelope, due int64) error {
 func (s *Store) putEnvelope(e *envelope.Envelope) error {
 	data, err := envelope.Encode(e)
 	if err != nil {
-		return fmt.Errorf("memstore: encode envelope %q: %w", e.ID, errors.Join(store.ErrInvalid, err))
+		return fmt.Errorf("memstore: encode envelope %q: %w", e.ID, errors.Join(storeapi.ErrInvalid, err))
 	}
 	s.shards[s.ShardOf(e.ID)].msg[e.ID] = data
 	return nil
@@ -285,15 +294,15 @@ func (s *Store) PurgeDead(ctx context.Context) (int64, error) {
 }
 
 // ShardStats reads every shard's counts, earliest due time and lease holder.
-func (s *Store) ShardStats(ctx context.Context) ([]store.ShardStat, error) {
+func (s *Store) ShardStats(ctx context.Context) ([]storeapi.ShardStat, error) {
 	if _, err := s.begin(ctx, OpStats); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]store.ShardStat, len(s.shards))
+	out := make([]storeapi.ShardStat, len(s.shards))
 	for i, sh := range s.shards {
-		st := store.ShardStat{Shard: i, Pending: int64(len(sh.due)), Inflight: int64(len(sh.inflight)),
+		st := storeapi.ShardStat{Shard: i, Pending: int64(len(sh.due)), Inflight: int64(len(sh.inflight)),
 			Dead: int64(len(sh.dead)), NextDue: -1}
 		if head := sortedUpTo(sh.due, maxScore, 1); len(head) > 0 {
 			st.NextDue = head[0].score
@@ -310,28 +319,28 @@ func (s *Store) ShardStats(ctx context.Context) ([]store.ShardStat, error) {
 // Redis store's statistics do.
 func parseOwner(v string) (string, int64) {
 	holder, tok := splitOwner(v)
-	return store.InstanceOf(holder), tok
+	return storeapi.InstanceOf(holder), tok
 }
 
 // RouteCounts counts every shard's messages per route and state. The Redis store keeps
 // them incrementally in the scripts; this store, being a test kit in memory, counts
 // its maps (the same answer), and is always exact.
-func (s *Store) RouteCounts(ctx context.Context) (store.Counts, error) {
+func (s *Store) RouteCounts(ctx context.Context) (storeapi.Counts, error) {
 	if _, err := s.begin(ctx, OpStats); err != nil {
-		return store.Counts{}, err
+		return storeapi.Counts{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := store.Counts{Shards: make([]store.ShardCounts, len(s.shards))}
+	out := storeapi.Counts{Shards: make([]storeapi.ShardCounts, len(s.shards))}
 	for i, sh := range s.shards {
-		sc := store.ShardCounts{Shard: i, Routes: map[string]store.RouteCount{}, Exact: true}
+		sc := storeapi.ShardCounts{Shard: i, Routes: map[string]storeapi.RouteCount{}, Exact: true}
 		for _, set := range []struct {
 			ids map[string]int64
-			add func(*store.RouteCount)
+			add func(*storeapi.RouteCount)
 		}{
-			{sh.due, func(c *store.RouteCount) { c.Pending++ }},
-			{sh.inflight, func(c *store.RouteCount) { c.Inflight++ }},
-			{sh.dead, func(c *store.RouteCount) { c.Dead++ }},
+			{sh.due, func(c *storeapi.RouteCount) { c.Pending++ }},
+			{sh.inflight, func(c *storeapi.RouteCount) { c.Inflight++ }},
+			{sh.dead, func(c *storeapi.RouteCount) { c.Dead++ }},
 		} {
 			for id := range set.ids {
 				route := ""

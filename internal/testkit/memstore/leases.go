@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/delaybridge/delay-bridge/scheduler/store"
+	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
 // Shard leases (TTLs on Options.Clock) and membership.
@@ -25,10 +25,10 @@ func (s *Store) AcquireLease(ctx context.Context, shard int, instance string, tt
 
 // AcquireLeases is AcquireLease for many shards: tokens[i] for shards[i].
 func (s *Store) AcquireLeases(ctx context.Context, shards []int, instance string, ttl time.Duration) ([]int64, error) {
-	if err := store.CheckInstance(instance); err != nil {
+	if err := storeapi.CheckInstance(instance); err != nil {
 		return nil, err
 	}
-	if _, err := store.LeaseTTLMs(ttl); err != nil {
+	if _, err := storeapi.LeaseTTLMs(ttl); err != nil {
 		return nil, err
 	}
 	for _, n := range shards {
@@ -49,7 +49,7 @@ func (s *Store) AcquireLeases(ctx context.Context, shards []int, instance string
 		cur := s.ownerNow(sh)
 		if cur == "" {
 			sh.fence++
-			sh.owner, sh.ownerExp = store.OwnerValue(instance, sh.fence), exp
+			sh.owner, sh.ownerExp = holder(instance, sh.fence), exp
 			tokens[i] = sh.fence
 			continue
 		}
@@ -72,7 +72,7 @@ func splitOwner(v string) (string, int64) {
 
 // RenewLease extends the lease for ttl if instance still holds it with token.
 func (s *Store) RenewLease(ctx context.Context, shard int, instance string, token int64, ttl time.Duration) (bool, error) {
-	held, err := s.RenewLeases(ctx, instance, []store.Lease{{Shard: shard, Token: token}}, ttl)
+	held, err := s.RenewLeases(ctx, instance, []storeapi.Lease{{Shard: shard, Token: token}}, ttl)
 	if err != nil {
 		return false, err
 	}
@@ -80,8 +80,8 @@ func (s *Store) RenewLease(ctx context.Context, shard int, instance string, toke
 }
 
 // RenewLeases renews many leases of instance; held[i] says whether leases[i] is held.
-func (s *Store) RenewLeases(ctx context.Context, instance string, leases []store.Lease, ttl time.Duration) ([]bool, error) {
-	if _, err := store.LeaseTTLMs(ttl); err != nil {
+func (s *Store) RenewLeases(ctx context.Context, instance string, leases []storeapi.Lease, ttl time.Duration) ([]bool, error) {
+	if _, err := storeapi.LeaseTTLMs(ttl); err != nil {
 		return nil, err
 	}
 	for _, l := range leases {
@@ -99,7 +99,7 @@ func (s *Store) RenewLeases(ctx context.Context, instance string, leases []store
 	held := make([]bool, len(leases))
 	for i, l := range leases {
 		sh := s.shards[l.Shard]
-		if s.ownerNow(sh) == store.OwnerValue(instance, l.Token) {
+		if s.ownerNow(sh) == holder(instance, l.Token) {
 			sh.ownerExp = exp
 			held[i] = true
 		}
@@ -122,7 +122,7 @@ func (s *Store) ReleaseLease(ctx context.Context, shard int, instance string, to
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.ownerNow(sh) == store.OwnerValue(instance, token) {
+	if s.ownerNow(sh) == holder(instance, token) {
 		sh.owner = ""
 	}
 	return after
@@ -130,7 +130,7 @@ func (s *Store) ReleaseLease(ctx context.Context, shard int, instance string, to
 
 // Heartbeat records instance as alive at now.
 func (s *Store) Heartbeat(ctx context.Context, instance string, now int64) error {
-	if err := store.CheckInstance(instance); err != nil {
+	if err := storeapi.CheckInstance(instance); err != nil {
 		return err
 	}
 	after, err := s.begin(ctx, OpHeartbeat)
@@ -158,7 +158,7 @@ func (s *Store) Members(ctx context.Context, now int64, maxAge time.Duration) ([
 
 // LiveMembers returns, sorted by name, the instances whose last heartbeat is within
 // maxAge of now, forgetting those ten times older than that.
-func (s *Store) LiveMembers(ctx context.Context, now int64, maxAge time.Duration) ([]store.Member, error) {
+func (s *Store) LiveMembers(ctx context.Context, now int64, maxAge time.Duration) ([]storeapi.Member, error) {
 	after, err := s.begin(ctx, OpMembers)
 	if err != nil {
 		return nil, err
@@ -166,13 +166,13 @@ func (s *Store) LiveMembers(ctx context.Context, now int64, maxAge time.Duration
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	age := maxAge.Milliseconds()
-	out := []store.Member{}
+	out := []storeapi.Member{}
 	for name, at := range s.members {
 		switch {
 		case at < now-10*age:
 			delete(s.members, name)
 		case at >= now-age:
-			out = append(out, store.Member{Name: name, Heartbeat: at})
+			out = append(out, storeapi.Member{Name: name, Heartbeat: at})
 		}
 	}
 	if after != nil {
@@ -202,4 +202,10 @@ func (s *Store) ExpireLease(shard int) {
 	if sh, err := s.shard(shard); err == nil {
 		sh.owner = ""
 	}
+}
+
+// holder is the owner value of instance holding a lease with token, "instance|token"
+// as the Redis store keeps it (storeapi.CheckInstance refuses '|' in instance names).
+func holder(instance string, token int64) string {
+	return instance + "|" + strconv.FormatInt(token, 10)
 }

@@ -1,8 +1,9 @@
 // Package memstore is an in-memory shard store with the semantics of scheduler/store's
-// Redis store (every method of scheduler.Store, plus the intake and by-id methods the
-// Redis store has), for tests that need what a real server cannot give: failure
-// injection (any operation failing, transiently or not, before or after it took effect,
-// or blocking) and lease expiry on a fake clock.
+// Redis store: all of storeapi.Store (intake, claims, by id, leases, membership,
+// notifications, browse, counts, dead letters, job records and batches), for tests
+// that need what a real server cannot give: failure injection (any operation failing,
+// transiently or not, before or after it took effect, or blocking) and lease expiry
+// (and job record expiry) on a fake clock.
 //
 // It adds coverage; it never replaces the tests against a real redis-server. It passes
 // the same conformance suite (internal/testkit/storetest) as the Redis store on
@@ -23,15 +24,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
-	"io"
 	"sort"
 	"sync"
 	"time"
 
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/fault"
-	"github.com/delaybridge/delay-bridge/scheduler/store"
+	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
 // Operation names passed to the failure hook, named after the Redis store's scripts.
@@ -46,7 +45,7 @@ const (
 	OpReschedule   = "reschedule"
 	OpGet          = "get"
 	OpPurgeDead    = "purge_dead"
-	OpStats        = "stats" // ShardStats, RouteCounts, ListDead, Envelopes
+	OpStats        = "stats" // ShardStats, RouteCounts, BackfillCounts, ListDead, Envelopes
 	OpLeaseAcquire = "lease_acquire"
 	OpLeaseRenew   = "lease_renew"
 	OpLeaseRelease = "lease_release"
@@ -54,6 +53,8 @@ const (
 	OpMembers      = "members"
 	OpLeave        = "leave"
 	OpPublish      = "publish" // PublishWake, PublishCancel
+	OpBrowse       = "browse"  // Browse, CountRange, EdgeScore
+	OpJobs         = "jobs"    // the job records: CreateJob, GetJob, ListJobs, ActiveJobs, ClaimJob, SaveJob, CancelJob
 )
 
 // ErrInjected is the error FailNext and LoseReplyNext use when given none; it is
@@ -69,7 +70,7 @@ const (
 // Options configure a Store.
 type Options struct {
 	Shards     int           // fixed shard count, default 64
-	DoneWindow time.Duration // as store.Options.DoneWindow; zero remembers nothing
+	DoneWindow time.Duration // as the Redis store's Options.DoneWindow; zero remembers nothing
 	Clock      clock.Clock   // runs lease TTLs; default the real clock
 }
 
@@ -102,6 +103,10 @@ type Store struct {
 	shards  []*shard
 	members map[string]int64
 	subs    map[*subscriber]struct{}
+	jobs    map[string]*jobRecord // job id -> record (jobs.go)
+	listed  map[string]int64      // job id -> created: the listing, trimmed on create
+	active  map[string]bool       // queued and running job ids
+	history map[string]*history   // instance -> its charts intervals (series.go), made on first write
 
 	hookMu  sync.Mutex
 	hook    Hook
@@ -115,7 +120,7 @@ func New(opt Options) (*Store, error) {
 		opt.Shards = defaultShards
 	}
 	if opt.Shards < 1 || opt.Shards > 16384 {
-		return nil, fmt.Errorf("%w: shards must be between 1 and 16384, got %d", store.ErrInvalid, opt.Shards)
+		return nil, fmt.Errorf("%w: shards must be between 1 and 16384, got %d", storeapi.ErrInvalid, opt.Shards)
 	}
 	if opt.Clock == nil {
 		opt.Clock = clock.Real{}
@@ -123,6 +128,7 @@ func New(opt Options) (*Store, error) {
 	s := &Store{
 		opt: opt, shards: make([]*shard, opt.Shards), members: map[string]int64{},
 		subs: map[*subscriber]struct{}{}, counter: map[string]int{},
+		jobs: map[string]*jobRecord{}, listed: map[string]int64{}, active: map[string]bool{},
 	}
 	for i := range s.shards {
 		s.shards[i] = &shard{
@@ -206,15 +212,11 @@ func (s *Store) Shards() int { return s.opt.Shards }
 
 // ShardOf maps an id to its shard exactly as the Redis store does (FNV-1a 32 of the
 // id's bytes modulo the shard count).
-func (s *Store) ShardOf(id string) int {
-	h := fnv.New32a()
-	_, _ = io.WriteString(h, id)
-	return int(h.Sum32() % uint32(s.opt.Shards))
-}
+func (s *Store) ShardOf(id string) int { return storeapi.ShardOf(id, s.opt.Shards) }
 
 func (s *Store) shard(n int) (*shard, error) {
 	if n < 0 || n >= len(s.shards) {
-		return nil, fmt.Errorf("%w: shard %d out of range [0,%d)", store.ErrInvalid, n, len(s.shards))
+		return nil, fmt.Errorf("%w: shard %d out of range [0,%d)", storeapi.ErrInvalid, n, len(s.shards))
 	}
 	return s.shards[n], nil
 }
@@ -242,16 +244,21 @@ func sortedUpTo(z map[string]int64, max int64, limit int) []scored {
 			out = append(out, scored{id, sc})
 		}
 	}
+	sortScored(out)
+	if limit >= 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out
+}
+
+// sortScored sorts members in Redis's order: score, then member bytes.
+func sortScored(out []scored) {
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].score != out[j].score {
 			return out[i].score < out[j].score
 		}
 		return out[i].id < out[j].id
 	})
-	if limit >= 0 && len(out) > limit {
-		out = out[:limit]
-	}
-	return out
 }
 
 // trimArgs mirrors the Redis store's done-window arguments of ack and cancel.
@@ -266,3 +273,5 @@ func trim(sh *shard, before int64, limit int) {
 		delete(sh.cancelled, m.id)
 	}
 }
+
+var _ storeapi.Store = (*Store)(nil)

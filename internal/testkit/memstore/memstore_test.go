@@ -3,6 +3,7 @@ package memstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -14,7 +15,7 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/fault"
 	"github.com/delaybridge/delay-bridge/internal/testkit/memstore"
 	"github.com/delaybridge/delay-bridge/scheduler"
-	"github.com/delaybridge/delay-bridge/scheduler/store"
+	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
 // memstore implements everything the scheduler needs from a store.
@@ -40,7 +41,7 @@ func env(id string, due int64) *envelope.Envelope {
 
 func TestNewRefusesBadShardCount(t *testing.T) {
 	for _, n := range []int{-1, 16385} {
-		if _, err := memstore.New(memstore.Options{Shards: n}); !errors.Is(err, store.ErrInvalid) {
+		if _, err := memstore.New(memstore.Options{Shards: n}); !errors.Is(err, storeapi.ErrInvalid) {
 			t.Fatalf("Shards %d: %v, want ErrInvalid", n, err)
 		}
 	}
@@ -58,11 +59,11 @@ func TestFailNextChangesNothing(t *testing.T) {
 	s.FailNext(memstore.OpPark, 2, nil)
 	for range 2 {
 		prior, _, err := s.ParkEach(ctx, []*envelope.Envelope{env("a", t0)})
-		if !fault.IsTransient(err) || !errors.Is(err, memstore.ErrInjected) || prior[0] != store.StateNotStored {
+		if !fault.IsTransient(err) || !errors.Is(err, memstore.ErrInjected) || prior[0] != storeapi.StateNotStored {
 			t.Fatalf("injected park = %v %v, want transient ErrInjected and not_stored", prior, err)
 		}
 	}
-	if st, _, _, _ := s.Get(ctx, "a"); st != store.StateUnknown {
+	if st, _, _, _ := s.Get(ctx, "a"); st != storeapi.StateUnknown {
 		t.Fatalf("a failed park stored the message: %q", st)
 	}
 	if parked, _, err := s.Park(ctx, []*envelope.Envelope{env("a", t0)}); err != nil || !parked[0] {
@@ -81,7 +82,7 @@ func TestFailNextChangesNothing(t *testing.T) {
 	if _, _, err := s.Claim(ctx, s.ShardOf("a"), "i1", tok, t0, t0+1000, 10); !fault.IsPermanent(err) {
 		t.Fatalf("claim = %v, want the injected permanent error", err)
 	}
-	if st, _, _, _ := s.Get(ctx, "a"); st != store.StatePending {
+	if st, _, _, _ := s.Get(ctx, "a"); st != storeapi.StatePending {
 		t.Fatalf("a failed claim moved the message: %q", st)
 	}
 }
@@ -103,7 +104,7 @@ func TestLoseReplyNextApplies(t *testing.T) {
 	if err := s.AckMany(ctx, []string{"a"}, t0); !fault.IsTransient(err) {
 		t.Fatalf("ack = %v, want the injected transient error", err)
 	}
-	if st, _, _, _ := s.Get(ctx, "a"); st != store.StateDelivered {
+	if st, _, _, _ := s.Get(ctx, "a"); st != storeapi.StateDelivered {
 		t.Fatalf("state after a lost ack reply = %q, want delivered", st)
 	}
 }
@@ -122,7 +123,7 @@ func TestHookBlocksOneOperation(t *testing.T) {
 	})
 	done := make(chan error, 1)
 	go func() {
-		done <- s.Retry(ctx, 0, []store.RetryItem{{Env: env("x", t0)}}, t0)
+		done <- s.Retry(ctx, 0, []storeapi.RetryItem{{Env: env("x", t0)}}, t0)
 	}()
 	for clk.Timers() == 0 {
 		time.Sleep(time.Millisecond)
@@ -135,7 +136,7 @@ func TestHookBlocksOneOperation(t *testing.T) {
 		t.Fatalf("retry after the hook's wait = %v", err)
 	}
 	go func() {
-		done <- s.Retry(ctx, 0, []store.RetryItem{{Env: env("x", t0)}}, t0)
+		done <- s.Retry(ctx, 0, []storeapi.RetryItem{{Env: env("x", t0)}}, t0)
 	}()
 	for clk.Timers() == 0 {
 		time.Sleep(time.Millisecond)
@@ -156,14 +157,14 @@ func TestLeaseExpiresOnTheFakeClock(t *testing.T) {
 		t.Fatalf("acquire = %d %v", tok, err)
 	}
 	clk.Advance(time.Second) // at the TTL, still held (Redis expires after it)
-	if held, _ := s.RenewLeases(ctx, "i1", []store.Lease{{Shard: 1, Token: tok}}, time.Second); !slices.Equal(held, []bool{true}) {
+	if held, _ := s.RenewLeases(ctx, "i1", []storeapi.Lease{{Shard: 1, Token: tok}}, time.Second); !slices.Equal(held, []bool{true}) {
 		t.Fatal("lease lost at its TTL")
 	}
 	clk.Advance(time.Second + time.Millisecond)
 	if other, _ := s.AcquireLease(ctx, 1, "i2", time.Second); other != 2 {
 		t.Fatalf("acquire after expiry = %d, want token 2", other)
 	}
-	if _, _, err := s.Claim(ctx, 1, "i1", tok, t0, t0, 1); !errors.Is(err, store.ErrFenced) {
+	if _, _, err := s.Claim(ctx, 1, "i1", tok, t0, t0, 1); !errors.Is(err, storeapi.ErrFenced) {
 		t.Fatalf("claim by the lapsed holder = %v, want ErrFenced", err)
 	}
 }
@@ -175,7 +176,7 @@ func TestListenDeliversInOrder(t *testing.T) {
 	got := make(chan string, 10)
 	done := make(chan error, 1)
 	go func() {
-		done <- s.Listen(ctx, func(m map[int]int64) { got <- "wake " + store.FormatWake(m) }, func(id string) { got <- "cancel " + id })
+		done <- s.Listen(ctx, func(m map[int]int64) { got <- fmt.Sprint("wake ", m) }, func(id string) { got <- "cancel " + id })
 	}()
 	for s.Subscribers() == 0 {
 		time.Sleep(time.Millisecond)
@@ -183,7 +184,7 @@ func TestListenDeliversInOrder(t *testing.T) {
 	_ = s.PublishWake(ctx, map[int]int64{2: t0})
 	_ = s.PublishWake(ctx, nil) // nothing to announce: not published
 	_ = s.PublishCancel(ctx, "x")
-	for _, want := range []string{"wake 2:1700000000000", "cancel x"} {
+	for _, want := range []string{"wake map[2:1700000000000]", "cancel x"} {
 		if g := <-got; g != want {
 			t.Fatalf("got %q, want %q", g, want)
 		}
@@ -208,9 +209,9 @@ func TestEveryOpCanFail(t *testing.T) {
 		memstore.OpBury:         func() error { _, err := s.Bury(ctx, e, t0); return err },
 		memstore.OpClaim:        func() error { _, _, err := s.Claim(ctx, 0, "i1", 1, t0, t0, 1); return err },
 		memstore.OpAck:          func() error { return s.AckMany(ctx, []string{"a"}, t0) },
-		memstore.OpRetry:        func() error { return s.Retry(ctx, 0, []store.RetryItem{{Env: e[0]}}, t0) },
+		memstore.OpRetry:        func() error { return s.Retry(ctx, 0, []storeapi.RetryItem{{Env: e[0]}}, t0) },
 		memstore.OpRecover:      func() error { _, _, err := s.RecoverAll(ctx, 0, t0, 1); return err },
-		memstore.OpCancel:       func() error { _, _, err := s.Cancel(ctx, "a", t0, store.CancelOptions{}); return err },
+		memstore.OpCancel:       func() error { _, _, err := s.Cancel(ctx, "a", t0, storeapi.CancelOptions{}); return err },
 		memstore.OpReschedule:   func() error { _, err := s.Reschedule(ctx, "a", t0); return err },
 		memstore.OpGet:          func() error { _, _, _, err := s.Get(ctx, "a"); return err },
 		memstore.OpPurgeDead:    func() error { _, err := s.PurgeDead(ctx); return err },
@@ -222,6 +223,8 @@ func TestEveryOpCanFail(t *testing.T) {
 		memstore.OpMembers:      func() error { _, err := s.LiveMembers(ctx, t0, time.Second); return err },
 		memstore.OpLeave:        func() error { return s.Leave(ctx, "i1") },
 		memstore.OpPublish:      func() error { return s.PublishCancel(ctx, "a") },
+		memstore.OpBrowse:       func() error { _, err := s.Browse(ctx, storeapi.BrowseQuery{}); return err },
+		memstore.OpJobs:         func() error { _, err := s.ListJobs(ctx, 1, t0); return err },
 	}
 	for op, call := range calls {
 		s.FailNext(op, 1, nil)

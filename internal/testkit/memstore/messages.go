@@ -7,7 +7,7 @@ import (
 	"slices"
 
 	"github.com/delaybridge/delay-bridge/internal/envelope"
-	"github.com/delaybridge/delay-bridge/scheduler/store"
+	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
 // Park, bury, claim, ack, retry, recover: as the Redis store's scripts of those names.
@@ -18,11 +18,11 @@ func encodeAll(envs []*envelope.Envelope) ([][]byte, error) {
 	out := make([][]byte, len(envs))
 	for i, e := range envs {
 		if e == nil || e.ID == "" {
-			return nil, fmt.Errorf("%w: envelope %d has no id", store.ErrInvalid, i)
+			return nil, fmt.Errorf("%w: envelope %d has no id", storeapi.ErrInvalid, i)
 		}
 		data, err := envelope.Encode(e)
 		if err != nil {
-			return nil, fmt.Errorf("memstore: encode envelope %q: %w", e.ID, errors.Join(store.ErrInvalid, err))
+			return nil, fmt.Errorf("memstore: encode envelope %q: %w", e.ID, errors.Join(storeapi.ErrInvalid, err))
 		}
 		out[i] = data
 	}
@@ -31,18 +31,18 @@ func encodeAll(envs []*envelope.Envelope) ([][]byte, error) {
 
 // doneState is what a done entry says to a message of route: delivered, cancelled (a
 // cancel of that route), or "" (not done, or only other routes' tombstones).
-func doneState(sh *shard, id, route string) store.State {
+func doneState(sh *shard, id, route string) storeapi.State {
 	if _, ok := sh.done[id]; !ok {
-		return store.StateUnknown
+		return storeapi.StateUnknown
 	}
 	routes, ok := sh.cancelled[id]
 	switch {
 	case !ok:
-		return store.StateDelivered
+		return storeapi.StateDelivered
 	case slices.Contains(routes, route):
-		return store.StateCancelled
+		return storeapi.StateCancelled
 	}
-	return store.StateUnknown
+	return storeapi.StateUnknown
 }
 
 // Park is ParkEach with the refusal reasons folded into a bool (true: parked now).
@@ -53,16 +53,16 @@ func (s *Store) Park(ctx context.Context, envs []*envelope.Envelope) (parked []b
 	}
 	parked = make([]bool, len(envs))
 	for i, st := range prior {
-		parked[i] = st == store.StateUnknown
+		parked[i] = st == storeapi.StateUnknown
 	}
 	return parked, minDue, err
 }
 
 // ParkEach stores envs, each in the shard of its id, due at its DueAt; prior[i] is
 // StateUnknown for a message parked now, else the state that refused it (see
-// store.Store.ParkEach). minDue: per shard, the earliest due time parked now.
-func (s *Store) ParkEach(ctx context.Context, envs []*envelope.Envelope) (prior []store.State, minDue map[int]int64, err error) {
-	prior = make([]store.State, len(envs))
+// storeapi.Intake.ParkEach). minDue: per shard, the earliest due time parked now.
+func (s *Store) ParkEach(ctx context.Context, envs []*envelope.Envelope) (prior []storeapi.State, minDue map[int]int64, err error) {
+	prior = make([]storeapi.State, len(envs))
 	minDue = make(map[int]int64)
 	if len(envs) == 0 {
 		return prior, minDue, nil
@@ -74,7 +74,7 @@ func (s *Store) ParkEach(ctx context.Context, envs []*envelope.Envelope) (prior 
 	after, err := s.begin(ctx, OpPark)
 	if err != nil {
 		for i := range prior {
-			prior[i] = store.StateNotStored
+			prior[i] = storeapi.StateNotStored
 		}
 		return prior, minDue, err
 	}
@@ -84,11 +84,11 @@ func (s *Store) ParkEach(ctx context.Context, envs []*envelope.Envelope) (prior 
 		n := s.ShardOf(e.ID)
 		sh := s.shards[n]
 		st := doneState(sh, e.ID, e.Route)
-		if st == store.StateUnknown {
+		if st == storeapi.StateUnknown {
 			st = parkOne(sh, e.ID, e.DueAt, data[i])
 		}
 		prior[i] = st
-		if st == store.StateUnknown {
+		if st == storeapi.StateUnknown {
 			if old, ok := minDue[n]; !ok || e.DueAt < old {
 				minDue[n] = e.DueAt
 			}
@@ -98,25 +98,25 @@ func (s *Store) ParkEach(ctx context.Context, envs []*envelope.Envelope) (prior 
 }
 
 // parkOne stores one message not refused by done: StateUnknown when parked now.
-func parkOne(sh *shard, id string, due int64, data []byte) store.State {
+func parkOne(sh *shard, id string, due int64, data []byte) storeapi.State {
 	if _, ok := sh.msg[id]; !ok {
 		sh.msg[id] = data
 		sh.due[id] = due
-		return store.StateUnknown
+		return storeapi.StateUnknown
 	}
 	if _, ok := sh.inflight[id]; ok {
-		return store.StateInflight
+		return storeapi.StateInflight
 	}
 	if _, ok := sh.dead[id]; ok {
-		return store.StateDead
+		return storeapi.StateDead
 	}
-	return store.StatePending
+	return storeapi.StatePending
 }
 
 // Bury stores envs straight into the dead letters at now, idempotently like Park:
 // prior[i] is StateUnknown when buried now, else the state the id is already in.
-func (s *Store) Bury(ctx context.Context, envs []*envelope.Envelope, now int64) (prior []store.State, err error) {
-	prior = make([]store.State, len(envs))
+func (s *Store) Bury(ctx context.Context, envs []*envelope.Envelope, now int64) (prior []storeapi.State, err error) {
+	prior = make([]storeapi.State, len(envs))
 	if len(envs) == 0 {
 		return prior, nil
 	}
@@ -133,10 +133,10 @@ func (s *Store) Bury(ctx context.Context, envs []*envelope.Envelope, now int64) 
 	for i, e := range envs {
 		sh := s.shards[s.ShardOf(e.ID)]
 		st := doneState(sh, e.ID, e.Route)
-		if st == store.StateUnknown {
+		if st == storeapi.StateUnknown {
 			st = stateOf(sh, e.ID)
 		}
-		if st == store.StateUnknown {
+		if st == storeapi.StateUnknown {
 			sh.msg[e.ID] = data[i]
 			sh.dead[e.ID] = now
 		}
@@ -146,17 +146,17 @@ func (s *Store) Bury(ctx context.Context, envs []*envelope.Envelope, now int64) 
 }
 
 // stateOf is pending, inflight, dead or unknown (done is not looked at).
-func stateOf(sh *shard, id string) store.State {
+func stateOf(sh *shard, id string) storeapi.State {
 	if _, ok := sh.due[id]; ok {
-		return store.StatePending
+		return storeapi.StatePending
 	}
 	if _, ok := sh.inflight[id]; ok {
-		return store.StateInflight
+		return storeapi.StateInflight
 	}
 	if _, ok := sh.dead[id]; ok {
-		return store.StateDead
+		return storeapi.StateDead
 	}
-	return store.StateUnknown
+	return storeapi.StateUnknown
 }
 
 // Claim moves up to limit messages of shard due ≤ upTo into inflight (deadline
@@ -170,7 +170,7 @@ func (s *Store) Claim(ctx context.Context, shard int, instance string, token int
 		return nil, 0, err
 	}
 	if limit <= 0 {
-		return nil, 0, fmt.Errorf("%w: claim limit %d", store.ErrInvalid, limit)
+		return nil, 0, fmt.Errorf("%w: claim limit %d", storeapi.ErrInvalid, limit)
 	}
 	after, err := s.begin(ctx, OpClaim)
 	if err != nil {
@@ -178,9 +178,9 @@ func (s *Store) Claim(ctx context.Context, shard int, instance string, token int
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	want := store.OwnerValue(instance, token)
+	want := holder(instance, token)
 	if s.ownerNow(sh) != want {
-		return nil, 0, fmt.Errorf("%w: shard %d, %s: lease is not held by %s", store.ErrFenced, shard, want, want)
+		return nil, 0, fmt.Errorf("%w: shard %d, %s: lease is not held by %s", storeapi.ErrFenced, shard, want, want)
 	}
 	items = []*envelope.Envelope{}
 	for _, m := range sortedUpTo(sh.due, upTo, limit) {
@@ -210,7 +210,7 @@ func (s *Store) Claim(ctx context.Context, shard int, instance string, token int
 
 const maxScore = int64(^uint64(0) >> 1)
 
-// Ack records ids of shard as delivered at now (see store.Store.Ack); ids not in flight
+// Ack records ids of shard as delivered at now (see storeapi.Delivery.Ack); ids not in flight
 // on that shard are ignored.
 func (s *Store) Ack(ctx context.Context, shard int, ids []string, now int64) error {
 	if _, err := s.shard(shard); err != nil {
@@ -233,6 +233,15 @@ func (s *Store) AckMany(ctx context.Context, ids []string, now int64) error {
 		byShard[n] = append(byShard[n], id)
 	}
 	return s.ack(ctx, byShard, now)
+}
+
+// AckEnvelopes is AckMany for the ids of envs (this store has no use for the rest).
+func (s *Store) AckEnvelopes(ctx context.Context, envs []*envelope.Envelope, now int64) error {
+	ids := make([]string, len(envs))
+	for i, e := range envs {
+		ids[i] = e.ID
+	}
+	return s.AckMany(ctx, ids, now)
 }
 
 func (s *Store) ack(ctx context.Context, byShard map[int][]string, now int64) error {
@@ -268,16 +277,16 @@ func (s *Store) ackCall(sh *shard, ids []string, now int64) {
 }
 
 // Retry puts failed in-flight messages of shard back to pending or into the dead
-// letters (see store.RetryItem); ids no longer in flight are ignored.
-func (s *Store) Retry(ctx context.Context, shard int, items []store.RetryItem, now int64) error {
-	return s.RetryMany(ctx, map[int][]store.RetryItem{shard: items}, now)
+// letters (see storeapi.RetryItem); ids no longer in flight are ignored.
+func (s *Store) Retry(ctx context.Context, shard int, items []storeapi.RetryItem, now int64) error {
+	return s.RetryMany(ctx, map[int][]storeapi.RetryItem{shard: items}, now)
 }
 
 // RetryMany is Retry for items of any shards.
-func (s *Store) RetryMany(ctx context.Context, byShard map[int][]store.RetryItem, now int64) error {
+func (s *Store) RetryMany(ctx context.Context, byShard map[int][]storeapi.RetryItem, now int64) error {
 	type enc struct {
 		sh   *shard
-		it   store.RetryItem
+		it   storeapi.RetryItem
 		data []byte
 	}
 	var all []enc
@@ -288,11 +297,11 @@ func (s *Store) RetryMany(ctx context.Context, byShard map[int][]store.RetryItem
 		}
 		for i, it := range items {
 			if it.Env == nil {
-				return fmt.Errorf("%w: retry item %d has no envelope", store.ErrInvalid, i)
+				return fmt.Errorf("%w: retry item %d has no envelope", storeapi.ErrInvalid, i)
 			}
 			data, err := envelope.Encode(it.Env)
 			if err != nil {
-				return fmt.Errorf("memstore: encode envelope %q: %w", it.Env.ID, errors.Join(store.ErrInvalid, err))
+				return fmt.Errorf("memstore: encode envelope %q: %w", it.Env.ID, errors.Join(storeapi.ErrInvalid, err))
 			}
 			all = append(all, enc{sh, it, data})
 		}
@@ -339,7 +348,7 @@ func (s *Store) recoverInflight(ctx context.Context, shard int, now int64, limit
 		return 0, false, err
 	}
 	if limit <= 0 {
-		return 0, false, fmt.Errorf("%w: recover limit %d", store.ErrInvalid, limit)
+		return 0, false, fmt.Errorf("%w: recover limit %d", storeapi.ErrInvalid, limit)
 	}
 	after, err := s.begin(ctx, OpRecover)
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/fault"
-	"github.com/delaybridge/delay-bridge/scheduler/store"
+	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
 // Refusal reasons, bury, cancel (route scope, tombstones), reschedule, requeue, get,
@@ -38,13 +38,13 @@ func caseParkEachSaysWhyRefused(t *testing.T, newSubject func(Config) Subject) {
 	mustPark(t, s, env(a[0], t0+60_000), env(a[1], t0), env(a[2], t0), env(a[3], t0))
 	tok := mustLease(t, s, 2, "i1")
 	mustClaim(t, s, 2, tok, t0, 10) // a1..a3 in flight
-	if err := s.Retry(ctx, 2, []store.RetryItem{{Env: env(a[2], t0), Dead: true}}, t0); err != nil {
+	if err := s.Retry(ctx, 2, []storeapi.RetryItem{{Env: env(a[2], t0), Dead: true}}, t0); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Ack(ctx, 2, []string{a[3]}, t0); err != nil {
 		t.Fatal(err)
 	}
-	if st, _, err := s.Cancel(ctx, a[4], t0, store.CancelOptions{Route: "orders", Tombstone: true}); err != nil || st != store.StateUnknown {
+	if st, _, err := s.Cancel(ctx, a[4], t0, storeapi.CancelOptions{Route: "orders", Tombstone: true}); err != nil || st != storeapi.StateUnknown {
 		t.Fatalf("tombstone cancel = %q %v", st, err)
 	}
 	prior, minDue, err := s.ParkEach(ctx, []*envelope.Envelope{
@@ -53,14 +53,14 @@ func caseParkEachSaysWhyRefused(t *testing.T, newSubject func(Config) Subject) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []store.State{store.StatePending, store.StateInflight, store.StateDead, store.StateDelivered, store.StateCancelled, store.StateUnknown, store.StatePending}
+	want := []storeapi.State{storeapi.StatePending, storeapi.StateInflight, storeapi.StateDead, storeapi.StateDelivered, storeapi.StateCancelled, storeapi.StateUnknown, storeapi.StatePending}
 	if !slices.Equal(prior, want) {
 		t.Fatalf("ParkEach prior = %q, want %q", prior, want)
 	}
 	if minDue[2] != t0+5 || len(minDue) != 1 {
 		t.Fatalf("minDue = %v, want only the new id's due", minDue)
 	}
-	wantState(t, s, a[5], store.StatePending, t0+5)
+	wantState(t, s, a[5], storeapi.StatePending, t0+5)
 }
 
 // Burying a batch again reports every id as already dead, and an invalid record whose
@@ -77,18 +77,18 @@ func caseBuryReportsOnlyNew(t *testing.T, newSubject func(Config) Subject) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []store.State{store.StateUnknown, store.StateUnknown, store.StateUnknown, store.StatePending}; !slices.Equal(prior, want) {
+	if want := []storeapi.State{storeapi.StateUnknown, storeapi.StateUnknown, storeapi.StateUnknown, storeapi.StatePending}; !slices.Equal(prior, want) {
 		t.Fatalf("first Bury prior = %q, want %q", prior, want)
 	}
 	prior, err = s.Bury(ctx, bad, t0+1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []store.State{store.StateDead, store.StateDead, store.StateDead}; !slices.Equal(prior, want) {
+	if want := []storeapi.State{storeapi.StateDead, storeapi.StateDead, storeapi.StateDead}; !slices.Equal(prior, want) {
 		t.Fatalf("replayed Bury prior = %q, want %q", prior, want)
 	}
-	wantState(t, s, "bury-2", store.StateDead, t0)
-	wantState(t, s, "bury-p", store.StatePending, t0+1000)
+	wantState(t, s, "bury-2", storeapi.StateDead, t0)
+	wantState(t, s, "bury-p", storeapi.StatePending, t0+1000)
 }
 
 func caseBuryListPurgeDead(t *testing.T, newSubject func(Config) Subject) {
@@ -108,8 +108,8 @@ func caseBuryListPurgeDead(t *testing.T, newSubject func(Config) Subject) {
 	if _, err := s.Bury(ctx, envs, t0+1); err != nil {
 		t.Fatal(err)
 	}
-	wantState(t, s, "bd-25", store.StatePending, t0)
-	wantState(t, s, "bd-05", store.StateDead, t0)
+	wantState(t, s, "bd-25", storeapi.StatePending, t0)
+	wantState(t, s, "bd-05", storeapi.StateDead, t0)
 	dead, err := s.ListDead(ctx, 100)
 	if err != nil || len(dead) != 20 {
 		t.Fatalf("ListDead = %d %v", len(dead), err)
@@ -129,8 +129,8 @@ func caseBuryListPurgeDead(t *testing.T, newSubject func(Config) Subject) {
 	if dead, _ := s.ListDead(ctx, 100); len(dead) != 0 {
 		t.Fatalf("dead letters left after purge: %d", len(dead))
 	}
-	wantState(t, s, "bd-05", store.StateUnknown, 0)
-	wantState(t, s, "bd-25", store.StatePending, t0)
+	wantState(t, s, "bd-05", storeapi.StateUnknown, 0)
+	wantState(t, s, "bd-25", storeapi.StatePending, t0)
 }
 
 func caseCancel(t *testing.T, newSubject func(Config) Subject) {
@@ -140,7 +140,7 @@ func caseCancel(t *testing.T, newSubject func(Config) Subject) {
 	mustPark(t, s, env(a[0], t0+50_000), env(a[1], t0), env(a[2], t0), env(a[3], t0))
 	tok := mustLease(t, s, 0, "i1")
 	mustClaim(t, s, 0, tok, t0, 10) // a1..a3 in flight
-	if err := s.Retry(ctx, 0, []store.RetryItem{{Env: env(a[2], t0), Dead: true}}, t0); err != nil {
+	if err := s.Retry(ctx, 0, []storeapi.RetryItem{{Env: env(a[2], t0), Dead: true}}, t0); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Ack(ctx, 0, []string{a[3]}, t0); err != nil {
@@ -148,16 +148,16 @@ func caseCancel(t *testing.T, newSubject func(Config) Subject) {
 	}
 	for _, tc := range []struct {
 		id   string
-		want store.State
-	}{{a[0], store.StatePending}, {a[1], store.StateInflight}, {a[2], store.StateDead}, {a[3], store.StateDelivered}, {"nobody", store.StateUnknown}} {
-		got, _, err := s.Cancel(ctx, tc.id, t0+1, store.CancelOptions{Route: "orders", Tombstone: true})
+		want storeapi.State
+	}{{a[0], storeapi.StatePending}, {a[1], storeapi.StateInflight}, {a[2], storeapi.StateDead}, {a[3], storeapi.StateDelivered}, {"nobody", storeapi.StateUnknown}} {
+		got, _, err := s.Cancel(ctx, tc.id, t0+1, storeapi.CancelOptions{Route: "orders", Tombstone: true})
 		if err != nil || got != tc.want {
 			t.Fatalf("Cancel(%s) = %q, %v; want %q", tc.id, got, err, tc.want)
 		}
-		if tc.want == store.StateDelivered {
-			wantState(t, s, tc.id, store.StateDelivered, -1)
+		if tc.want == storeapi.StateDelivered {
+			wantState(t, s, tc.id, storeapi.StateDelivered, -1)
 		} else {
-			wantState(t, s, tc.id, store.StateCancelled, -1)
+			wantState(t, s, tc.id, storeapi.StateCancelled, -1)
 		}
 		if p := mustPark(t, s, env(tc.id, t0)); p[0] {
 			t.Fatalf("cancelled id %s (was %s) parked again", tc.id, tc.want)
@@ -174,7 +174,7 @@ func caseCancel(t *testing.T, newSubject func(Config) Subject) {
 	if st := stats[0]; st.Pending+st.Inflight+st.Dead != 0 {
 		t.Fatalf("stats %+v", st)
 	}
-	if got, _, _ := s.Cancel(ctx, a[0], t0+3, store.CancelOptions{}); got != store.StateCancelled {
+	if got, _, _ := s.Cancel(ctx, a[0], t0+3, storeapi.CancelOptions{}); got != storeapi.StateCancelled {
 		t.Fatalf("second cancel = %q, want cancelled", got)
 	}
 }
@@ -186,54 +186,54 @@ func caseCancelScopedToRoute(t *testing.T, newSubject func(Config) Subject) {
 	s := newSubject(defaults).Store
 	ctx := storeCtx(t)
 	mustPark(t, s, envOn("x", "A", t0+60_000))
-	st, _, err := s.Cancel(ctx, "x", t0, store.CancelOptions{Route: "B", Tombstone: true})
-	if !errors.Is(err, store.ErrOtherRoute) || st != store.StatePending || fault.IsTransient(err) {
+	st, _, err := s.Cancel(ctx, "x", t0, storeapi.CancelOptions{Route: "B", Tombstone: true})
+	if !errors.Is(err, storeapi.ErrOtherRoute) || st != storeapi.StatePending || fault.IsTransient(err) {
 		t.Fatalf("route B's cancel of route A's message = %q %v, want pending + ErrOtherRoute", st, err)
 	}
-	wantState(t, s, "x", store.StatePending, t0+60_000)
+	wantState(t, s, "x", storeapi.StatePending, t0+60_000)
 
 	// A tombstone of route B for an id not seen yet.
-	if st, _, err := s.Cancel(ctx, "y", t0, store.CancelOptions{Route: "B", Tombstone: true}); err != nil || st != store.StateUnknown {
+	if st, _, err := s.Cancel(ctx, "y", t0, storeapi.CancelOptions{Route: "B", Tombstone: true}); err != nil || st != storeapi.StateUnknown {
 		t.Fatalf("tombstone = %q %v", st, err)
 	}
-	wantState(t, s, "y", store.StateCancelled, t0)
+	wantState(t, s, "y", storeapi.StateCancelled, t0)
 	prior, _, err := s.ParkEach(ctx, []*envelope.Envelope{envOn("y", "B", t0+1), envOn("y", "A", t0+2)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []store.State{store.StateCancelled, store.StateUnknown}; !slices.Equal(prior, want) {
+	if want := []storeapi.State{storeapi.StateCancelled, storeapi.StateUnknown}; !slices.Equal(prior, want) {
 		t.Fatalf("park y on B then A = %q, want %q (B's tombstone stops only B)", prior, want)
 	}
-	wantState(t, s, "y", store.StatePending, t0+2)
-	if st, _, err := s.Cancel(ctx, "y", t0+3, store.CancelOptions{Route: "A", Tombstone: true}); err != nil || st != store.StatePending {
+	wantState(t, s, "y", storeapi.StatePending, t0+2)
+	if st, _, err := s.Cancel(ctx, "y", t0+3, storeapi.CancelOptions{Route: "A", Tombstone: true}); err != nil || st != storeapi.StatePending {
 		t.Fatalf("route A's cancel of its message = %q %v", st, err)
 	}
-	wantState(t, s, "y", store.StateCancelled, t0+3)
+	wantState(t, s, "y", storeapi.StateCancelled, t0+3)
 	prior, _, err = s.ParkEach(ctx, []*envelope.Envelope{envOn("y", "A", t0), envOn("y", "B", t0)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []store.State{store.StateCancelled, store.StateCancelled}; !slices.Equal(prior, want) {
+	if want := []storeapi.State{storeapi.StateCancelled, storeapi.StateCancelled}; !slices.Equal(prior, want) {
 		t.Fatalf("park y on A and B after A's cancel = %q, want %q (A's cancel keeps B's tombstone)", prior, want)
 	}
-	if st, _, err := s.Cancel(ctx, "x", t0, store.CancelOptions{Route: "A"}); err != nil || st != store.StatePending {
+	if st, _, err := s.Cancel(ctx, "x", t0, storeapi.CancelOptions{Route: "A"}); err != nil || st != storeapi.StatePending {
 		t.Fatalf("route A's cancel of x = %q %v", st, err)
 	}
 
 	// Two routes' tombstones for one id both hold.
 	for _, r := range []string{"B", "A"} {
-		if st, _, err := s.Cancel(ctx, "z", t0, store.CancelOptions{Route: r, Tombstone: true}); err != nil || st != store.StateUnknown {
+		if st, _, err := s.Cancel(ctx, "z", t0, storeapi.CancelOptions{Route: r, Tombstone: true}); err != nil || st != storeapi.StateUnknown {
 			t.Fatalf("tombstone of %s = %q %v", r, st, err)
 		}
 	}
-	if st, _, err := s.Cancel(ctx, "z", t0, store.CancelOptions{Route: "A", Tombstone: true}); err != nil || st != store.StateCancelled {
+	if st, _, err := s.Cancel(ctx, "z", t0, storeapi.CancelOptions{Route: "A", Tombstone: true}); err != nil || st != storeapi.StateCancelled {
 		t.Fatalf("repeated tombstone of A = %q %v, want cancelled", st, err)
 	}
 	prior, _, err = s.ParkEach(ctx, []*envelope.Envelope{envOn("z", "A", t0), envOn("z", "B", t0), envOn("z", "C", t0)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []store.State{store.StateCancelled, store.StateCancelled, store.StateUnknown}; !slices.Equal(prior, want) {
+	if want := []storeapi.State{storeapi.StateCancelled, storeapi.StateCancelled, storeapi.StateUnknown}; !slices.Equal(prior, want) {
 		t.Fatalf("park z on A, B, C = %q, want %q", prior, want)
 	}
 }
@@ -243,14 +243,14 @@ func caseCancelScopedToRoute(t *testing.T, newSubject func(Config) Subject) {
 func caseCancelUnknownLeavesNoTrace(t *testing.T, newSubject func(Config) Subject) {
 	s := newSubject(defaults).Store
 	ctx := storeCtx(t)
-	if st, _, err := s.Cancel(ctx, "ghost", t0, store.CancelOptions{}); err != nil || st != store.StateUnknown {
+	if st, _, err := s.Cancel(ctx, "ghost", t0, storeapi.CancelOptions{}); err != nil || st != storeapi.StateUnknown {
 		t.Fatalf("Cancel(unknown) = %q %v", st, err)
 	}
-	wantState(t, s, "ghost", store.StateUnknown, -1)
+	wantState(t, s, "ghost", storeapi.StateUnknown, -1)
 	if p := mustPark(t, s, env("ghost", t0)); !p[0] {
 		t.Fatal("a message with an id once cancelled while unknown was refused")
 	}
-	if _, _, err := s.Cancel(ctx, "ghost", t0, store.CancelOptions{Tombstone: true}); !errors.Is(err, store.ErrInvalid) {
+	if _, _, err := s.Cancel(ctx, "ghost", t0, storeapi.CancelOptions{Tombstone: true}); !errors.Is(err, storeapi.ErrInvalid) {
 		t.Fatalf("tombstone without a route: %v, want ErrInvalid", err)
 	}
 }
@@ -261,7 +261,7 @@ func caseTombstoneRouteNamesAreExact(t *testing.T, newSubject func(Config) Subje
 	s := newSubject(defaults).Store
 	ctx := storeCtx(t)
 	for _, r := range []string{"a\nb", "5:x", "ab"} {
-		if st, _, err := s.Cancel(ctx, "n", t0, store.CancelOptions{Route: r, Tombstone: true}); err != nil || st != store.StateUnknown {
+		if st, _, err := s.Cancel(ctx, "n", t0, storeapi.CancelOptions{Route: r, Tombstone: true}); err != nil || st != storeapi.StateUnknown {
 			t.Fatalf("tombstone of %q = %q %v", r, st, err)
 		}
 	}
@@ -274,7 +274,7 @@ func caseTombstoneRouteNamesAreExact(t *testing.T, newSubject func(Config) Subje
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []store.State{store.StateCancelled, store.StateCancelled, store.StateCancelled, store.StateUnknown, store.StatePending, store.StatePending, store.StatePending, store.StatePending, store.StatePending, store.StatePending}
+	want := []storeapi.State{storeapi.StateCancelled, storeapi.StateCancelled, storeapi.StateCancelled, storeapi.StateUnknown, storeapi.StatePending, storeapi.StatePending, storeapi.StatePending, storeapi.StatePending, storeapi.StatePending, storeapi.StatePending}
 	if !slices.Equal(prior, want) {
 		t.Fatalf("park n on %q = %q, want %q", routes, prior, want)
 	}
@@ -286,7 +286,7 @@ func caseTombstoneRouteNamesAreExact(t *testing.T, newSubject func(Config) Subje
 func caseAckOverTombstoneAndTrim(t *testing.T, newSubject func(Config) Subject) {
 	s := newSubject(Config{Shards: 1, DoneWindow: time.Minute}).Store
 	ctx := storeCtx(t)
-	if _, _, err := s.Cancel(ctx, "t", t0, store.CancelOptions{Route: "B", Tombstone: true}); err != nil {
+	if _, _, err := s.Cancel(ctx, "t", t0, storeapi.CancelOptions{Route: "B", Tombstone: true}); err != nil {
 		t.Fatal(err)
 	}
 	mustPark(t, s, envOn("t", "A", t0))
@@ -297,12 +297,12 @@ func caseAckOverTombstoneAndTrim(t *testing.T, newSubject func(Config) Subject) 
 	if err := s.Ack(ctx, 0, []string{"t"}, t0+1); err != nil {
 		t.Fatal(err)
 	}
-	wantState(t, s, "t", store.StateDelivered, t0+1)
+	wantState(t, s, "t", storeapi.StateDelivered, t0+1)
 
-	if _, _, err := s.Cancel(ctx, "u", t0+2, store.CancelOptions{Route: "B", Tombstone: true}); err != nil {
+	if _, _, err := s.Cancel(ctx, "u", t0+2, storeapi.CancelOptions{Route: "B", Tombstone: true}); err != nil {
 		t.Fatal(err)
 	}
-	wantState(t, s, "u", store.StateCancelled, t0+2)
+	wantState(t, s, "u", storeapi.StateCancelled, t0+2)
 	// A minute later every entry above is past the window: the next ack trims them.
 	mustPark(t, s, env("late", t0+61_000))
 	if items, _ := mustClaim(t, s, 0, tok, t0+61_000, 10); len(items) != 1 {
@@ -311,10 +311,10 @@ func caseAckOverTombstoneAndTrim(t *testing.T, newSubject func(Config) Subject) 
 	if err := s.Ack(ctx, 0, []string{"late"}, t0+62_010); err != nil {
 		t.Fatal(err)
 	}
-	wantState(t, s, "u", store.StateUnknown, -1)
-	wantState(t, s, "t", store.StateUnknown, -1)
-	wantState(t, s, "late", store.StateDelivered, t0+62_010)
-	if prior, _, err := s.ParkEach(ctx, []*envelope.Envelope{envOn("u", "B", t0)}); err != nil || prior[0] != store.StateUnknown {
+	wantState(t, s, "u", storeapi.StateUnknown, -1)
+	wantState(t, s, "t", storeapi.StateUnknown, -1)
+	wantState(t, s, "late", storeapi.StateDelivered, t0+62_010)
+	if prior, _, err := s.ParkEach(ctx, []*envelope.Envelope{envOn("u", "B", t0)}); err != nil || prior[0] != storeapi.StateUnknown {
 		t.Fatalf("park over a trimmed tombstone = %q %v, want parked", prior, err)
 	}
 }
@@ -328,42 +328,42 @@ func caseRescheduleAndRequeue(t *testing.T, newSubject func(Config) Subject) {
 	items, _ := mustClaim(t, s, 3, tok, t0, 10) // a1, a2
 	d := items[1]
 	d.Attempt, d.Reason = 10, "boom"
-	if err := s.Retry(ctx, 3, []store.RetryItem{{Env: d, Dead: true}}, t0); err != nil {
+	if err := s.Retry(ctx, 3, []storeapi.RetryItem{{Env: d, Dead: true}}, t0); err != nil {
 		t.Fatal(err)
 	}
 
-	if st, err := s.Reschedule(ctx, a[0], t0+7777); err != nil || st != store.StatePending {
+	if st, err := s.Reschedule(ctx, a[0], t0+7777); err != nil || st != storeapi.StatePending {
 		t.Fatalf("reschedule pending = %q %v", st, err)
 	}
-	if e := wantState(t, s, a[0], store.StatePending, t0+7777); e.DueAt != t0+7777 {
+	if e := wantState(t, s, a[0], storeapi.StatePending, t0+7777); e.DueAt != t0+7777 {
 		t.Fatalf("reschedule must keep the envelope's DueAt equal to the score (recovery relies on it): DueAt %d", e.DueAt)
 	}
-	if st, err := s.Reschedule(ctx, items[0].ID, t0+5); err != nil || st != store.StateInflight {
+	if st, err := s.Reschedule(ctx, items[0].ID, t0+5); err != nil || st != storeapi.StateInflight {
 		t.Fatalf("reschedule inflight = %q %v, want unchanged inflight", st, err)
 	}
-	wantState(t, s, items[0].ID, store.StateInflight, -1)
-	if st, err := s.Reschedule(ctx, "nobody", t0); err != nil || st != store.StateUnknown {
+	wantState(t, s, items[0].ID, storeapi.StateInflight, -1)
+	if st, err := s.Reschedule(ctx, "nobody", t0); err != nil || st != storeapi.StateUnknown {
 		t.Fatalf("reschedule unknown = %q %v", st, err)
 	}
 	// A dead letter is requeued with a clean slate.
-	if st, err := s.Reschedule(ctx, d.ID, t0+20); err != nil || st != store.StateDead {
+	if st, err := s.Reschedule(ctx, d.ID, t0+20); err != nil || st != storeapi.StateDead {
 		t.Fatalf("reschedule dead = %q %v", st, err)
 	}
-	if e := wantState(t, s, d.ID, store.StatePending, t0+20); e.Reason != "" || e.Attempt != 0 {
+	if e := wantState(t, s, d.ID, storeapi.StatePending, t0+20); e.Reason != "" || e.Attempt != 0 {
 		t.Fatalf("requeued envelope %+v", e)
 	}
-	if err := s.RequeueDead(ctx, d.ID, t0); !errors.Is(err, store.ErrNotFound) {
+	if err := s.RequeueDead(ctx, d.ID, t0); !errors.Is(err, storeapi.ErrNotFound) {
 		t.Fatalf("requeue of a pending message: %v, want ErrNotFound", err)
 	}
 	// Through RequeueDead directly.
 	items, _ = mustClaim(t, s, 3, tok, t0+20, 10)
-	if err := s.Retry(ctx, 3, []store.RetryItem{{Env: items[0], Dead: true}}, t0+21); err != nil {
+	if err := s.Retry(ctx, 3, []storeapi.RetryItem{{Env: items[0], Dead: true}}, t0+21); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.RequeueDead(ctx, d.ID, t0+30); err != nil {
 		t.Fatal(err)
 	}
-	wantState(t, s, d.ID, store.StatePending, t0+30)
+	wantState(t, s, d.ID, storeapi.StatePending, t0+30)
 }
 
 func caseGet(t *testing.T, newSubject func(Config) Subject) {
@@ -373,12 +373,12 @@ func caseGet(t *testing.T, newSubject func(Config) Subject) {
 	e.AMQP = &envelope.AMQPProperties{ContentType: "application/json", MessageID: "get-me", DeliveryMode: 2}
 	e.Headers = append(e.Headers, envelope.Header{Key: "n", Value: int32(7)})
 	mustPark(t, s, e)
-	got := wantState(t, s, "get-me", store.StatePending, t0+42)
+	got := wantState(t, s, "get-me", storeapi.StatePending, t0+42)
 	if got.AMQP == nil || got.AMQP.ContentType != "application/json" || got.Headers[1].Value != int32(7) {
 		t.Fatalf("Get envelope %+v", got)
 	}
 	st, score, ge, err := s.Get(ctx, "missing")
-	if err != nil || st != store.StateUnknown || score != 0 || ge != nil {
+	if err != nil || st != storeapi.StateUnknown || score != 0 || ge != nil {
 		t.Fatalf("Get(missing) = %q %d %v %v", st, score, ge, err)
 	}
 	// Envelopes reads stored envelopes by id: nil for none.

@@ -9,7 +9,7 @@ import (
 
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/fault"
-	"github.com/delaybridge/delay-bridge/scheduler/store"
+	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
 // Park, claim, ack, retry, recover.
@@ -56,7 +56,7 @@ func caseParkIdempotent(t *testing.T, newSubject func(Config) Subject) {
 	if len(minDue) != 1 || minDue[1] != t0+100 {
 		t.Fatalf("minDue = %v, want {1: %d}", minDue, t0+100)
 	}
-	got := wantState(t, s, a[0], store.StatePending, t0+500)
+	got := wantState(t, s, a[0], storeapi.StatePending, t0+500)
 	if got.ID != a[0] || string(got.Payload) != "payload "+a[0] || got.Route != "orders" {
 		t.Fatalf("stored envelope = %+v", got)
 	}
@@ -68,15 +68,15 @@ func caseParkIdempotent(t *testing.T, newSubject func(Config) Subject) {
 	if len(items) != 3 {
 		t.Fatalf("claimed %v", ids(items))
 	}
-	if err := s.Retry(ctx, 1, []store.RetryItem{{Env: env(a[3], t0), Dead: true}}, t0); err != nil {
+	if err := s.Retry(ctx, 1, []storeapi.RetryItem{{Env: env(a[3], t0), Dead: true}}, t0); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Ack(ctx, 1, []string{a[4]}, t0); err != nil {
 		t.Fatal(err)
 	}
-	wantState(t, s, a[2], store.StateInflight, t0+30_000)
-	wantState(t, s, a[3], store.StateDead, t0)
-	wantState(t, s, a[4], store.StateDelivered, t0)
+	wantState(t, s, a[2], storeapi.StateInflight, t0+30_000)
+	wantState(t, s, a[3], storeapi.StateDead, t0)
+	wantState(t, s, a[4], storeapi.StateDelivered, t0)
 
 	// A replay of every record: nothing is parked again, nothing is changed.
 	parked, minDue, err = s.Park(ctx, []*envelope.Envelope{env(a[0], 1), env(a[1], 1), env(a[2], 1), env(a[3], 1), env(a[4], 1)})
@@ -86,10 +86,10 @@ func caseParkIdempotent(t *testing.T, newSubject func(Config) Subject) {
 	if slices.Contains(parked, true) || len(minDue) != 0 {
 		t.Fatalf("replay parked %v minDue %v, want all duplicates", parked, minDue)
 	}
-	wantState(t, s, a[0], store.StatePending, t0+500)
-	wantState(t, s, a[2], store.StateInflight, t0+30_000)
-	wantState(t, s, a[3], store.StateDead, t0)
-	wantState(t, s, a[4], store.StateDelivered, t0)
+	wantState(t, s, a[0], storeapi.StatePending, t0+500)
+	wantState(t, s, a[2], storeapi.StateInflight, t0+30_000)
+	wantState(t, s, a[3], storeapi.StateDead, t0)
+	wantState(t, s, a[4], storeapi.StateDelivered, t0)
 }
 
 func caseClaimOrderLimitNextDue(t *testing.T, newSubject func(Config) Subject) {
@@ -115,7 +115,7 @@ func caseClaimOrderLimitNextDue(t *testing.T, newSubject func(Config) Subject) {
 		if string(e.Key) != "k-"+e.ID || len(e.Headers) != 1 {
 			t.Fatalf("claimed envelope %+v", e)
 		}
-		wantState(t, s, e.ID, store.StateInflight, t0+1000+30_000)
+		wantState(t, s, e.ID, storeapi.StateInflight, t0+1000+30_000)
 	}
 	items, next = mustClaim(t, s, 2, tok, t0+1000, 10)
 	if !slices.Equal(ids(items), []string{a[0], a[3]}) || next != t0+5000 {
@@ -132,7 +132,7 @@ func caseClaimDueAtIsScore(t *testing.T, newSubject func(Config) Subject) {
 	ctx := storeCtx(t)
 	id := idsOnShard(s, 0, 1, "r")[0]
 	mustPark(t, s, env(id, t0+10_000))
-	if st, err := s.Reschedule(ctx, id, t0+50); err != nil || st != store.StatePending {
+	if st, err := s.Reschedule(ctx, id, t0+50); err != nil || st != storeapi.StatePending {
 		t.Fatalf("Reschedule = %q, %v", st, err)
 	}
 	tok := mustLease(t, s, 0, "i1")
@@ -150,7 +150,7 @@ func caseClaimFenced(t *testing.T, newSubject func(Config) Subject) {
 	mustPark(t, s, env(id, t0))
 
 	// Nobody holds the lease.
-	if _, _, err := s.Claim(ctx, 3, "i1", 1, t0, t0+1, 10); !errors.Is(err, store.ErrFenced) {
+	if _, _, err := s.Claim(ctx, 3, "i1", 1, t0, t0+1, 10); !errors.Is(err, storeapi.ErrFenced) {
 		t.Fatalf("claim without lease: %v, want ErrFenced", err)
 	}
 	old := mustLease(t, s, 3, "i1")
@@ -162,14 +162,14 @@ func caseClaimFenced(t *testing.T, newSubject func(Config) Subject) {
 		t.Fatalf("new token %d not above old %d", newTok, old)
 	}
 	_, _, err := s.Claim(ctx, 3, "i1", old, t0, t0+1, 10)
-	if !errors.Is(err, store.ErrFenced) || fault.IsTransient(err) {
+	if !errors.Is(err, storeapi.ErrFenced) || fault.IsTransient(err) {
 		t.Fatalf("stale claim: %v (transient %v), want permanent ErrFenced", err, fault.IsTransient(err))
 	}
 	// Same instance name, wrong token: still fenced.
-	if _, _, err := s.Claim(ctx, 3, "i2", old, t0, t0+1, 10); !errors.Is(err, store.ErrFenced) {
+	if _, _, err := s.Claim(ctx, 3, "i2", old, t0, t0+1, 10); !errors.Is(err, storeapi.ErrFenced) {
 		t.Fatalf("wrong token: %v", err)
 	}
-	wantState(t, s, id, store.StatePending, t0)
+	wantState(t, s, id, storeapi.StatePending, t0)
 	items, _, err := s.Claim(ctx, 3, "i2", newTok, t0, t0+1, 10)
 	if err != nil || len(items) != 1 {
 		t.Fatalf("claim by holder: %v %v", ids(items), err)
@@ -196,10 +196,10 @@ func caseAckAndDoneTrim(t *testing.T, newSubject func(Config) Subject) {
 	if err := s.Ack(ctx, 0, append(slices.Clone(a[:30]), a[0], "never-claimed"), t0); err != nil {
 		t.Fatal(err)
 	}
-	if n := countStates(t, s, a); n[store.StateDelivered] != 30 || n[store.StateInflight] != 10 {
+	if n := countStates(t, s, a); n[storeapi.StateDelivered] != 30 || n[storeapi.StateInflight] != 10 {
 		t.Fatalf("states after the ack %v, want 30 delivered and the 10 unacked in flight", n)
 	}
-	wantState(t, s, "never-claimed", store.StateUnknown, -1)
+	wantState(t, s, "never-claimed", storeapi.StateUnknown, -1)
 	// Within the window, the acked ids stay remembered (a replay is a duplicate).
 	if p := mustPark(t, s, env(a[0], t0)); p[0] {
 		t.Fatal("acked id re-parked inside the done window")
@@ -209,13 +209,13 @@ func caseAckAndDoneTrim(t *testing.T, newSubject func(Config) Subject) {
 	if err := s.Ack(ctx, 0, []string{a[30]}, later); err != nil {
 		t.Fatal(err)
 	}
-	if n := countStates(t, s, a[:31]); n[store.StateDelivered] != 30-minTrim+1 {
-		t.Fatalf("%d delivered after one bounded trim, want %d", n[store.StateDelivered], 30-minTrim+1)
+	if n := countStates(t, s, a[:31]); n[storeapi.StateDelivered] != 30-minTrim+1 {
+		t.Fatalf("%d delivered after one bounded trim, want %d", n[storeapi.StateDelivered], 30-minTrim+1)
 	}
 	if err := s.Ack(ctx, 0, a[31:], later); err != nil {
 		t.Fatal(err)
 	}
-	if n := countStates(t, s, a); n[store.StateDelivered] != 10 || n[store.StateUnknown] != 30 {
+	if n := countStates(t, s, a); n[storeapi.StateDelivered] != 10 || n[storeapi.StateUnknown] != 30 {
 		t.Fatalf("states %v, want only the 10 acked at %d remembered", n, later)
 	}
 	// Forgotten ids may be parked again.
@@ -254,10 +254,10 @@ func caseAckManyAndNoDoneWindow(t *testing.T, newSubject func(Config) Subject) {
 		}
 	}
 	// Done window 0: no acked id is remembered.
-	if n := countStates(t, s, claimed); n[store.StateUnknown] != 50 {
+	if n := countStates(t, s, claimed); n[storeapi.StateUnknown] != 50 {
 		t.Fatalf("done window 0 but states %v", n)
 	}
-	wantState(t, s, "am-1", store.StateUnknown, 0)
+	wantState(t, s, "am-1", storeapi.StateUnknown, 0)
 }
 
 func caseRetry(t *testing.T, newSubject func(Config) Subject) {
@@ -275,7 +275,7 @@ func caseRetry(t *testing.T, newSubject func(Config) Subject) {
 	dead.Attempt, dead.Reason = 10, "publish: unroutable"
 	pending := env(a[2], t0) // not in flight: must be left alone
 	pending.Reason = "should not be written"
-	err := s.Retry(ctx, 1, []store.RetryItem{
+	err := s.Retry(ctx, 1, []storeapi.RetryItem{
 		{Env: again, Due: t0 + 1000},
 		{Env: dead, Dead: true},
 		{Env: pending, Due: t0},
@@ -283,13 +283,13 @@ func caseRetry(t *testing.T, newSubject func(Config) Subject) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e := wantState(t, s, again.ID, store.StatePending, t0+1000); e.Attempt != 1 {
+	if e := wantState(t, s, again.ID, storeapi.StatePending, t0+1000); e.Attempt != 1 {
 		t.Fatalf("retried envelope attempt %d", e.Attempt)
 	}
-	if e := wantState(t, s, dead.ID, store.StateDead, t0+5); e.Reason != "publish: unroutable" || e.Attempt != 10 {
+	if e := wantState(t, s, dead.ID, storeapi.StateDead, t0+5); e.Reason != "publish: unroutable" || e.Attempt != 10 {
 		t.Fatalf("dead envelope %+v", e)
 	}
-	if e := wantState(t, s, a[2], store.StatePending, t0+9999); e.Reason != "" {
+	if e := wantState(t, s, a[2], storeapi.StatePending, t0+9999); e.Reason != "" {
 		t.Fatalf("retry touched a message not in flight: %+v", e)
 	}
 	// The retried one is claimable again when due.
@@ -304,7 +304,7 @@ func caseRetry(t *testing.T, newSubject func(Config) Subject) {
 func caseRetryMany(t *testing.T, newSubject func(Config) Subject) {
 	s := newSubject(defaults).Store
 	ctx := storeCtx(t)
-	byShard := map[int][]store.RetryItem{}
+	byShard := map[int][]storeapi.RetryItem{}
 	for sh := 0; sh < 3; sh++ {
 		ids := idsOnShard(s, sh, 2, "rm")
 		mustPark(t, s, env(ids[0], t0), env(ids[1], t0))
@@ -315,16 +315,16 @@ func caseRetryMany(t *testing.T, newSubject func(Config) Subject) {
 		}
 		items[0].Attempt = 2
 		items[1].Attempt, items[1].Reason = 10, "publish: unroutable"
-		byShard[sh] = []store.RetryItem{{Env: items[0], Due: t0 + 500}, {Env: items[1], Dead: true}}
+		byShard[sh] = []storeapi.RetryItem{{Env: items[0], Due: t0 + 500}, {Env: items[1], Dead: true}}
 	}
 	if err := s.RetryMany(ctx, byShard, t0+5); err != nil {
 		t.Fatal(err)
 	}
 	for sh, items := range byShard {
-		if e := wantState(t, s, items[0].Env.ID, store.StatePending, t0+500); e.Attempt != 2 {
+		if e := wantState(t, s, items[0].Env.ID, storeapi.StatePending, t0+500); e.Attempt != 2 {
 			t.Errorf("shard %d: retried envelope attempt %d, want 2", sh, e.Attempt)
 		}
-		if e := wantState(t, s, items[1].Env.ID, store.StateDead, t0+5); e.Reason != "publish: unroutable" {
+		if e := wantState(t, s, items[1].Env.ID, storeapi.StateDead, t0+5); e.Reason != "publish: unroutable" {
 			t.Errorf("shard %d: dead envelope reason %q", sh, e.Reason)
 		}
 	}

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/delaybridge/delay-bridge/internal/envelope"
-	"github.com/delaybridge/delay-bridge/scheduler/store"
+	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
 // Per-route counts (RouteCounts) after every transition.
@@ -14,11 +14,11 @@ func init() {
 	register("CountsEveryTransition", caseCountsEveryTransition)
 }
 
-type rc = store.RouteCount
+type rc = storeapi.RouteCount
 
 // wantCounts checks RouteCounts: exact, and per route as want (routes with nothing
 // left absent).
-func wantCounts(t *testing.T, s Store, step string, want map[string]rc) {
+func wantCounts(t *testing.T, s storeapi.Store, step string, want map[string]rc) {
 	t.Helper()
 	c, err := s.RouteCounts(storeCtx(t))
 	if err != nil {
@@ -64,7 +64,7 @@ func caseCountsEveryTransition(t *testing.T, newSubject func(Config) Subject) {
 
 	e1, e2 := env(a[1], t0), env(a[2], t0)
 	e1.Attempt, e2.Attempt, e2.Reason = 1, 2, "boom"
-	if err := s.Retry(ctx, 1, []store.RetryItem{{Env: e1, Due: t0 + 1_000}, {Env: e2, Dead: true}}, t0); err != nil {
+	if err := s.Retry(ctx, 1, []storeapi.RetryItem{{Env: e1, Due: t0 + 1_000}, {Env: e2, Dead: true}}, t0); err != nil {
 		t.Fatal(err)
 	}
 	wantCounts(t, s, "retry", map[string]rc{"orders": {Pending: 2, Inflight: 1, Dead: 1}, "pay": {Pending: 2, Dead: 1}})
@@ -74,7 +74,7 @@ func caseCountsEveryTransition(t *testing.T, newSubject func(Config) Subject) {
 	}
 	wantCounts(t, s, "recover", map[string]rc{"orders": {Pending: 3, Dead: 1}, "pay": {Pending: 2, Dead: 1}})
 
-	if st, err := s.Reschedule(ctx, a[4], t0+1); err != nil || st != store.StatePending {
+	if st, err := s.Reschedule(ctx, a[4], t0+1); err != nil || st != storeapi.StatePending {
 		t.Fatalf("Reschedule = %q, %v", st, err)
 	}
 	wantCounts(t, s, "reschedule", map[string]rc{"orders": {Pending: 3, Dead: 1}, "pay": {Pending: 2, Dead: 1}})
@@ -88,7 +88,7 @@ func caseCountsEveryTransition(t *testing.T, newSubject func(Config) Subject) {
 
 // countsCancelDeadPurge continues caseCountsEveryTransition: cancel, retry to dead,
 // purge.
-func countsCancelDeadPurge(t *testing.T, s Store, a, b []string, tok int64) {
+func countsCancelDeadPurge(t *testing.T, s storeapi.Store, a, b []string, tok int64) {
 	ctx := storeCtx(t)
 	// cancel in each state: pending (b0), in flight (a1 claimed again), dead (b2)
 	items, _ := mustClaim(t, s, 1, tok, t0+1_000, 1) // a4 (due t0+1)
@@ -96,7 +96,7 @@ func countsCancelDeadPurge(t *testing.T, s Store, a, b []string, tok int64) {
 		t.Fatalf("claimed %v", ids(items))
 	}
 	for _, id := range []string{b[0], a[4], b[2]} {
-		if _, _, err := s.Cancel(ctx, id, t0, store.CancelOptions{}); err != nil {
+		if _, _, err := s.Cancel(ctx, id, t0, storeapi.CancelOptions{}); err != nil {
 			t.Fatalf("Cancel(%s): %v", id, err)
 		}
 	}
@@ -106,11 +106,11 @@ func countsCancelDeadPurge(t *testing.T, s Store, a, b []string, tok int64) {
 	if len(items) != 3 {
 		t.Fatalf("claimed %v", ids(items))
 	}
-	var dead []store.RetryItem
+	var dead []storeapi.RetryItem
 	for _, e := range items {
-		dead = append(dead, store.RetryItem{Env: e, Dead: true})
+		dead = append(dead, storeapi.RetryItem{Env: e, Dead: true})
 	}
-	if err := s.RetryMany(ctx, map[int][]store.RetryItem{1: dead}, t0); err != nil {
+	if err := s.RetryMany(ctx, map[int][]storeapi.RetryItem{1: dead}, t0); err != nil {
 		t.Fatal(err)
 	}
 	wantCounts(t, s, "dead", map[string]rc{"orders": {Dead: 3}, "pay": {Pending: 1}})

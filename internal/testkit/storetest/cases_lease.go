@@ -3,13 +3,14 @@ package storetest
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/delaybridge/delay-bridge/internal/envelope"
-	"github.com/delaybridge/delay-bridge/scheduler/store"
+	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
 // Leases, membership, the wake/cancel channel, and every operation once in sequence.
@@ -53,7 +54,7 @@ func caseLease(t *testing.T, newSubject func(Config) Subject) {
 			t.Fatalf("renew before expiry = %v %v", ok, err)
 		}
 	}
-	held, err := s.RenewLeases(ctx, "i1", []store.Lease{{Shard: 0, Token: tok}, {Shard: 1, Token: 99}}, ttl)
+	held, err := s.RenewLeases(ctx, "i1", []storeapi.Lease{{Shard: 0, Token: tok}, {Shard: 1, Token: 99}}, ttl)
 	if err != nil || !slices.Equal(held, []bool{true, false}) {
 		t.Fatalf("RenewLeases = %v %v", held, err)
 	}
@@ -93,10 +94,10 @@ func caseLease(t *testing.T, newSubject func(Config) Subject) {
 		t.Fatalf("AcquireLeases = %v %v, want 0 for the held shard 0", toks, err)
 	}
 
-	if _, err := s.AcquireLease(ctx, 0, "bad|name", ttl); !errors.Is(err, store.ErrInvalid) {
+	if _, err := s.AcquireLease(ctx, 0, "bad|name", ttl); !errors.Is(err, storeapi.ErrInvalid) {
 		t.Fatalf("instance with '|': %v", err)
 	}
-	if _, err := s.AcquireLease(ctx, 99, "i1", ttl); !errors.Is(err, store.ErrInvalid) {
+	if _, err := s.AcquireLease(ctx, 99, "i1", ttl); !errors.Is(err, storeapi.ErrInvalid) {
 		t.Fatalf("shard out of range: %v", err)
 	}
 }
@@ -122,7 +123,7 @@ func caseMembers(t *testing.T, newSubject func(Config) Subject) {
 		t.Fatalf("Members(1h) = %v", got)
 	}
 	live, err := s.LiveMembers(ctx, t0, time.Hour)
-	if err != nil || len(live) != 3 || live[0] != (store.Member{Name: "a", Heartbeat: t0 - 1000}) {
+	if err != nil || len(live) != 3 || live[0] != (storeapi.Member{Name: "a", Heartbeat: t0 - 1000}) {
 		t.Fatalf("LiveMembers = %+v %v", live, err)
 	}
 	if err := s.Leave(ctx, "a"); err != nil {
@@ -131,7 +132,7 @@ func caseMembers(t *testing.T, newSubject func(Config) Subject) {
 	if got, _ := s.Members(ctx, t0, time.Hour); !slices.Equal(got, []string{"b", "c"}) {
 		t.Fatalf("Members after Leave = %v", got)
 	}
-	if err := s.Heartbeat(ctx, "x|y", t0); !errors.Is(err, store.ErrInvalid) {
+	if err := s.Heartbeat(ctx, "x|y", t0); !errors.Is(err, storeapi.ErrInvalid) {
 		t.Fatalf("heartbeat of a name with '|': %v", err)
 	}
 }
@@ -180,7 +181,7 @@ func caseWakeAndCancelThroughListen(t *testing.T, newSubject func(Config) Subjec
 	mu.Lock()
 	defer mu.Unlock()
 	for _, w := range wakes {
-		if store.FormatWake(w) != store.FormatWake(want) {
+		if !maps.Equal(w, want) {
 			t.Fatalf("wake-up %v, want %v", w, want)
 		}
 	}
@@ -231,7 +232,7 @@ func caseLifecycle(t *testing.T, newSubject func(Config) Subject) {
 		t.Fatal(err)
 	}
 	tok := mustLease(t, s, 1, "i1")
-	if _, _, err := s.Claim(ctx, 1, "i1", tok+1, t0, t0, 1); !errors.Is(err, store.ErrFenced) {
+	if _, _, err := s.Claim(ctx, 1, "i1", tok+1, t0, t0, 1); !errors.Is(err, storeapi.ErrFenced) {
 		t.Fatalf("fenced claim: %v", err)
 	}
 	items, next, err := s.Claim(ctx, 1, "i1", tok, t0+10, t0+1000, 3)
@@ -241,16 +242,16 @@ func caseLifecycle(t *testing.T, newSubject func(Config) Subject) {
 	if err := s.Ack(ctx, 1, []string{a[0]}, t0); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Retry(ctx, 1, []store.RetryItem{{Env: items[1], Due: t0 + 5}, {Env: items[2], Dead: true}}, t0); err != nil {
+	if err := s.Retry(ctx, 1, []storeapi.RetryItem{{Env: items[1], Due: t0 + 5}, {Env: items[2], Dead: true}}, t0); err != nil {
 		t.Fatal(err)
 	}
-	wantState(t, s, a[0], store.StateDelivered, t0)
-	wantState(t, s, a[1], store.StatePending, t0+5)
-	wantState(t, s, a[2], store.StateDead, t0)
-	if st, _, err := s.Cancel(ctx, a[3], t0, store.CancelOptions{}); err != nil || st != store.StatePending {
+	wantState(t, s, a[0], storeapi.StateDelivered, t0)
+	wantState(t, s, a[1], storeapi.StatePending, t0+5)
+	wantState(t, s, a[2], storeapi.StateDead, t0)
+	if st, _, err := s.Cancel(ctx, a[3], t0, storeapi.CancelOptions{}); err != nil || st != storeapi.StatePending {
 		t.Fatalf("Cancel = %q %v", st, err)
 	}
-	if st, err := s.Reschedule(ctx, a[4], t0+4); err != nil || st != store.StatePending {
+	if st, err := s.Reschedule(ctx, a[4], t0+4); err != nil || st != storeapi.StatePending {
 		t.Fatalf("Reschedule = %q %v", st, err)
 	}
 	if err := s.RequeueDead(ctx, a[2], t0+6); err != nil {
@@ -265,7 +266,7 @@ func caseLifecycle(t *testing.T, newSubject func(Config) Subject) {
 
 // lifecycleEnd is the second half of caseLifecycle: three messages of shard 1 are in
 // flight (lease deadline t0+1000) and a buried one is dead.
-func lifecycleEnd(t *testing.T, s Store, tok int64, items []*envelope.Envelope) {
+func lifecycleEnd(t *testing.T, s storeapi.Store, tok int64, items []*envelope.Envelope) {
 	t.Helper()
 	ctx := storeCtx(t)
 	if n, more, err := s.Recover(ctx, 1, t0+1000, 2); err != nil || n != 2 || !more {
@@ -290,5 +291,5 @@ func lifecycleEnd(t *testing.T, s Store, tok int64, items []*envelope.Envelope) 
 	if n, more, err := s.RecoverAll(ctx, 1, t0+10, 10); err != nil || n != 1 || more {
 		t.Fatalf("RecoverAll = %d %v %v", n, more, err)
 	}
-	wantState(t, s, items[2].ID, store.StatePending, t0+10)
+	wantState(t, s, items[2].ID, storeapi.StatePending, t0+10)
 }

@@ -1,7 +1,7 @@
 // Package storetest is the one conformance suite of the shard store: the behaviour
-// every implementation must have, checked through its methods only (states, scores
-// and envelopes as Get reports them, claims, leases, notifications), never through
-// the Redis keys. scheduler/store runs it on a real redis-server, a real Redis Cluster
+// every implementation of storeapi.Store must have, checked through its methods only
+// (states, scores and envelopes as Get reports them, claims, leases, notifications,
+// browse pages, counts, job records and batches), never through the Redis keys. scheduler/store runs it on a real redis-server, a real Redis Cluster
 // and miniredis (the embedded server of `bridge dev`); internal/testkit/memstore runs
 // it on the in-memory store. Tests of the Redis key layout itself stay in
 // scheduler/store.
@@ -20,51 +20,8 @@ import (
 	"time"
 
 	"github.com/delaybridge/delay-bridge/internal/envelope"
-	"github.com/delaybridge/delay-bridge/scheduler/store"
+	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
-
-// Store is every method the suite exercises: the scheduler's Store interface and the
-// intake, by-id, dead-letter and statistics methods of the Redis store.
-type Store interface {
-	Shards() int
-	ShardOf(id string) int
-
-	Park(ctx context.Context, envs []*envelope.Envelope) ([]bool, map[int]int64, error)
-	ParkEach(ctx context.Context, envs []*envelope.Envelope) ([]store.State, map[int]int64, error)
-	Bury(ctx context.Context, envs []*envelope.Envelope, now int64) ([]store.State, error)
-
-	Claim(ctx context.Context, shard int, instance string, token int64, upTo, leaseDeadline int64, limit int) ([]*envelope.Envelope, int64, error)
-	Ack(ctx context.Context, shard int, ids []string, now int64) error
-	AckMany(ctx context.Context, ids []string, now int64) error
-	Retry(ctx context.Context, shard int, items []store.RetryItem, now int64) error
-	RetryMany(ctx context.Context, byShard map[int][]store.RetryItem, now int64) error
-	Recover(ctx context.Context, shard int, now int64, limit int) (int, bool, error)
-	RecoverAll(ctx context.Context, shard int, now int64, limit int) (int, bool, error)
-
-	Cancel(ctx context.Context, id string, now int64, opt store.CancelOptions) (store.State, string, error)
-	Reschedule(ctx context.Context, id string, due int64) (store.State, error)
-	RequeueDead(ctx context.Context, id string, due int64) error
-	Get(ctx context.Context, id string) (store.State, int64, *envelope.Envelope, error)
-	Envelopes(ctx context.Context, ids []string) ([]*envelope.Envelope, error)
-	ListDead(ctx context.Context, limit int) ([]*envelope.Envelope, error)
-	PurgeDead(ctx context.Context) (int64, error)
-	ShardStats(ctx context.Context) ([]store.ShardStat, error)
-	RouteCounts(ctx context.Context) (store.Counts, error)
-
-	AcquireLease(ctx context.Context, shard int, instance string, ttl time.Duration) (int64, error)
-	AcquireLeases(ctx context.Context, shards []int, instance string, ttl time.Duration) ([]int64, error)
-	RenewLease(ctx context.Context, shard int, instance string, token int64, ttl time.Duration) (bool, error)
-	RenewLeases(ctx context.Context, instance string, leases []store.Lease, ttl time.Duration) ([]bool, error)
-	ReleaseLease(ctx context.Context, shard int, instance string, token int64) error
-	Heartbeat(ctx context.Context, instance string, now int64) error
-	Members(ctx context.Context, now int64, maxAge time.Duration) ([]string, error)
-	LiveMembers(ctx context.Context, now int64, maxAge time.Duration) ([]store.Member, error)
-	Leave(ctx context.Context, instance string) error
-
-	PublishWake(ctx context.Context, minDue map[int]int64) error
-	PublishCancel(ctx context.Context, id string) error
-	Listen(ctx context.Context, onWake func(minDue map[int]int64), onCancel func(id string)) error
-}
 
 // Config is what a case asks of its store.
 type Config struct {
@@ -75,7 +32,7 @@ type Config struct {
 // Subject is a fresh, empty store for one case, with the two handles on time the
 // suite needs.
 type Subject struct {
-	Store Store
+	Store storeapi.Store
 	// Elapse lets d pass on the clock that runs lease TTLs (a real server: sleep; a
 	// server or store with a fake clock: advance it).
 	Elapse func(d time.Duration)
@@ -172,7 +129,7 @@ func envOn(id, route string, due int64) *envelope.Envelope {
 }
 
 // idsOnShard returns n ids that all hash to shard.
-func idsOnShard(s Store, shard, n int, prefix string) []string {
+func idsOnShard(s storeapi.Store, shard, n int, prefix string) []string {
 	var out []string
 	for i := 0; len(out) < n; i++ {
 		id := fmt.Sprintf("%s-%d", prefix, i)
@@ -183,7 +140,7 @@ func idsOnShard(s Store, shard, n int, prefix string) []string {
 	return out
 }
 
-func mustPark(t *testing.T, s Store, envs ...*envelope.Envelope) []bool {
+func mustPark(t *testing.T, s storeapi.Store, envs ...*envelope.Envelope) []bool {
 	t.Helper()
 	parked, _, err := s.Park(storeCtx(t), envs)
 	if err != nil {
@@ -192,7 +149,7 @@ func mustPark(t *testing.T, s Store, envs ...*envelope.Envelope) []bool {
 	return parked
 }
 
-func mustLease(t *testing.T, s Store, shard int, instance string) int64 {
+func mustLease(t *testing.T, s storeapi.Store, shard int, instance string) int64 {
 	t.Helper()
 	tok, err := s.AcquireLease(storeCtx(t), shard, instance, time.Minute)
 	if err != nil || tok == 0 {
@@ -201,7 +158,7 @@ func mustLease(t *testing.T, s Store, shard int, instance string) int64 {
 	return tok
 }
 
-func mustClaim(t *testing.T, s Store, shard int, tok int64, upTo int64, limit int) ([]*envelope.Envelope, int64) {
+func mustClaim(t *testing.T, s storeapi.Store, shard int, tok int64, upTo int64, limit int) ([]*envelope.Envelope, int64) {
 	t.Helper()
 	items, next, err := s.Claim(storeCtx(t), shard, "i1", tok, upTo, upTo+30_000, limit)
 	if err != nil {
@@ -220,7 +177,7 @@ func ids(envs []*envelope.Envelope) []string {
 
 // wantState checks id's state and (unless wantScore < 0) its score, and returns its
 // envelope.
-func wantState(t *testing.T, s Store, id string, want store.State, wantScore int64) *envelope.Envelope {
+func wantState(t *testing.T, s storeapi.Store, id string, want storeapi.State, wantScore int64) *envelope.Envelope {
 	t.Helper()
 	st, score, e, err := s.Get(storeCtx(t), id)
 	if err != nil {
@@ -233,9 +190,9 @@ func wantState(t *testing.T, s Store, id string, want store.State, wantScore int
 }
 
 // countStates counts ids by the state Get reports.
-func countStates(t *testing.T, s Store, idList []string) map[store.State]int {
+func countStates(t *testing.T, s storeapi.Store, idList []string) map[storeapi.State]int {
 	t.Helper()
-	out := map[store.State]int{}
+	out := map[storeapi.State]int{}
 	for _, id := range idList {
 		st, _, _, err := s.Get(storeCtx(t), id)
 		if err != nil {

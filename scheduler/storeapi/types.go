@@ -1,0 +1,163 @@
+package storeapi
+
+import (
+	"fmt"
+	"hash/fnv"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/delaybridge/delay-bridge/internal/envelope"
+)
+
+// State is where a message is in its shard.
+type State string
+
+const (
+	StatePending  State = "pending"  // waiting for its time
+	StateInflight State = "inflight" // claimed by a pump, being published
+	StateDead     State = "dead"     // dead-lettered (envelope Reason says why)
+	// StateDelivered: published, remembered for the dedup window. A done entry of an
+	// older bridge (which recorded cancels there too) reads as delivered.
+	StateDelivered State = "delivered"
+	// StateCancelled: cancelled (or tombstoned by a cancel that came before its
+	// message), remembered for the dedup window.
+	StateCancelled State = "cancelled"
+	StateUnknown   State = "" // never seen, or forgotten
+	// StateNotStored is not a message state: it appears only in ParkEach results
+	// returned with an error, for messages whose call failed (stored or not, nobody
+	// knows; the caller replays the batch).
+	StateNotStored State = "not_stored"
+)
+
+// ShardOf maps a message id to its shard among shards: FNV-1a (32-bit) of the id's
+// bytes, modulo the shard count. Every store uses it and it must never change: ids
+// already parked would become unreachable.
+func ShardOf(id string, shards int) int {
+	h := fnv.New32a()
+	_, _ = io.WriteString(h, id)
+	return int(h.Sum32() % uint32(shards))
+}
+
+// Member is a live instance and the time of its last heartbeat (unix ms).
+type Member struct {
+	Name      string
+	Heartbeat int64
+}
+
+// Lease names one held shard lease, for RenewLeases.
+type Lease struct {
+	Shard int
+	Token int64
+}
+
+// CheckInstance refuses an instance name no lease can hold: empty, or with '|' (the
+// stores keep a lease holder as "instance|token"). Errors wrap ErrInvalid.
+func CheckInstance(instance string) error {
+	if instance == "" || strings.ContainsRune(instance, '|') {
+		return fmt.Errorf("%w: instance name %q must be non-empty without '|'", ErrInvalid, instance)
+	}
+	return nil
+}
+
+// LeaseTTLMs is ttl in whole milliseconds, refusing one under 1 ms (ErrInvalid).
+func LeaseTTLMs(ttl time.Duration) (int64, error) {
+	ms := ttl.Milliseconds()
+	if ms <= 0 {
+		return 0, fmt.Errorf("%w: lease TTL %s must be at least 1ms", ErrInvalid, ttl)
+	}
+	return ms, nil
+}
+
+// InstanceOf returns the instance name of a lease holder: holder without a trailing
+// "#" and 8 hex digits (the scheduler's incarnation tag, random per process, so two
+// processes never share a lease), if it has one. ShardStat.Owner is read through it,
+// so owners read as the instance names that Members lists.
+func InstanceOf(holder string) string {
+	i := len(holder) - 9
+	if i < 1 || holder[i] != '#' {
+		return holder
+	}
+	for _, c := range holder[i+1:] {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return holder
+		}
+	}
+	return holder[:i]
+}
+
+// RetryItem is a failed publish to put back: into pending at Due with Env (attempt,
+// reason and DueAt as the caller set them), or, with Dead, into the dead letters.
+type RetryItem struct {
+	Env  *envelope.Envelope
+	Due  int64
+	Dead bool
+}
+
+// CancelOptions scope a Cancel.
+type CancelOptions struct {
+	// Route, when set, limits the cancel to a message of that route (an x-delay-cancel
+	// record cancels only its own route's messages): a message of another route is
+	// left alone and Cancel fails with ErrOtherRoute. "" cancels whatever the route
+	// (the admin API).
+	Route string
+	// Tombstone remembers an unknown id as cancelled for Route during the dedup window,
+	// so a cancel that overtakes its message still wins: that route's message with
+	// this id is then refused as a duplicate (reason cancelled). It needs Route. Without
+	// it an unknown id leaves no trace.
+	Tombstone bool
+}
+
+// ShardStat is one shard's counts, for /v1/stats and the pending/in-flight gauges.
+type ShardStat struct {
+	Shard    int
+	Pending  int64
+	Inflight int64
+	Dead     int64
+	NextDue  int64  // earliest pending due time, -1 if none
+	Owner    string // instance holding the lease (InstanceOf its holder), "" if none
+	Token    int64  // its fencing token
+}
+
+// RouteCount is one route's messages by state.
+type RouteCount struct {
+	Pending, Inflight, Dead int64
+}
+
+// ShardCounts is one shard's per-route counts; Exact is false while the shard is still
+// being backfilled (the counts then cover only part of it).
+type ShardCounts struct {
+	Shard  int
+	Routes map[string]RouteCount
+	Exact  bool
+}
+
+// Counts are the per-route counts of every shard.
+type Counts struct {
+	Shards []ShardCounts
+}
+
+// Exact reports whether every shard's counts cover all its messages.
+func (c Counts) Exact() bool {
+	for _, s := range c.Shards {
+		if !s.Exact {
+			return false
+		}
+	}
+	return true
+}
+
+// Routes sums the shards' counts per route (routes with nothing left are omitted).
+func (c Counts) Routes() map[string]RouteCount {
+	out := map[string]RouteCount{}
+	for _, s := range c.Shards {
+		for r, n := range s.Routes {
+			t := out[r]
+			t.Pending += n.Pending
+			t.Inflight += n.Inflight
+			t.Dead += n.Dead
+			out[r] = t
+		}
+	}
+	return out
+}
