@@ -10,7 +10,8 @@ import (
 // routesFake is a fakeBackend that also reports routes.
 type routesFake struct {
 	*fakeBackend
-	routes RoutesResponse
+	routes     RoutesResponse
+	lastSeries SeriesQuery // the last query Series answered (series_test.go)
 }
 
 func (f *routesFake) Routes(context.Context) (RoutesResponse, error) {

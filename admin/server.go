@@ -109,6 +109,7 @@ func NewServer(opts Options) *Server {
 	s.handle("GET /v1/stats", s.handleStats)
 	s.handle("GET /v1/routes", s.handleRoutes)
 	s.handle("GET /v1/lateness", s.handleLateness)
+	s.handle("GET /v1/series", s.handleSeries)
 	s.handle("GET /v1/dead", s.handleListDead)
 	s.handle("POST /v1/dead/{id}/requeue", s.handleRequeue)
 	s.handle("DELETE /v1/dead", s.handlePurge)

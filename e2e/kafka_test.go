@@ -124,6 +124,7 @@ func TestKafkaDelaysArriveOnTimeOnceWithHeaders(t *testing.T) {
 		e.bridge.api("GET", "/v1/stats", nil, &stats)
 		return stats.Totals.Pending == 0 && stats.Totals.Inflight == 0
 	})
+	checkCharts(t, e.bridge, "orders", n)
 }
 
 func TestKafkaKill9MidFlightLosesNothing(t *testing.T) {

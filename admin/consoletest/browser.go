@@ -1,8 +1,9 @@
 // Package consoletest drives the web console (/ui/) of a running admin server in a real
 // headless Chromium (the Debian package chromium), from Go through chromedp: sign in,
 // overview, browse with paging, message detail, cancel, a bulk job with its dry-run
-// preview, dead letters. It asserts what the page shows against what the API answers,
-// and saves screenshots under $ARTIFACTS_DIR/console (default a temporary directory).
+// preview, dead letters (Run); and the charts page while messages flow (Charts). It
+// asserts what the page shows against what the API answers, and saves screenshots
+// under $ARTIFACTS_DIR/console (default a temporary directory).
 // The server, and so the backend behind it, is the caller's: admin's tests run it on
 // an in-memory model of the contract, internal/app's on the real bridge with Redis.
 package consoletest

@@ -5,6 +5,7 @@ import { overview } from './overview.js';
 import { browse } from './browse.js';
 import { message } from './message.js';
 import { jobs, job } from './jobs.js';
+import { charts } from './charts.js';
 
 const $ = (id) => document.getElementById(id);
 let timer;
@@ -23,6 +24,7 @@ async function render() {
   try {
     switch (page) {
       case 'overview': await overview(view); refresh(10000); break;
+      case 'charts': await charts(view, params); refresh(10000); break;
       case 'browse': await browse(view, params, false); break;
       case 'dead': await browse(view, params, true); break;
       case 'message': await message(view, decodeURIComponent(parts.slice(1).join('/'))); break;

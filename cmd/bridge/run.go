@@ -20,6 +20,7 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/app"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/metrics"
+	chartseries "github.com/delaybridge/delay-bridge/internal/series"
 )
 
 func init() { addCommand(newRunCmd) }
@@ -108,7 +109,12 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		return err
 	}
 	metrics.Declare(routeSeries(cfg.Routes), ingress.InvalidReasons)
-	b, err := app.New(cfg, app.Options{Logger: logger, Observer: metrics})
+	// The console's charts: a ring of recent intervals fed by the same events.
+	history := chartseries.New(chartseries.Options{Logger: logger})
+	for _, r := range cfg.Routes {
+		history.Declare(r.Name)
+	}
+	b, err := app.New(cfg, app.Options{Logger: logger, Observer: chartseries.Observe(metrics, history), Series: history})
 	if err != nil {
 		return fmt.Errorf("building the bridge: %w", err)
 	}

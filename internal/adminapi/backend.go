@@ -21,6 +21,7 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/fault"
 	"github.com/delaybridge/delay-bridge/internal/observe"
+	"github.com/delaybridge/delay-bridge/internal/series"
 	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
@@ -34,6 +35,8 @@ type Options struct {
 	Clock    clock.Clock
 	Observer observe.Observer
 	Logger   *slog.Logger
+	// Series is this instance's charts ring (GET /v1/series); nil = no history.
+	Series *series.Recorder
 }
 
 // Scheduler is what the backend asks of the running scheduler (scheduler.Scheduler).
@@ -75,12 +78,13 @@ type Runtime struct {
 // Backend implements admin.Backend (and admin.RouteLister) over a running bridge.
 // Before Attach and after Detach every call answers admin.ErrUnavailable.
 type Backend struct {
-	cfg   config.Config
-	rules map[string]ingress.Rules
-	ping  func(ctx context.Context) error
-	clk   clock.Clock
-	obs   observe.Observer
-	log   *slog.Logger
+	cfg    config.Config
+	rules  map[string]ingress.Rules
+	ping   func(ctx context.Context) error
+	clk    clock.Clock
+	obs    observe.Observer
+	log    *slog.Logger
+	series *series.Recorder
 
 	mu      sync.Mutex
 	rt      Runtime
@@ -99,7 +103,7 @@ func New(opts Options) *Backend {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Backend{cfg: opts.Config, rules: opts.Rules, ping: opts.Ping, clk: opts.Clock, obs: opts.Observer, log: opts.Logger}
+	return &Backend{cfg: opts.Config, rules: opts.Rules, ping: opts.Ping, clk: opts.Clock, obs: opts.Observer, log: opts.Logger, series: opts.Series}
 }
 
 // Attach makes the backend serve the running parts in rt.

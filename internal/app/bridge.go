@@ -24,7 +24,9 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/fault"
 	"github.com/delaybridge/delay-bridge/internal/observe"
+	"github.com/delaybridge/delay-bridge/internal/series"
 	"github.com/delaybridge/delay-bridge/scheduler"
+	"github.com/delaybridge/delay-bridge/scheduler/jobs"
 	"github.com/delaybridge/delay-bridge/scheduler/store"
 	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
@@ -34,6 +36,10 @@ type Options struct {
 	Logger   *slog.Logger
 	Observer observe.Observer
 	Clock    clock.Clock
+	// Series, when set, is the ring behind the console's charts (GET /v1/series): Run
+	// closes its intervals and writes them to Redis for the cluster view. The caller
+	// feeds it through the Observer (series.Observe).
+	Series *series.Recorder
 }
 
 // Bridge is one running instance.
@@ -45,7 +51,8 @@ type Bridge struct {
 	rdb   redis.UniversalClient
 	rules map[string]ingress.Rules
 
-	api *adminapi.Backend
+	series *series.Recorder // the charts' ring (series.go); nil = none
+	api    *adminapi.Backend
 
 	mu    sync.Mutex
 	sched *scheduler.Scheduler           // set by Run before ingress starts (handle uses it)
@@ -80,7 +87,8 @@ func New(cfg config.Config, opts Options) (*Bridge, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Bridge{cfg: cfg, log: opts.Logger, obs: opts.Observer, clk: opts.Clock, rdb: rdb, rules: map[string]ingress.Rules{}}
+	b := &Bridge{cfg: cfg, log: opts.Logger, obs: opts.Observer, clk: opts.Clock, rdb: rdb, rules: map[string]ingress.Rules{},
+		series: opts.Series}
 	for _, r := range cfg.Routes {
 		b.rules[r.Name] = ingress.Rules{
 			Route: r.Name, MaxDelay: cfg.Limits.MaxDelay, MaxPayloadBytes: cfg.Limits.MaxPayloadBytes, AllowTargets: r.AllowTargets,
@@ -88,7 +96,7 @@ func New(cfg config.Config, opts Options) (*Bridge, error) {
 	}
 	b.api = adminapi.New(adminapi.Options{
 		Config: cfg, Rules: b.rules, Ping: func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
-		Clock: b.clk, Observer: b.obs, Logger: b.log,
+		Clock: b.clk, Observer: b.obs, Logger: b.log, Series: opts.Series,
 	})
 	return b, nil
 }
@@ -154,14 +162,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	schedCtx, stopSched := context.WithCancel(context.WithoutCancel(ctx))
 	schedDone := make(chan error, 1)
 	go func() { schedDone <- sched.Run(schedCtx, disp) }()
-	// Bulk jobs stop with ingress, before the scheduler; one stopped mid-way is resumed
-	// from its cursor by another instance once its heartbeat is stale.
-	jobsCtx, stopJobs := context.WithCancel(schedCtx)
-	jobsDone := make(chan struct{})
-	go func() { defer close(jobsDone); _ = runner.Run(jobsCtx) }()
-	// Counting a store written by an older bridge stops with the jobs.
-	countsDone := make(chan struct{})
-	go func() { defer close(countsDone); b.backfillCounts(jobsCtx, shardStore) }()
+	stopJobs := b.startBackground(schedCtx, shardStore, runner)
 
 	errc, stopIngress := b.startIngress(ctx, sources)
 	var runErr error
@@ -173,8 +174,6 @@ func (b *Bridge) Run(ctx context.Context) error {
 	b.log.Info("shutting down: stopping ingress")
 	stopIngress()
 	stopJobs()
-	<-jobsDone
-	<-countsDone
 	b.log.Info("shutting down: stopping scheduler")
 	stopSched()
 	if err := <-schedDone; err != nil && runErr == nil {
@@ -183,6 +182,25 @@ func (b *Bridge) Run(ctx context.Context) error {
 	b.api.Detach()
 	b.log.Info("stopped")
 	return runErr
+}
+
+// startBackground runs the background work that stops with ingress, before the
+// scheduler: the bulk jobs (one stopped mid-way is resumed from its cursor by another
+// instance once its heartbeat is stale), counting a store written by an older bridge,
+// and the charts' intervals (series.go). stop cancels them and waits for all three.
+func (b *Bridge) startBackground(ctx context.Context, shardStore storeapi.Store, runner *jobs.Runner) (stop func()) {
+	jobsCtx, cancel := context.WithCancel(ctx)
+	jobsDone := make(chan struct{})
+	go func() { defer close(jobsDone); _ = runner.Run(jobsCtx) }()
+	countsDone := make(chan struct{})
+	go func() { defer close(countsDone); b.backfillCounts(jobsCtx, shardStore) }()
+	seriesDone := b.runSeries(jobsCtx, shardStore)
+	return func() {
+		cancel()
+		<-jobsDone
+		<-countsDone
+		<-seriesDone
+	}
 }
 
 // startIngress runs every source on its own goroutine. The first source to fail sends

@@ -19,6 +19,7 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/adminapi"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/observe"
+	"github.com/delaybridge/delay-bridge/internal/series"
 	"github.com/delaybridge/delay-bridge/internal/testkit"
 	"github.com/delaybridge/delay-bridge/scheduler/store"
 )
@@ -66,6 +67,7 @@ type testBridge struct {
 // routes "a" (a.delay -> a.out) and "b" (b.delay -> b.out) and a dead-letter topic.
 type testEnv struct {
 	redisAddr, kaddr, prefix, group string
+	series                          *series.Recorder // the next run's charts ring, if set
 }
 
 func newEnv(t *testing.T) *testEnv {
@@ -95,7 +97,11 @@ func (e *testEnv) run(t *testing.T, extra ...string) *testBridge {
 		t.Fatal(err)
 	}
 	tb := &testBridge{obs: &counts{m: map[string]int{}}, logs: &testkit.Buffer{}, kaddr: e.kaddr}
-	tb.Bridge, err = New(cfg, Options{Observer: tb.obs, Logger: slog.New(slog.NewTextHandler(tb.logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+	opts := Options{Observer: tb.obs, Logger: slog.New(slog.NewTextHandler(tb.logs, &slog.HandlerOptions{Level: slog.LevelInfo}))}
+	if e.series != nil {
+		opts.Observer, opts.Series = series.Observe(tb.obs, e.series), e.series
+	}
+	tb.Bridge, err = New(cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,6 +45,7 @@ type Store interface {
 	Stats
 	Jobs
 	Batches
+	History
 }
 
 // Sharding is the fixed shard layout.
@@ -316,4 +317,19 @@ type Batches interface {
 	// PurgeDeadBatch deletes each dead letter of items still dead-lettered at the score
 	// it was seen at (not remembered, as PurgeDead). One flag per item: deleted.
 	PurgeDeadBatch(ctx context.Context, items []BatchItem) ([]bool, error)
+}
+
+// History is the console charts' cluster view (internal/series): each instance writes
+// its closed intervals, opaque bytes, into a ring of slots of its own, so what is kept
+// stays bounded; any instance reads every instance's. Nothing here is on a message's
+// path.
+type History interface {
+	// PutSeries stores one interval of instance in ring slot slot (>= 0), written at
+	// now: it replaces what that slot of instance held. keep is how long the history
+	// lasts: an instance's intervals are forgotten keep after its last write. A name
+	// CheckInstance refuses, a negative slot or keep <= 0 fail with ErrInvalid.
+	PutSeries(ctx context.Context, instance string, slot int, interval []byte, now int64, keep time.Duration) error
+	// Series returns, for every instance that wrote within keep before now, the
+	// intervals its slots hold (in no order; the caller drops those it does not want).
+	Series(ctx context.Context, now int64, keep time.Duration) (map[string][][]byte, error)
 }

@@ -1,9 +1,9 @@
 // Package memstore is an in-memory shard store with the semantics of scheduler/store's
 // Redis store: all of storeapi.Store (intake, claims, by id, leases, membership,
-// notifications, browse, counts, dead letters, job records and batches), for tests
-// that need what a real server cannot give: failure injection (any operation failing,
-// transiently or not, before or after it took effect, or blocking) and lease expiry
-// (and job record expiry) on a fake clock.
+// notifications, browse, counts, dead letters, job records and batches, the charts'
+// history), for tests that need what a real server cannot give: failure injection (any
+// operation failing, transiently or not, before or after it took effect, or blocking)
+// and lease expiry (and job record expiry) on a fake clock.
 //
 // It adds coverage; it never replaces the tests against a real redis-server. It passes
 // the same conformance suite (internal/testkit/storetest) as the Redis store on
@@ -107,6 +107,7 @@ type Store struct {
 	jobs    map[string]*jobRecord // job id -> record (jobs.go)
 	listed  map[string]int64      // job id -> created: the listing, trimmed on create
 	active  map[string]bool       // queued and running job ids
+	history map[string]*history   // instance -> its charts intervals (series.go), made on first write
 
 	hookMu  sync.Mutex
 	hook    Hook
