@@ -271,9 +271,13 @@ func (u *upgradeRig) run(old, next release, sc upgradeScenario) {
 		all[id] = m
 	}
 	lastDue := rollStart.Add(sc.farMax)
-	waitUntil(t, "every message on the target", time.Until(lastDue)+45*time.Second, func() bool {
-		return len(arrivalsByID(u.arrivals())) >= len(all)
-	})
+	// Not fatal: on a timeout the ledger names what is missing.
+	for deadline := lastDue.Add(45 * time.Second); len(arrivalsByID(u.arrivals())) < len(all); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Errorf("%d of %d messages on the target %s after the last due time", len(arrivalsByID(u.arrivals())), len(all), 45*time.Second)
+			break
+		}
+	}
 	time.Sleep(time.Second) // room for a duplicate to show
 	got := u.arrivals()
 	dups := ledger(t, all, got, u.source)
