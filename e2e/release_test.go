@@ -43,9 +43,11 @@ func headRelease() release {
 
 // previousBuilds caches the previous-release binaries by commit for the test binary's
 // run: built the first time an upgrade test asks, into TestMain's temporary directory.
+// A failed build is remembered too, so the next test fails at once with the same output.
 var previousBuilds struct {
 	sync.Mutex
-	bins map[string]string
+	bins   map[string]string
+	failed map[string]string
 }
 
 // previousReleaseBuild returns the previous release (previousRelease, or
@@ -62,23 +64,50 @@ func previousReleaseBuild(t *testing.T) release {
 	version := "previous-" + commit[:12]
 	previousBuilds.Lock()
 	defer previousBuilds.Unlock()
+	old := release{name: "old", version: version, adapt: func(cfg string) string { return cfg }}
 	if bin, ok := previousBuilds.bins[commit]; ok {
-		return release{name: "old", bin: bin, version: version, adapt: func(cfg string) string { return cfg }}
+		old.bin = bin
+		return old
 	}
+	if msg, ok := previousBuilds.failed[commit]; ok {
+		t.Fatal(msg)
+	}
+	began := time.Now()
+	bin, err := buildPrevious(commit, version)
+	if err != nil {
+		if previousBuilds.failed == nil {
+			previousBuilds.failed = map[string]string{}
+		}
+		previousBuilds.failed[commit] = "upgrade tests: " + err.Error()
+		t.Fatal(previousBuilds.failed[commit])
+	}
+	if previousBuilds.bins == nil {
+		previousBuilds.bins = map[string]string{}
+	}
+	previousBuilds.bins[commit] = bin
+	t.Logf("upgrade tests: built the previous release %s in %s", commit[:12], time.Since(began).Round(time.Second))
+	old.bin = bin
+	return old
+}
+
+// buildPrevious exports commit with git archive into TestMain's temporary directory and
+// builds its ./cmd/bridge there (with -race unless DELAYBRIDGE_TEST_E2E_NORACE is set,
+// like HEAD's), reporting version. It returns the binary's path.
+func buildPrevious(commit, version string) (string, error) {
 	dir := filepath.Join(filepath.Dir(bridgeBin), "previous-"+commit[:12])
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	tarball := filepath.Join(dir, "src.tar")
 	src := filepath.Join(dir, "src")
 	if err := os.MkdirAll(src, 0o755); err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	if out, err := gitCmd("archive", "--format=tar", "-o", tarball, commit).CombinedOutput(); err != nil {
-		t.Fatalf("upgrade tests: git archive %s: %v\n%s", commit, err, out)
+		return "", fmt.Errorf("git archive %s: %w\n%s", commit, err, out)
 	}
 	if out, err := exec.Command("tar", "-xf", tarball, "-C", src).CombinedOutput(); err != nil {
-		t.Fatalf("upgrade tests: unpacking the previous release: %v\n%s", err, out)
+		return "", fmt.Errorf("unpacking the previous release: %w\n%s", err, out)
 	}
 	bin := filepath.Join(dir, "bridge")
 	args := []string{"build", "-ldflags", "-X main.version=" + version, "-o", bin, "./cmd/bridge"}
@@ -89,19 +118,13 @@ func previousReleaseBuild(t *testing.T) release {
 	build.Dir = src
 	// Its own go.mod decides its dependencies, never a go.work around this tree.
 	build.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-buildvcs=false")
-	began := time.Now()
 	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("upgrade tests: building the previous release %s (go %s in %s): %v\n%s",
+		return "", fmt.Errorf("building the previous release %s (go %s in %s): %w\n%s",
 			commit, strings.Join(args, " "), src, err, out)
 	}
-	t.Logf("upgrade tests: built the previous release %s in %s", commit[:12], time.Since(began).Round(time.Second))
 	_ = os.RemoveAll(src)
 	_ = os.Remove(tarball)
-	if previousBuilds.bins == nil {
-		previousBuilds.bins = map[string]string{}
-	}
-	previousBuilds.bins[commit] = bin
-	return release{name: "old", bin: bin, version: version, adapt: func(cfg string) string { return cfg }}
+	return bin, nil
 }
 
 // gitCmd runs git in this module's checkout (the parent of e2e/).

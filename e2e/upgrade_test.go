@@ -42,8 +42,8 @@ func newUpgradeRig(t *testing.T, c *haCluster, routes, source string, send func(
 		rels: map[string]release{}}
 }
 
-// writeConfig writes instance's configuration in rel's format.
-func (u *upgradeRig) writeConfig(rel release, instance string) (path, admin string) {
+// releaseConfig writes instance's configuration in rel's format.
+func (u *upgradeRig) releaseConfig(rel release, instance string) (path, admin string) {
 	u.t.Helper()
 	admin = "127.0.0.1:" + strconv.Itoa(testkit.FreePort(u.t))
 	cfg := fmt.Sprintf(`cluster: upgrade
@@ -69,7 +69,7 @@ routes:
 // launch starts instance from rel without waiting for it to be ready.
 func (u *upgradeRig) launch(rel release, instance string) *bridgeProc {
 	u.t.Helper()
-	cfg, admin := u.writeConfig(rel, instance)
+	cfg, admin := u.releaseConfig(rel, instance)
 	p := newBridge(u.t, rel.argv(cfg), cfg, admin)
 	p.launch()
 	u.procs[instance], u.rels[instance] = p, rel
@@ -239,30 +239,14 @@ func (u *upgradeRig) run(old, next release, sc upgradeScenario) {
 	u.start(old, "old-1")
 	u.start(old, "old-2")
 	u.balanced()
-
-	far := make([]sent, 0, sc.far)
-	for i := range sc.far {
-		d := sc.farMin + time.Duration(i)*(sc.farMax-sc.farMin)/time.Duration(sc.far)
-		far = append(far, newSent("far", i, d))
-	}
-	farSent := u.produce(far)
-	waitUntil(t, "the far-ahead messages parked by the old release", 30*time.Second, func() bool {
-		p, f, _ := u.stats()
-		return p+f >= int64(sc.far)
-	})
+	farSent := u.parkFar(sc)
 	feed := startFeed(t, u.send, "near", sc.rate, sc.nearMin, sc.nearMax)
 	time.Sleep(2 * time.Second)
 
 	rollStart := time.Now()
 	faults := u.roll(next, sc.kill, sc.hold)
 	rolled := time.Since(rollStart)
-	farLeft := 0
-	arrivedIDs := arrivalsByID(u.arrivals())
-	for id := range farSent {
-		if len(arrivedIDs[id]) == 0 {
-			farLeft++
-		}
-	}
+	farLeft := len(farSent) - len(arrivedOf(farSent, u.arrivals()))
 	if farLeft < sc.far/4 {
 		t.Errorf("only %d of %d far-ahead messages still pending when the last old bridge left (rollout took %s): "+
 			"the test no longer covers messages parked by the old release and fired by the new one", farLeft, sc.far, rolled)
@@ -273,11 +257,11 @@ func (u *upgradeRig) run(old, next release, sc upgradeScenario) {
 	for id, m := range farSent {
 		all[id] = m
 	}
-	lastDue := rollStart.Add(sc.farMax)
 	// Not fatal: on a timeout the ledger names what is missing.
-	for deadline := lastDue.Add(45 * time.Second); len(arrivalsByID(u.arrivals())) < len(all); time.Sleep(50 * time.Millisecond) {
+	const grace = 45 * time.Second
+	for deadline := rollStart.Add(sc.farMax + grace); len(arrivedOf(all, u.arrivals())) < len(all); time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Errorf("%d of %d messages on the target %s after the last due time", len(arrivalsByID(u.arrivals())), len(all), 45*time.Second)
+			t.Errorf("%d of %d messages on the target %s after the last due time", len(arrivedOf(all, u.arrivals())), len(all), grace)
 			break
 		}
 	}
@@ -285,14 +269,8 @@ func (u *upgradeRig) run(old, next release, sc upgradeScenario) {
 	got := u.arrivals()
 	dups := ledger(t, all, got, u.source)
 	perKill := u.checkDuplicates(t, got, faults, 2*u.leaseTTL+time.Second)
-	lost, early := lostAndEarly(all, got)
-	waitUntil(t, "nothing pending or in flight", 20*time.Second, func() bool {
-		p, f, _ := u.stats()
-		return p == 0 && f == 0
-	})
-	if _, _, dead := u.stats(); dead != 0 {
-		t.Errorf("%d dead letters after the upgrade, want 0", dead)
-	}
+	lost, early := len(all)-len(arrivedOf(all, got)), earlyCount(got)
+	u.checkDrained()
 	how := "SIGTERM"
 	if sc.kill {
 		how = "SIGKILL"
@@ -304,21 +282,57 @@ func (u *upgradeRig) run(old, next release, sc upgradeScenario) {
 	t.Logf("lateness after due: %s; %s", latenessLine(all, got, "far-"), latenessLine(all, got, "near-"))
 }
 
-// lostAndEarly counts for the log what the ledger judged: messages sent that never
-// arrived, and arrivals before their x-delay-due-at.
-func lostAndEarly(sentMsgs map[string]sent, got []arrival) (lost, early int) {
-	byID := arrivalsByID(got)
-	for id := range sentMsgs {
-		if len(byID[id]) == 0 {
-			lost++
+// parkFar sends the scenario's far-ahead messages (delays spread evenly over
+// farMin..farMax) and waits until the running bridges parked them all.
+func (u *upgradeRig) parkFar(sc upgradeScenario) map[string]sent {
+	u.t.Helper()
+	far := make([]sent, 0, sc.far)
+	for i := range sc.far {
+		d := sc.farMin + time.Duration(i)*(sc.farMax-sc.farMin)/time.Duration(sc.far)
+		far = append(far, newSent("far", i, d))
+	}
+	farSent := u.produce(far)
+	waitUntil(u.t, "the far-ahead messages parked", 30*time.Second, func() bool {
+		p, f, _ := u.stats()
+		return p+f >= int64(sc.far)
+	})
+	return farSent
+}
+
+// checkDrained fails the test unless nothing is left pending or in flight and no
+// message was dead-lettered.
+func (u *upgradeRig) checkDrained() {
+	u.t.Helper()
+	waitUntil(u.t, "nothing pending or in flight", 20*time.Second, func() bool {
+		p, f, _ := u.stats()
+		return p == 0 && f == 0
+	})
+	if _, _, dead := u.stats(); dead != 0 {
+		u.t.Errorf("%d dead letters after the upgrade, want 0", dead)
+	}
+}
+
+// arrivedOf returns the ids of sentMsgs that arrived at least once.
+func arrivedOf(sentMsgs map[string]sent, got []arrival) map[string]bool {
+	out := map[string]bool{}
+	for _, a := range got {
+		if id := a.headers["x-message-id"]; sentMsgs[id].id != "" {
+			out[id] = true
 		}
 	}
+	return out
+}
+
+// earlyCount counts, for the log, the arrivals before their x-delay-due-at (the ledger
+// fails the test for each).
+func earlyCount(got []arrival) int {
+	n := 0
 	for _, a := range got {
 		if due, err := strconv.ParseInt(a.headers["x-delay-due-at"], 10, 64); err == nil && a.at.UnixMilli() < due {
-			early++
+			n++
 		}
 	}
-	return lost, early
+	return n
 }
 
 // latenessLine summarises the first arrival's lateness of the messages whose id starts
