@@ -226,7 +226,7 @@ type upgradeScenario struct {
 	kill           bool          // SIGKILL instead of SIGTERM
 }
 
-var defaultUpgrade = upgradeScenario{far: 400, farMin: 20 * time.Second, farMax: 35 * time.Second, rate: 100,
+var defaultUpgrade = upgradeScenario{far: 400, farMin: 20 * time.Second, farMax: 40 * time.Second, rate: 100,
 	nearMin: time.Second, nearMax: 5 * time.Second, hold: 6 * time.Second}
 
 // run is one rolling upgrade from old to next with two bridges: both old ones park the
@@ -247,7 +247,10 @@ func (u *upgradeRig) run(old, next release, sc upgradeScenario) {
 	faults := u.roll(next, sc.kill, sc.hold)
 	rolled := time.Since(rollStart)
 	farLeft := len(farSent) - len(arrivedOf(farSent, u.arrivals()))
-	if farLeft < sc.far/4 {
+	// Not a timing assertion but the test's premise: messages parked by the old release
+	// still pending when the last old bridge leaves. The rollout takes 9-18 s on 2 shared
+	// cores; delays of 20-40 s leave room for a machine about twice as slow.
+	if farLeft < sc.far/10 {
 		t.Errorf("only %d of %d far-ahead messages still pending when the last old bridge left (rollout took %s): "+
 			"the test no longer covers messages parked by the old release and fired by the new one", farLeft, sc.far, rolled)
 	}
