@@ -149,7 +149,11 @@ func newBridge(t *testing.T, argv []string, cfgPath, admin string) *bridgeProc {
 			t.Errorf("bridge %s: %s", admin, problem)
 		}
 		if t.Failed() {
-			t.Logf("bridge log:\n%s", p.logs())
+			bin := bridgeBin
+			if argv != nil {
+				bin = argv[0]
+			}
+			t.Logf("bridge %s (%s) log:\n%s", admin, bin, p.logs())
 		}
 	})
 	return p
