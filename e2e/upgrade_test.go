@@ -37,7 +37,7 @@ type upgradeRig struct {
 	rels     map[string]release // the release each instance runs
 }
 
-func newUpgradeRig(t *testing.T, c *haCluster, routes, source string, send func([]sent) error, arrivals func() []arrival) *upgradeRig {
+func newUpgradeRig(c *haCluster, routes, source string, send func([]sent) error, arrivals func() []arrival) *upgradeRig {
 	return &upgradeRig{haCluster: c, routes: routes, source: source, send: send, arrivals: arrivals,
 		rels: map[string]release{}}
 }
@@ -67,14 +67,13 @@ routes:
 }
 
 // launch starts instance from rel without waiting for it to be ready.
-func (u *upgradeRig) launch(rel release, instance string) *bridgeProc {
+func (u *upgradeRig) launch(rel release, instance string) {
 	u.t.Helper()
 	cfg, admin := u.releaseConfig(rel, instance)
 	p := newBridge(u.t, rel.argv(cfg), cfg, admin)
 	p.launch()
 	u.procs[instance], u.rels[instance] = p, rel
 	u.live = append(u.live, instance)
-	return p
 }
 
 // ready waits until instance answers /readyz 200 and checks it runs its release.
@@ -86,11 +85,10 @@ func (u *upgradeRig) ready(instance string) {
 }
 
 // start runs instance from rel and waits until it is ready.
-func (u *upgradeRig) start(rel release, instance string) *bridgeProc {
+func (u *upgradeRig) start(rel release, instance string) {
 	u.t.Helper()
-	p := u.launch(rel, instance)
+	u.launch(rel, instance)
 	u.ready(instance)
-	return p
 }
 
 // leave stops instance: SIGTERM and wait for its exit, or SIGKILL.
@@ -361,7 +359,7 @@ func kafkaUpgradeRig(t *testing.T) *upgradeRig {
 	t.Helper()
 	c := startHACluster(t, 4, haLeaseTTL(t))
 	routes := "  - name: orders\n    from: { kafka: { topic: orders.delay } }\n    to:   { kafka: { topic: orders } }"
-	return newUpgradeRig(t, c, routes, "orders.delay", kafkaSender(c.writer), c.target.snapshot)
+	return newUpgradeRig(c, routes, "orders.delay", kafkaSender(c.writer), c.target.snapshot)
 }
 
 // amqpUpgradeRig is the RabbitMQ scenario: route orders from a topic delay exchange and
@@ -392,7 +390,7 @@ func amqpUpgradeRig(t *testing.T) *upgradeRig {
 		}
 		return out
 	}
-	return newUpgradeRig(t, c, routes, srcQ, send, arrivals)
+	return newUpgradeRig(c, routes, srcQ, send, arrivals)
 }
 
 // send publishes batch to exchange (routing key = key, body = value, message id = id,
@@ -425,7 +423,7 @@ func (p *publisher) send(exchange string, batch []sent) error {
 // TestRollingUpgradeKafka rolls two bridges on a Kafka route from the previous release
 // to this tree with SIGTERM, one at a time with one extra instance during each step,
 // holding one old and one new side by side for a while: 400 messages parked by the old
-// release 25-45 s ahead and a stream of 100 msgs/s due in 1-5 s all arrive, none early,
+// release 20-40 s ahead and a stream of 100 msgs/s due in 1-5 s all arrive, none early,
 // none twice (a duplicate fails unless a bridge logged a lease lapse near it).
 func TestRollingUpgradeKafka(t *testing.T) {
 	old := previousReleaseBuild(t)
@@ -437,8 +435,7 @@ func TestRollingUpgradeKafka(t *testing.T) {
 // the other).
 func TestRollingUpgradeAMQP(t *testing.T) {
 	old := previousReleaseBuild(t)
-	rb := amqpUpgradeRig(t)
-	rb.run(old, headRelease(), defaultUpgrade)
+	amqpUpgradeRig(t).run(old, headRelease(), defaultUpgrade)
 }
 
 // TestRollingUpgradeKilledKafka is the Kafka rolling upgrade where each old bridge is
