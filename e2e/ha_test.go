@@ -181,9 +181,16 @@ type stream struct {
 	done chan struct{}
 }
 
-// startStream produces rate messages per second (in batches every 50 ms) with delays
-// uniform in [minDelay, maxDelay), ids prefix-N.
+// startStream produces rate messages per second to w's topic (see startFeed).
 func startStream(t *testing.T, w *kafka.Writer, prefix string, rate int, minDelay, maxDelay time.Duration) *stream {
+	t.Helper()
+	return startFeed(t, kafkaSender(w), prefix, rate, minDelay, maxDelay)
+}
+
+// startFeed sends rate messages per second (in batches every 50 ms, through send) with
+// delays uniform in [minDelay, maxDelay), ids prefix-N. send may move a message's at
+// to the base time the broker carries (it is the x-delay base the ledger checks).
+func startFeed(t *testing.T, send func([]sent) error, prefix string, rate int, minDelay, maxDelay time.Duration) *stream {
 	t.Helper()
 	s := &stream{sent: map[string]sent{}, stop: make(chan struct{}), done: make(chan struct{})}
 	perBatch := max(1, rate/20)
@@ -199,24 +206,13 @@ func startStream(t *testing.T, w *kafka.Writer, prefix string, rate int, minDela
 				return
 			case <-tick.C:
 			}
-			msgs := make([]kafka.Message, 0, perBatch)
 			batch := make([]sent, 0, perBatch)
 			for k := 0; k < perBatch; k++ {
-				id := fmt.Sprintf("%s-%d", prefix, i)
-				i++
 				d := minDelay + time.Duration(rng.Int64N(int64(maxDelay-minDelay)))
-				d = d.Truncate(time.Millisecond)
-				now := time.Now().Truncate(time.Millisecond)
-				m := sent{id: id, key: "k" + strconv.Itoa(i%50), value: "payload " + id, delay: d, at: now}
-				batch = append(batch, m)
-				msgs = append(msgs, kafka.Message{Key: []byte(m.key), Value: []byte(m.value), Time: now, Headers: []kafka.Header{
-					{Key: "x-delay", Value: []byte(strconv.FormatInt(d.Milliseconds(), 10))},
-					{Key: "x-message-id", Value: []byte(id)},
-				}})
+				batch = append(batch, newSent(prefix, i, d))
+				i++
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			err := w.WriteMessages(ctx, msgs...)
-			cancel()
+			err := send(batch)
 			s.mu.Lock()
 			if err != nil {
 				s.err = err
@@ -233,6 +229,29 @@ func startStream(t *testing.T, w *kafka.Writer, prefix string, rate int, minDela
 	}()
 	t.Cleanup(s.halt)
 	return s
+}
+
+// newSent is message i of prefix, delayed d (in whole milliseconds) from now.
+func newSent(prefix string, i int, d time.Duration) sent {
+	id := fmt.Sprintf("%s-%d", prefix, i)
+	return sent{id: id, key: "k" + strconv.Itoa((i+1)%50), value: "payload " + id, delay: d.Truncate(time.Millisecond),
+		at: time.Now().Truncate(time.Millisecond)}
+}
+
+// kafkaSender produces a batch to w's topic (record time = at, x-delay, x-message-id).
+func kafkaSender(w *kafka.Writer) func([]sent) error {
+	return func(batch []sent) error {
+		msgs := make([]kafka.Message, 0, len(batch))
+		for _, m := range batch {
+			msgs = append(msgs, kafka.Message{Key: []byte(m.key), Value: []byte(m.value), Time: m.at, Headers: []kafka.Header{
+				{Key: "x-delay", Value: []byte(strconv.FormatInt(m.delay.Milliseconds(), 10))},
+				{Key: "x-message-id", Value: []byte(m.id)},
+			}})
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return w.WriteMessages(ctx, msgs...)
+	}
 }
 
 func (s *stream) halt() {

@@ -133,15 +133,27 @@ routes:
 
 func startBridge(t *testing.T, cfgPath, admin string) *bridgeProc {
 	t.Helper()
-	p := &bridgeProc{t: t, cfg: cfgPath, admin: admin, log: &bytes.Buffer{}}
+	p := newBridge(t, nil, cfgPath, admin)
 	p.start()
+	return p
+}
+
+// newBridge returns a bridge process not launched yet, running argv (nil: this tree's
+// binary with cfgPath), stopped and checked for problems at cleanup.
+func newBridge(t *testing.T, argv []string, cfgPath, admin string) *bridgeProc {
+	t.Helper()
+	p := &bridgeProc{t: t, cfg: cfgPath, admin: admin, log: &bytes.Buffer{}, argv: argv}
 	t.Cleanup(func() {
 		p.stop()
 		for _, problem := range p.problems() {
 			t.Errorf("bridge %s: %s", admin, problem)
 		}
 		if t.Failed() {
-			t.Logf("bridge log:\n%s", p.logs())
+			bin := bridgeBin
+			if argv != nil {
+				bin = argv[0]
+			}
+			t.Logf("bridge %s (%s) log:\n%s", admin, bin, p.logs())
 		}
 	})
 	return p
