@@ -290,7 +290,7 @@ type Backend interface {
 
 // Check is one readiness check (GET /readyz, GET /v1/routes).
 type Check struct {
-	// Name says what was checked: "redis", "shards", "ingress <route>", "egress <broker>".
+	// Name says what was checked: "redis", "shards", "clock", "ingress <route>", "egress <broker>".
 	Name string `json:"name"`
 	OK   bool   `json:"ok"`
 	// Detail says why a check failed ("" when OK).

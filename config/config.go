@@ -97,6 +97,9 @@ type SchedulerConfig struct {
 	// DoneWindow is how long fired/cancelled ids are remembered so a replayed ingress
 	// record is not parked again.
 	DoneWindow time.Duration `koanf:"done_window"`
+	// MaxClockOffset is how far this instance's clock may disagree with Redis's (TIME,
+	// measured at every ownership round) before it stops claiming messages.
+	MaxClockOffset time.Duration `koanf:"max_clock_offset"`
 }
 
 type LimitsConfig struct {
@@ -183,7 +186,8 @@ func Default() Config {
 		Scheduler: SchedulerConfig{
 			Tick: time.Millisecond, Lookahead: 2 * time.Second, ClaimBatch: 1000,
 			InflightLease: 30 * time.Second, LeaseTTL: 3 * time.Second, SafetyScan: time.Second,
-			MaxInMemory: 100000, DoneWindow: 10 * time.Minute,
+			MaxClockOffset: 500 * time.Millisecond,
+			MaxInMemory:    100000, DoneWindow: 10 * time.Minute,
 		},
 		Limits:   LimitsConfig{MaxDelay: 8760 * time.Hour, MaxPayloadBytes: 1 << 20},
 		Retry:    RetryConfig{MaxAttempts: 10, Backoff: BackoffConfig{Initial: time.Second, Max: 5 * time.Minute}},

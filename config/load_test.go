@@ -303,6 +303,8 @@ func TestLoadValidationErrorsNameKeyAndSource(t *testing.T) {
 		{"scheduler.safety_scan=5s", "scheduler.safety_scan", "(0, 1s]"},
 		{"scheduler.max_in_memory=10", "scheduler.max_in_memory", ">= scheduler.claim_batch"},
 		{"scheduler.done_window=-1s", "scheduler.done_window", ">= 0"},
+		{"scheduler.max_clock_offset=1ms", "scheduler.max_clock_offset", "[10ms, 1m]"},
+		{"scheduler.max_clock_offset=2m", "scheduler.max_clock_offset", "[10ms, 1m]"},
 		{"limits.max_delay=0s", "limits.max_delay", "> 0"},
 		{"limits.max_payload_bytes=0", "limits.max_payload_bytes", "> 0"},
 		{"retry.max_attempts=0", "retry.max_attempts", ">= 1"},

@@ -107,6 +107,9 @@ func (s SchedulerConfig) validate(p *problems) {
 	if s.DoneWindow < 0 {
 		p.add("scheduler.done_window", "must be >= 0, got %s", s.DoneWindow)
 	}
+	if s.MaxClockOffset < 10*time.Millisecond || s.MaxClockOffset > time.Minute {
+		p.add("scheduler.max_clock_offset", "must be in [10ms, 1m], got %s", s.MaxClockOffset)
+	}
 }
 
 func (l LimitsConfig) validate(p *problems) {

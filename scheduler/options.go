@@ -26,6 +26,12 @@ type Options struct {
 	SafetyScan    time.Duration // default 1 s
 	MaxInMemory   int           // default 100000
 
+	// MaxClockOffset bounds how far this instance's clock may disagree with the
+	// store's (Redis TIME) before it stops claiming (clockcheck.go). 0 (the default
+	// here; the configuration's default is 500 ms) turns the check off: tests that
+	// drive a fake clock against a real Redis need that.
+	MaxClockOffset time.Duration
+
 	// AckInterval > 0 makes acknowledgements asynchronous and batched: one goroutine
 	// writes everything published since its last write, at most once per AckInterval
 	// (acker.go). 0 (the default) writes each batch's acknowledgement before Published
@@ -101,6 +107,9 @@ func (o Options) Validate() error {
 	}
 	if o.LeaseTTL < 3*time.Millisecond {
 		bad("Options.LeaseTTL must be at least 3ms (renewed every third), got %s", o.LeaseTTL)
+	}
+	if o.MaxClockOffset < 0 {
+		bad("Options.MaxClockOffset must not be negative, got %s", o.MaxClockOffset)
 	}
 	if o.Lookahead < 0 {
 		bad("Options.Lookahead must not be negative, got %s", o.Lookahead)

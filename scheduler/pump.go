@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/delaybridge/delay-bridge/internal/clock"
+	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
@@ -27,18 +28,20 @@ func (s *Scheduler) pump(ctx context.Context, st *shardState) {
 	}
 	lastRecover := clock.NowMs(s.clk)
 	for ctx.Err() == nil {
+		if !s.clockOK() { // no claims on a clock off Redis's; woken when it is back (clockcheck.go)
+			if st.wakeAt.Store(clock.NowMs(s.clk) + s.opt.SafetyScan.Milliseconds()); !sleep(s.opt.SafetyScan) {
+				return
+			}
+			continue
+		}
 		n, err := s.credits.acquire(ctx, s.opt.ClaimBatch)
 		if err != nil {
 			return
 		}
 		now := clock.NowMs(s.clk)
 		if now-lastRecover >= s.opt.InflightLease.Milliseconds()/2 {
-			// Backstop: an in-flight entry whose deadline passed (an outcome that could
-			// not be recorded through a long Redis outage) fires again.
 			lastRecover = now
-			if moved, _, err := s.store.Recover(ctx, st.shard, now, s.opt.ClaimBatch); err == nil && moved > 0 {
-				s.log.Warn("recovered in-flight messages past their deadline", "shard", st.shard, "n", moved)
-			}
+			s.recoverExpired(ctx, st, now)
 		}
 		st.claiming.Store(true) // until wakeAt is stored: Notify wakes us for anything parked meanwhile
 		items, nextDue, err := s.store.Claim(ctx, st.shard, s.holder, st.token, now+lookahead, now+s.opt.InflightLease.Milliseconds(), n)
@@ -61,10 +64,7 @@ func (s *Scheduler) pump(ctx context.Context, st *shardState) {
 			continue
 		}
 		bo.Reset()
-		if len(items) > 0 {
-			s.track(st, items)
-			s.wheel.ScheduleBatch(items)
-		}
+		s.schedule(st, items)
 		if len(items) == n {
 			st.claiming.Store(false)
 			continue // a full batch: more may be due right now
@@ -88,6 +88,22 @@ func (s *Scheduler) pump(ctx context.Context, st *shardState) {
 		if !sleep(time.Duration(at-clock.NowMs(s.clk)) * time.Millisecond) {
 			return
 		}
+	}
+}
+
+// schedule hands claimed messages to the wheel, remembering their claim.
+func (s *Scheduler) schedule(st *shardState, items []*envelope.Envelope) {
+	if len(items) > 0 {
+		s.track(st, items)
+		s.wheel.ScheduleBatch(items)
+	}
+}
+
+// recoverExpired is the pump's backstop: an in-flight entry whose deadline passed (an
+// outcome that could not be recorded through a long Redis outage) fires again.
+func (s *Scheduler) recoverExpired(ctx context.Context, st *shardState, now int64) {
+	if moved, _, err := s.store.Recover(ctx, st.shard, now, s.opt.ClaimBatch); err == nil && moved > 0 {
+		s.log.Warn("recovered in-flight messages past their deadline", "shard", st.shard, "n", moved)
 	}
 }
 

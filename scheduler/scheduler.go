@@ -80,6 +80,8 @@ type Scheduler struct {
 	wantSince []int64      // per shard: since when it is wanted but held by another (unix ms)
 	lastRenew atomic.Int64 // start of the last successful renewal round (mono ms + 1; 0 = none)
 
+	clock clockGate // the clock offset against the store's (clockcheck.go)
+
 	ready atomic.Bool
 }
 
@@ -139,6 +141,14 @@ func New(opt Options) (*Scheduler, error) {
 
 // fire runs on the wheel goroutine for every tick with due messages.
 func (s *Scheduler) fire(batch []*envelope.Envelope, now time.Time) {
+	if !s.clockOK() {
+		// This instance's clock is off Redis's (it may have stepped ahead since the
+		// claim): nothing fires on it; the messages go back to `due` unchanged.
+		ctx, cancel := context.WithTimeout(context.Background(), s.opt.LeaseTTL)
+		defer cancel()
+		s.putBack(ctx, batch)
+		return
+	}
 	nowMs := now.UnixMilli()
 	for _, env := range batch {
 		// Lateness against the message's due time: retries and recoveries count as late.

@@ -119,10 +119,10 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		return fmt.Errorf("building the bridge: %w", err)
 	}
 	metrics.SetCounts(func(ctx context.Context) (map[string]admin.Counts, error) {
-		st, err := b.Stats(ctx)
+		st, err := b.Backend().Stats(ctx)
 		return st.Routes, err
 	})
-	metrics.SetChecks(b.Checks)
+	metrics.SetChecks(b.Backend().Checks)
 	logger.Info("delay-bridge starting", "version", buildVersion(), "cluster", cfg.Cluster,
 		"shards", cfg.Shards, "routes", len(cfg.Routes), "admin", cfg.Admin.Listen)
 
@@ -137,7 +137,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		srv := admin.NewServer(admin.Options{
 			Addr:    cfg.Admin.Listen,
 			Token:   cfg.Admin.Token,
-			Backend: b,
+			Backend: b.Backend(),
 			// Room for a base64 payload of limits.max_payload_bytes plus the envelope.
 			MaxBodyBytes: int64(cfg.Limits.MaxPayloadBytes)*4/3 + 1<<20,
 			Gatherer:     reg,

@@ -1,11 +1,12 @@
-// Package bridge assembles one delay-bridge instance from its configuration: the Redis
-// shard shardStore, the scheduler, the egress dispatcher and sinks, and one ingress source per
-// route. cmd/bridge runs it; the admin API reaches it through its Backend methods.
+// Package app is the composition root: it assembles one delay-bridge instance from its
+// configuration — the Redis shard store, the scheduler, the egress dispatcher and
+// sinks, one ingress source per route, the bulk job runner — runs it and shuts it down
+// in order. cmd/bridge runs it; the admin API reaches it through Backend
+// (internal/adminapi), to which Run attaches the running parts.
 package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"github.com/delaybridge/delay-bridge/config"
 	"github.com/delaybridge/delay-bridge/egress"
 	"github.com/delaybridge/delay-bridge/ingress"
+	"github.com/delaybridge/delay-bridge/internal/adminapi"
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/fault"
@@ -50,18 +52,11 @@ type Bridge struct {
 	rules map[string]ingress.Rules
 
 	series *series.Recorder // the charts' ring (series.go); nil = none
+	api    *adminapi.Backend
 
-	mu         sync.Mutex
-	shardStore storeapi.Store
-	sched      *scheduler.Scheduler
-	sinks      map[string]egress.Sink // by broker
-	sources    []ingress.Source       // one per route, in cfg.Routes order
-	routes     map[string]egress.RouteSink
-	dlq        map[string]deadLetterPublisher // by broker
-	conns      *connections
-	jobs       *jobs.Runner
-	running    bool
-	due        nextDueCache // per-route next due times (counts.go)
+	mu    sync.Mutex
+	sched *scheduler.Scheduler           // set by Run before ingress starts (handle uses it)
+	dlq   map[string]deadLetterPublisher // by broker
 }
 
 // deadLetterPublisher is implemented by the Kafka and AMQP dead-letter publishers.
@@ -99,11 +94,19 @@ func New(cfg config.Config, opts Options) (*Bridge, error) {
 			Route: r.Name, MaxDelay: cfg.Limits.MaxDelay, MaxPayloadBytes: cfg.Limits.MaxPayloadBytes, AllowTargets: r.AllowTargets,
 		}
 	}
+	b.api = adminapi.New(adminapi.Options{
+		Config: cfg, Rules: b.rules, Ping: func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
+		Clock: b.clk, Observer: b.obs, Logger: b.log, Series: opts.Series,
+	})
 	return b, nil
 }
 
 // Config returns the effective configuration (with the instance name filled in).
 func (b *Bridge) Config() config.Config { return b.cfg }
+
+// Backend is the admin API's backend of this bridge: it answers admin.ErrUnavailable
+// until Run has connected to Redis and after Run stopped.
+func (b *Bridge) Backend() *adminapi.Backend { return b.api }
 
 // Run connects, owns shards, consumes and fires until ctx is cancelled, then shuts down
 // in this order (docs/ARCHITECTURE.md "Shutdown"): stop ingress (nothing new is parked;
@@ -149,23 +152,17 @@ func (b *Bridge) Run(ctx context.Context) error {
 	})
 	runner := b.newJobRunner(shardStore, sched)
 	b.mu.Lock()
-	b.shardStore, b.sched, b.sinks, b.sources, b.conns, b.running = shardStore, sched, sinks, sources, conns, true
-	b.routes, b.jobs = routeSinks, runner
+	b.sched = sched
 	b.mu.Unlock()
+	b.api.Attach(adminapi.Runtime{
+		Store: shardStore, Sched: sched, Jobs: runner, Sources: sources, Sinks: sinks, Routes: routeSinks,
+		Conns: conns.states(),
+	})
 
 	schedCtx, stopSched := context.WithCancel(context.WithoutCancel(ctx))
 	schedDone := make(chan error, 1)
 	go func() { schedDone <- sched.Run(schedCtx, disp) }()
-	// Bulk jobs stop with ingress, before the scheduler; one stopped mid-way is resumed
-	// from its cursor by another instance once its heartbeat is stale.
-	jobsCtx, stopJobs := context.WithCancel(schedCtx)
-	jobsDone := make(chan struct{})
-	go func() { defer close(jobsDone); _ = runner.Run(jobsCtx) }()
-	// Counting a store written by an older bridge stops with the jobs.
-	countsDone := make(chan struct{})
-	go func() { defer close(countsDone); b.backfillCounts(jobsCtx, shardStore) }()
-	// The charts' intervals (series.go) stop with the jobs too.
-	seriesDone := b.runSeries(jobsCtx, shardStore)
+	stopJobs := b.startBackground(schedCtx, shardStore, runner)
 
 	errc, stopIngress := b.startIngress(ctx, sources)
 	var runErr error
@@ -177,19 +174,33 @@ func (b *Bridge) Run(ctx context.Context) error {
 	b.log.Info("shutting down: stopping ingress")
 	stopIngress()
 	stopJobs()
-	<-jobsDone
-	<-countsDone
-	<-seriesDone
 	b.log.Info("shutting down: stopping scheduler")
 	stopSched()
 	if err := <-schedDone; err != nil && runErr == nil {
 		runErr = err
 	}
-	b.mu.Lock()
-	b.running = false
-	b.mu.Unlock()
+	b.api.Detach()
 	b.log.Info("stopped")
 	return runErr
+}
+
+// startBackground runs the background work that stops with ingress, before the
+// scheduler: the bulk jobs (one stopped mid-way is resumed from its cursor by another
+// instance once its heartbeat is stale), counting a store written by an older bridge,
+// and the charts' intervals (series.go). stop cancels them and waits for all three.
+func (b *Bridge) startBackground(ctx context.Context, shardStore storeapi.Store, runner *jobs.Runner) (stop func()) {
+	jobsCtx, cancel := context.WithCancel(ctx)
+	jobsDone := make(chan struct{})
+	go func() { defer close(jobsDone); _ = runner.Run(jobsCtx) }()
+	countsDone := make(chan struct{})
+	go func() { defer close(countsDone); b.backfillCounts(jobsCtx, shardStore) }()
+	seriesDone := b.runSeries(jobsCtx, shardStore)
+	return func() {
+		cancel()
+		<-jobsDone
+		<-countsDone
+		<-seriesDone
+	}
 }
 
 // startIngress runs every source on its own goroutine. The first source to fail sends
@@ -216,7 +227,7 @@ func (b *Bridge) newScheduler(shardStore storeapi.Store) (*scheduler.Scheduler, 
 	return scheduler.New(scheduler.Options{
 		Store: shardStore, Clock: b.clk, Instance: b.cfg.Instance,
 		Tick: sc.Tick, Lookahead: sc.Lookahead, ClaimBatch: sc.ClaimBatch, InflightLease: sc.InflightLease,
-		LeaseTTL: sc.LeaseTTL, SafetyScan: sc.SafetyScan, MaxInMemory: sc.MaxInMemory,
+		LeaseTTL: sc.LeaseTTL, SafetyScan: sc.SafetyScan, MaxInMemory: sc.MaxInMemory, MaxClockOffset: sc.MaxClockOffset,
 		MaxAttempts: b.cfg.Retry.MaxAttempts, BackoffInitial: b.cfg.Retry.Backoff.Initial, BackoffMax: b.cfg.Retry.Backoff.Max,
 		OnDead: b.publishDead, Observer: b.obs, Logger: b.log,
 		AckInterval: b.ackInterval(),
@@ -297,5 +308,3 @@ func (b *Bridge) publishDead(envs []*envelope.Envelope) {
 		}
 	}
 }
-
-var errNotRunning = errors.New("bridge is not running (waiting for Redis)")

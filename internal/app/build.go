@@ -10,6 +10,7 @@ import (
 	kafkaout "github.com/delaybridge/delay-bridge/egress/kafka"
 	"github.com/delaybridge/delay-bridge/ingress"
 	amqpin "github.com/delaybridge/delay-bridge/ingress/amqp"
+	"github.com/delaybridge/delay-bridge/internal/adminapi"
 	"github.com/delaybridge/delay-bridge/internal/amqpconn"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 )
@@ -19,6 +20,18 @@ import (
 // consuming), created only when a route uses AMQP.
 type connections struct {
 	amqpIn, amqpOut *amqpconn.Manager
+}
+
+// states lists the connections that exist, for /readyz.
+func (c *connections) states() []adminapi.Conn {
+	var out []adminapi.Conn
+	if c.amqpIn != nil {
+		out = append(out, adminapi.Conn{Name: "amqp ingress", State: c.amqpIn})
+	}
+	if c.amqpOut != nil {
+		out = append(out, adminapi.Conn{Name: "amqp egress", State: c.amqpOut})
+	}
+	return out
 }
 
 func (c *connections) close() {

@@ -99,7 +99,7 @@ func TestConsoleChartsOnRedis(t *testing.T) {
 	env := newEnv(t)
 	env.series = series.New(series.Options{Interval: time.Second, Keep: 3600})
 	tb := env.run(t)
-	url := serveAdmin(t, tb.Bridge, "s3cret")
+	url := serveAdmin(t, tb.Backend, "s3cret")
 	stop := flow(t, env.kaddr)
 	shot := consoletest.Charts(t, consoletest.ChartsConfig{URL: url, Token: "s3cret", Routes: []string{"a", "b"},
 		DeadLettered: []string{"a"}, MinPoints: 20, Window: "15m"})
@@ -134,25 +134,25 @@ func TestSeriesClusterView(t *testing.T) {
 	ctx := context.Background()
 	q := admin.SeriesQuery{Window: 15 * time.Minute, Scope: admin.ScopeCluster}
 	waitUntil(t, "the last intervals closed and written", 30*time.Second, func() bool {
-		s, err := one.Series(ctx, q)
+		s, err := one.Backend.Series(ctx, q)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return sum(s, "received") >= float64(total) && lastPending(s) == 0
 	})
 	time.Sleep(2500 * time.Millisecond) // nothing flows now: let both instances close once more
-	cluster, err := one.Series(ctx, q)
+	cluster, err := one.Backend.Series(ctx, q)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(cluster.Instances) != 2 || cluster.Instances[0] != "one" || cluster.Instances[1] != "two" {
 		t.Fatalf("instances = %v", cluster.Instances)
 	}
-	own1, err := one.Series(ctx, admin.SeriesQuery{Window: 15 * time.Minute, Scope: admin.ScopeInstance})
+	own1, err := one.Backend.Series(ctx, admin.SeriesQuery{Window: 15 * time.Minute, Scope: admin.ScopeInstance})
 	if err != nil {
 		t.Fatal(err)
 	}
-	own2, err := two.Series(ctx, admin.SeriesQuery{Window: 15 * time.Minute, Scope: admin.ScopeInstance})
+	own2, err := two.Backend.Series(ctx, admin.SeriesQuery{Window: 15 * time.Minute, Scope: admin.ScopeInstance})
 	if err != nil {
 		t.Fatal(err)
 	}

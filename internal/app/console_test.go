@@ -18,10 +18,7 @@ import (
 // browse and the job runner behind the admin API, with one dead letter buried first.
 func TestConsoleOnRedis(t *testing.T) {
 	tb := startBridge(t)
-	shardStore, _, err := tb.parts()
-	if err != nil {
-		t.Fatal(err)
-	}
+	shardStore := tb.shardStore(t)
 	now := time.Now().UnixMilli()
 	dead := &envelope.Envelope{ID: "a.delay/0/7", Route: "a", SourceBroker: envelope.BrokerKafka, Source: "a.delay",
 		DueAt: now - 60_000, ReceivedAt: now - 120_000, Payload: []byte("x"), Reason: "bad_delay"}
@@ -32,7 +29,7 @@ func TestConsoleOnRedis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := admin.NewServer(admin.Options{Backend: tb.Bridge, Token: "s3cret", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	srv := admin.NewServer(admin.Options{Backend: tb.Backend, Token: "s3cret", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, ln) }()

@@ -16,10 +16,12 @@ import (
 	"github.com/delaybridge/delay-bridge/admin"
 	"github.com/delaybridge/delay-bridge/config"
 	"github.com/delaybridge/delay-bridge/ingress"
+	"github.com/delaybridge/delay-bridge/internal/adminapi"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/observe"
 	"github.com/delaybridge/delay-bridge/internal/series"
 	"github.com/delaybridge/delay-bridge/internal/testkit"
+	"github.com/delaybridge/delay-bridge/scheduler/store"
 )
 
 // counts is an Observer that counts the outcome events by "route" or "route|reason".
@@ -50,8 +52,11 @@ func (c *counts) Published(r, _ string, n int, _ time.Duration) {
 	c.add("published "+r, n)
 }
 
+// testBridge is a running bridge; its admin API methods (Schedule, Get, Stats, ...)
+// are those of its Backend (internal/adminapi).
 type testBridge struct {
 	*Bridge
+	*adminapi.Backend
 	obs   *counts
 	logs  *testkit.Buffer
 	kaddr string
@@ -100,6 +105,7 @@ func (e *testEnv) run(t *testing.T, extra ...string) *testBridge {
 	if err != nil {
 		t.Fatal(err)
 	}
+	tb.Backend = tb.Bridge.Backend()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- tb.Run(ctx) }()
@@ -120,6 +126,18 @@ func (e *testEnv) run(t *testing.T, extra ...string) *testBridge {
 	t.Cleanup(tb.stop)
 	waitUntil(t, "bridge ready", 30*time.Second, func() bool { return tb.Ready(ctx) == nil })
 	return tb
+}
+
+// shardStore opens a store on the bridge's Redis and keys (for what the admin API
+// cannot do, such as burying a dead letter directly).
+func (tb *testBridge) shardStore(t *testing.T) *store.Store {
+	t.Helper()
+	c := tb.Config()
+	s, err := store.New(context.Background(), tb.rdb, store.Options{Prefix: c.Prefix, Cluster: c.Cluster, Shards: c.Shards, DoneWindow: c.Scheduler.DoneWindow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 func waitUntil(t *testing.T, what string, limit time.Duration, cond func() bool) {

@@ -61,7 +61,7 @@ func startInputBridge(t *testing.T, shards int) *inputEnv {
 		}
 	})
 	waitFor(t, "ready", 60*time.Second, func() (bool, string) {
-		if err := b.Ready(context.Background()); err != nil {
+		if err := b.Backend().Ready(context.Background()); err != nil {
 			return false, err.Error()
 		}
 		return true, ""
@@ -115,7 +115,7 @@ func TestUnixSecondsDeliverAtIsDeadLettered(t *testing.T) {
 	}
 	var got admin.Message
 	waitFor(t, "secs-1 dead", 30*time.Second, func() (bool, string) {
-		m, err := e.b.Get(context.Background(), "secs-1")
+		m, err := e.b.Backend().Get(context.Background(), "secs-1")
 		if err != nil {
 			return false, err.Error()
 		}
@@ -176,7 +176,7 @@ func TestSameKeySameDueTimeKeepsReceiveOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitFor(t, id+" parked", 30*time.Second, func() (bool, string) {
-			m, err := e.b.Get(ctx, id)
+			m, err := e.b.Backend().Get(ctx, id)
 			if err != nil {
 				return false, err.Error()
 			}

@@ -206,11 +206,8 @@ func TestDeadLettersByRouteOverHTTP(t *testing.T) {
 func startBridgeOverHTTP(t *testing.T) (*testBridge, *admin.Client, storeapi.Store) {
 	t.Helper()
 	tb := startBridge(t)
-	ts := httptest.NewServer(admin.NewServer(admin.Options{Backend: tb.Bridge}))
+	ts := httptest.NewServer(admin.NewServer(admin.Options{Backend: tb.Backend}))
 	t.Cleanup(ts.Close)
-	shardStore, _, err := tb.parts()
-	if err != nil {
-		t.Fatal(err)
-	}
+	shardStore := tb.shardStore(t)
 	return tb, admin.NewClient(ts.URL, "", ts.Client()), shardStore
 }

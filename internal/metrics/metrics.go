@@ -47,7 +47,7 @@ type CountsFunc func(ctx context.Context) (map[string]admin.Counts, error)
 //	           messages_rescheduled_total{route}, messages_dropped_total{route,reason},
 //	           publish_failures_total{route,broker,reason}, publish_retries_total{route}
 //	gauges     messages_pending{route}, messages_inflight{route}, messages_dead{route} (from SetCounts,
-//	           collected at scrape time, cached StatsCacheTTL), shards_owned,
+//	           collected at scrape time, cached StatsCacheTTL), shards_owned, clock_offset_seconds,
 //	           ingress_consuming{route}, ingress_lag_messages{route},
 //	           build_info{version,goversion} (always 1)
 //	histograms delivery_lateness_seconds{route}, fire_lateness_seconds{route},
@@ -61,7 +61,7 @@ type Metrics struct {
 	published, invalid                    *prometheus.CounterVec
 	duplicate, cancelled, rescheduled     *prometheus.CounterVec
 	dropped, publishFailures, retries     *prometheus.CounterVec
-	shardsOwned                           prometheus.Gauge
+	shardsOwned, clockOffset              prometheus.Gauge
 	ingressConsuming, ingressLag          *prometheus.GaugeVec
 	lateness, requestedDelay, delivery    *prometheus.HistogramVec
 	egressWait                            *prometheus.HistogramVec
@@ -115,6 +115,8 @@ func NewMetrics(reg prometheus.Registerer, version string, logger *slog.Logger) 
 			"Broker-confirmed time minus due time: what consumers see. The service-level metric.", LatencyBuckets, "route"),
 		shardsOwned: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Name: "shards_owned",
 			Help: "Shards this instance currently owns."}),
+		clockOffset: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Name: "clock_offset_seconds",
+			Help: "This instance's clock minus Redis's (TIME), measured at every ownership round; beyond scheduler.max_clock_offset the instance stops claiming."}),
 		lateness: histogram("fire_lateness_seconds",
 			"Wheel fire time minus due time (before max_rate and the publish; see delivery_lateness_seconds).", LatencyBuckets, "route"),
 		egressWait: histogram("egress_wait_seconds",
@@ -132,7 +134,7 @@ func NewMetrics(reg prometheus.Registerer, version string, logger *slog.Logger) 
 		Help: "Always 1; labels carry the bridge version and the Go version it was built with."}, []string{"version", "goversion"})
 	buildInfo.WithLabelValues(version, runtime.Version()).Set(1)
 	for _, c := range []prometheus.Collector{
-		m.received, m.parked, m.fired, m.published, m.deadLettered, m.invalid, m.shardsOwned,
+		m.received, m.parked, m.fired, m.published, m.deadLettered, m.invalid, m.shardsOwned, m.clockOffset,
 		m.duplicate, m.cancelled, m.rescheduled, m.dropped, m.publishFailures, m.retries,
 		m.ingressConsuming, m.ingressLag, m.delivery,
 		m.lateness, m.egressWait, m.requestedDelay, m.publishDuration, m.scriptDuration, m.counts, m.ready, buildInfo,
@@ -211,6 +213,9 @@ func (m *Metrics) ScriptDuration(script string, took time.Duration) {
 	m.scriptDuration.WithLabelValues(script).Observe(took.Seconds())
 }
 func (m *Metrics) ShardsOwned(n int) { m.shardsOwned.Set(float64(n)) }
+
+// ClockOffset implements observe.Observer.
+func (m *Metrics) ClockOffset(d time.Duration) { m.clockOffset.Set(d.Seconds()) }
 func (m *Metrics) Duplicate(route, reason string, n int) {
 	m.duplicate.WithLabelValues(route, reason).Add(float64(n))
 }

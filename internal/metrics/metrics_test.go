@@ -34,6 +34,7 @@ func TestMetricsNamesAndLabels(t *testing.T) {
 	m.DeadLettered("billing", 1)
 	m.ScriptDuration("claim", 300*time.Microsecond)
 	m.ShardsOwned(32)
+	m.ClockOffset(-1500 * time.Millisecond)
 
 	expected := `
 # HELP delaybridge_messages_received_total Records consumed from delay sources, before parsing.
@@ -57,6 +58,9 @@ delaybridge_messages_invalid_total{reason="bad_delay",route="orders"} 1
 # HELP delaybridge_shards_owned Shards this instance currently owns.
 # TYPE delaybridge_shards_owned gauge
 delaybridge_shards_owned 32
+# HELP delaybridge_clock_offset_seconds This instance's clock minus Redis's (TIME), measured at every ownership round; beyond scheduler.max_clock_offset the instance stops claiming.
+# TYPE delaybridge_clock_offset_seconds gauge
+delaybridge_clock_offset_seconds -1.5
 # HELP delaybridge_build_info Always 1; labels carry the bridge version and the Go version it was built with.
 # TYPE delaybridge_build_info gauge
 delaybridge_build_info{goversion="` + runtime.Version() + `",version="1.2.3"} 1
@@ -65,7 +69,7 @@ delaybridge_build_info{goversion="` + runtime.Version() + `",version="1.2.3"} 1
 		"delaybridge_messages_received_total", "delaybridge_messages_parked_total",
 		"delaybridge_messages_fired_total", "delaybridge_messages_published_total",
 		"delaybridge_messages_dead_lettered_total", "delaybridge_messages_invalid_total",
-		"delaybridge_shards_owned", "delaybridge_build_info"); err != nil {
+		"delaybridge_shards_owned", "delaybridge_clock_offset_seconds", "delaybridge_build_info"); err != nil {
 		t.Error(err)
 	}
 

@@ -82,6 +82,9 @@ type Observer interface {
 	// IngressConsuming sets whether a route's ingress is consuming (joined, fetching,
 	// making progress) — 0 while joining, stalled or unreachable.
 	IngressConsuming(route string, consuming bool)
+	// ClockOffset sets this instance's clock offset against Redis's (TIME), measured at
+	// every ownership round: local clock minus Redis's, positive when ours is ahead.
+	ClockOffset(offset time.Duration)
 	// IngressLag sets how many records a route's ingress is behind (Kafka: log end
 	// minus committed offset over its assigned partitions; AMQP: queue depth).
 	IngressLag(route string, lag int64)
@@ -109,3 +112,4 @@ func (Nop) ScriptDuration(string, time.Duration)         {}
 func (Nop) ShardsOwned(int)                              {}
 func (Nop) IngressConsuming(string, bool)                {}
 func (Nop) IngressLag(string, int64)                     {}
+func (Nop) ClockOffset(time.Duration)                    {}

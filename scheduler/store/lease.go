@@ -18,6 +18,17 @@ import (
 // against the caller's token inside the same script, which is what keeps an instance
 // that stalled past its TTL (GC pause, partition) from claiming after another took over.
 
+// Time is Redis's clock (TIME): the reference each instance's clock is measured
+// against at every ownership round (docs/HA.md "One clock"). On a Redis Cluster it is
+// the clock of whichever master go-redis asks.
+func (s *Store) Time(ctx context.Context) (time.Time, error) {
+	t, err := s.rdb.Time(ctx).Result()
+	if err != nil {
+		return time.Time{}, fmt.Errorf("scheduler: time: %w", redisErr(err))
+	}
+	return t, nil
+}
+
 // AcquireLease takes the lease of shard for instance for ttl if it is free, and returns
 // the fencing token to present to Claim; 0 means another instance holds it. If instance
 // already holds it (e.g. it restarted under the same name) the TTL is renewed and the

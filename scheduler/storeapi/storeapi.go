@@ -69,6 +69,11 @@ type Membership interface {
 	// LiveMembers is Members with each member's last heartbeat, so that a caller can
 	// tell when the next one ages out (Heartbeat + maxAge).
 	LiveMembers(ctx context.Context, now int64, maxAge time.Duration) ([]Member, error)
+	// Time is the coordinator's clock (Redis TIME): the reference every instance's
+	// clock is measured against (scheduler/clockcheck.go, docs/HA.md "One clock"). It
+	// is the one call that reads a clock; on a Redis Cluster it is the clock of
+	// whichever master answers.
+	Time(ctx context.Context) (time.Time, error)
 	// Leave removes instance from the members at once (a clean shutdown), so the
 	// others take its shards over without waiting for its heartbeat to age out.
 	Leave(ctx context.Context, instance string) error

@@ -143,6 +143,15 @@ func (s *Store) Heartbeat(ctx context.Context, instance string, now int64) error
 	return after
 }
 
+// Time is the store's clock (Options.Clock), as the Redis store answers TIME.
+func (s *Store) Time(ctx context.Context) (time.Time, error) {
+	after, err := s.begin(ctx, OpTime)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return s.opt.Clock.Now(), after
+}
+
 // Members is LiveMembers' names.
 func (s *Store) Members(ctx context.Context, now int64, maxAge time.Duration) ([]string, error) {
 	live, err := s.LiveMembers(ctx, now, maxAge)

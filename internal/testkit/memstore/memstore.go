@@ -52,6 +52,7 @@ const (
 	OpHeartbeat    = "heartbeat"
 	OpMembers      = "members"
 	OpLeave        = "leave"
+	OpTime         = "time"
 	OpPublish      = "publish" // PublishWake, PublishCancel
 	OpBrowse       = "browse"  // Browse, CountRange, EdgeScore
 	OpJobs         = "jobs"    // the job records: CreateJob, GetJob, ListJobs, ActiveJobs, ClaimJob, SaveJob, CancelJob

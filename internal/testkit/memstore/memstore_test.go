@@ -222,6 +222,7 @@ func TestEveryOpCanFail(t *testing.T) {
 		memstore.OpHeartbeat:    func() error { return s.Heartbeat(ctx, "i1", t0) },
 		memstore.OpMembers:      func() error { _, err := s.LiveMembers(ctx, t0, time.Second); return err },
 		memstore.OpLeave:        func() error { return s.Leave(ctx, "i1") },
+		memstore.OpTime:         func() error { _, err := s.Time(ctx); return err },
 		memstore.OpPublish:      func() error { return s.PublishCancel(ctx, "a") },
 		memstore.OpBrowse:       func() error { _, err := s.Browse(ctx, storeapi.BrowseQuery{}); return err },
 		memstore.OpJobs:         func() error { _, err := s.ListJobs(ctx, 1, t0); return err },

@@ -1,4 +1,7 @@
-package app
+// Package adminapi implements admin.Backend — the HTTP API's view of a running
+// bridge — over the shard store, the scheduler and the sources' and sinks' health.
+// internal/app builds it and attaches the running parts (Attach); it starts nothing.
+package adminapi
 
 import (
 	"context"
@@ -6,29 +9,135 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
+	"sync"
 
 	"github.com/delaybridge/delay-bridge/admin"
+	"github.com/delaybridge/delay-bridge/config"
 	"github.com/delaybridge/delay-bridge/egress"
 	"github.com/delaybridge/delay-bridge/ingress"
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/fault"
-	"github.com/delaybridge/delay-bridge/scheduler"
+	"github.com/delaybridge/delay-bridge/internal/observe"
+	"github.com/delaybridge/delay-bridge/internal/series"
 	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
-var _ admin.Backend = (*Bridge)(nil)
+var _ admin.Backend = (*Backend)(nil)
 
-// parts returns the running shardStore and scheduler, or ErrUnavailable before Run has
-// connected to Redis.
-func (b *Bridge) parts() (storeapi.Store, *scheduler.Scheduler, error) {
+// Options are what the backend needs from the composition root for its whole life.
+type Options struct {
+	Config   config.Config            // the effective configuration (instance name filled in)
+	Rules    map[string]ingress.Rules // each route's parsing rules, by route name
+	Ping     func(ctx context.Context) error
+	Clock    clock.Clock
+	Observer observe.Observer
+	Logger   *slog.Logger
+	// Series is this instance's charts ring (GET /v1/series); nil = no history.
+	Series *series.Recorder
+}
+
+// Scheduler is what the backend asks of the running scheduler (scheduler.Scheduler).
+type Scheduler interface {
+	Park(ctx context.Context, envs []*envelope.Envelope, invalid []string) ([]storeapi.State, error)
+	Cancel(ctx context.Context, id string, opt storeapi.CancelOptions) (storeapi.State, error)
+	Wake(ctx context.Context, minDue map[int]int64)
+	Ready() bool
+	// ClockCheck is nil while this instance's clock is within scheduler.max_clock_offset
+	// of Redis's, otherwise why it is not claiming.
+	ClockCheck() error
+}
+
+// ConnState is a broker connection as /readyz reads it (amqpconn.Manager).
+type ConnState interface {
+	Connected() bool
+	LastError() error
+}
+
+// Conn is one named connection checked by /readyz ("amqp ingress", "amqp egress").
+type Conn struct {
+	Name  string
+	State ConnState
+}
+
+// Runtime is what a running bridge hands the backend (Attach): the store, the
+// scheduler, the job runner, and the sources, sinks and connections whose last known
+// state /readyz and /v1/routes report.
+type Runtime struct {
+	Store   storeapi.Store
+	Sched   Scheduler
+	Jobs    interface{ Kick() }         // the bulk job runner, told to look at once
+	Sources []ingress.Source            // one per route, in configuration order
+	Sinks   map[string]egress.Sink      // by broker
+	Routes  map[string]egress.RouteSink // by route name
+	Conns   []Conn
+}
+
+// Backend implements admin.Backend (and admin.RouteLister) over a running bridge.
+// Before Attach and after Detach every call answers admin.ErrUnavailable.
+type Backend struct {
+	cfg    config.Config
+	rules  map[string]ingress.Rules
+	ping   func(ctx context.Context) error
+	clk    clock.Clock
+	obs    observe.Observer
+	log    *slog.Logger
+	series *series.Recorder
+
+	mu      sync.Mutex
+	rt      Runtime
+	running bool
+	due     nextDueCache // per-route next due times (counts.go)
+}
+
+// New builds a backend; it serves nothing until Attach.
+func New(opts Options) *Backend {
+	if opts.Clock == nil {
+		opts.Clock = clock.Real{}
+	}
+	if opts.Observer == nil {
+		opts.Observer = observe.Nop{}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	return &Backend{cfg: opts.Config, rules: opts.Rules, ping: opts.Ping, clk: opts.Clock, obs: opts.Observer, log: opts.Logger, series: opts.Series}
+}
+
+// Attach makes the backend serve the running parts in rt.
+func (b *Backend) Attach(rt Runtime) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.shardStore == nil || !b.running {
+	b.rt, b.running = rt, true
+}
+
+// Detach makes the backend answer admin.ErrUnavailable again (the bridge stopped).
+func (b *Backend) Detach() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.running = false
+}
+
+var errNotRunning = errors.New("bridge is not running (waiting for Redis)")
+
+// parts returns the running store and scheduler, or ErrUnavailable before the bridge
+// has connected to Redis.
+func (b *Backend) parts() (storeapi.Store, Scheduler, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.rt.Store == nil || !b.running {
 		return nil, nil, fmt.Errorf("%w: %w", admin.ErrUnavailable, errNotRunning)
 	}
-	return b.shardStore, b.sched, nil
+	return b.rt.Store, b.rt.Sched, nil
+}
+
+// runtime returns what Attach gave (zero before).
+func (b *Backend) runtime() Runtime {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.rt
 }
 
 // storeErr maps shardStore errors onto the admin API's sentinels.
@@ -45,7 +154,7 @@ func storeErr(err error) error {
 }
 
 // dueOf turns an admin When into a due time in unix ms, checking limits.max_delay.
-func (b *Bridge) dueOf(w admin.When) (int64, error) {
+func (b *Backend) dueOf(w admin.When) (int64, error) {
 	now := clock.NowMs(b.clk)
 	due := now + w.Delay.Milliseconds()
 	field := "delay_ms"
@@ -62,7 +171,7 @@ func (b *Bridge) dueOf(w admin.When) (int64, error) {
 }
 
 // Schedule implements admin.Backend.
-func (b *Bridge) Schedule(ctx context.Context, req admin.ScheduleRequest) (admin.Scheduled, error) {
+func (b *Backend) Schedule(ctx context.Context, req admin.ScheduleRequest) (admin.Scheduled, error) {
 	shardStore, sched, err := b.parts()
 	if err != nil {
 		return admin.Scheduled{}, err
@@ -119,7 +228,7 @@ func (b *Bridge) Schedule(ctx context.Context, req admin.ScheduleRequest) (admin
 }
 
 // Get implements admin.Backend.
-func (b *Bridge) Get(ctx context.Context, id string) (admin.Message, error) {
+func (b *Backend) Get(ctx context.Context, id string) (admin.Message, error) {
 	shardStore, _, err := b.parts()
 	if err != nil {
 		return admin.Message{}, err
@@ -161,7 +270,7 @@ func messageOf(env *envelope.Envelope, st storeapi.State) admin.Message {
 }
 
 // Cancel implements admin.Backend.
-func (b *Bridge) Cancel(ctx context.Context, id string) (string, error) {
+func (b *Backend) Cancel(ctx context.Context, id string) (string, error) {
 	_, sched, err := b.parts()
 	if err != nil {
 		return "", err
@@ -181,7 +290,7 @@ func (b *Bridge) Cancel(ctx context.Context, id string) (string, error) {
 }
 
 // Reschedule implements admin.Backend.
-func (b *Bridge) Reschedule(ctx context.Context, id string, when admin.When) (admin.Scheduled, error) {
+func (b *Backend) Reschedule(ctx context.Context, id string, when admin.When) (admin.Scheduled, error) {
 	shardStore, sched, err := b.parts()
 	if err != nil {
 		return admin.Scheduled{}, err
@@ -211,7 +320,7 @@ func (b *Bridge) Reschedule(ctx context.Context, id string, when admin.When) (ad
 }
 
 // Stats implements admin.Backend.
-func (b *Bridge) Stats(ctx context.Context) (admin.Stats, error) {
+func (b *Backend) Stats(ctx context.Context) (admin.Stats, error) {
 	shardStore, _, err := b.parts()
 	if err != nil {
 		return admin.Stats{}, err
@@ -261,7 +370,7 @@ func (b *Bridge) Stats(ctx context.Context) (admin.Stats, error) {
 }
 
 // RequeueDead implements admin.Backend.
-func (b *Bridge) RequeueDead(ctx context.Context, id string) (admin.Scheduled, error) {
+func (b *Backend) RequeueDead(ctx context.Context, id string) (admin.Scheduled, error) {
 	shardStore, sched, err := b.parts()
 	if err != nil {
 		return admin.Scheduled{}, err

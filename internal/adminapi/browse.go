@@ -1,4 +1,4 @@
-package app
+package adminapi
 
 import (
 	"context"
@@ -20,7 +20,7 @@ import (
 const previewMaxScan = 200_000
 
 // jobFilter turns an admin filter into the store's, checking the route.
-func (b *Bridge) jobFilter(f admin.Filter) (storeapi.JobFilter, error) {
+func (b *Backend) jobFilter(f admin.Filter) (storeapi.JobFilter, error) {
 	if f.Route != "" {
 		if _, ok := b.rules[f.Route]; !ok {
 			return storeapi.JobFilter{}, admin.Invalid("route", "no route named %q", f.Route)
@@ -51,7 +51,7 @@ func browseMessage(it storeapi.BrowseItem, st storeapi.State) admin.Message {
 }
 
 // Browse implements admin.Backend.
-func (b *Bridge) Browse(ctx context.Context, q admin.Query) (admin.Page, error) {
+func (b *Backend) Browse(ctx context.Context, q admin.Query) (admin.Page, error) {
 	shardStore, _, err := b.parts()
 	if err != nil {
 		return admin.Page{}, err
@@ -80,7 +80,7 @@ func (b *Bridge) Browse(ctx context.Context, q admin.Query) (admin.Page, error) 
 
 // PurgeDead implements admin.Backend: every dead letter, or those of one route (browse
 // pages of that route's dead letters, each purged by id).
-func (b *Bridge) PurgeDead(ctx context.Context, f admin.Filter) (int64, error) {
+func (b *Backend) PurgeDead(ctx context.Context, f admin.Filter) (int64, error) {
 	shardStore, _, err := b.parts()
 	if err != nil {
 		return 0, err
@@ -122,7 +122,7 @@ func (b *Bridge) PurgeDead(ctx context.Context, f admin.Filter) (int64, error) {
 }
 
 // jobSpec turns a validated admin job spec into the store's.
-func (b *Bridge) jobSpec(spec admin.JobSpec) (storeapi.JobSpec, error) {
+func (b *Backend) jobSpec(spec admin.JobSpec) (storeapi.JobSpec, error) {
 	f, err := b.jobFilter(spec.Filter)
 	if err != nil {
 		return storeapi.JobSpec{}, err
@@ -135,7 +135,7 @@ func (b *Bridge) jobSpec(spec admin.JobSpec) (storeapi.JobSpec, error) {
 }
 
 // PreviewJob implements admin.Backend: a dry run within the request (jobs.PreviewFilter).
-func (b *Bridge) PreviewJob(ctx context.Context, spec admin.JobSpec, sample int) (admin.JobPreview, error) {
+func (b *Backend) PreviewJob(ctx context.Context, spec admin.JobSpec, sample int) (admin.JobPreview, error) {
 	shardStore, _, err := b.parts()
 	if err != nil {
 		return admin.JobPreview{}, err
@@ -157,7 +157,7 @@ func (b *Bridge) PreviewJob(ctx context.Context, spec admin.JobSpec, sample int)
 
 // StartJob implements admin.Backend: the job is recorded queued and this instance's
 // runner is told to look at once (any instance's runner may take it).
-func (b *Bridge) StartJob(ctx context.Context, spec admin.JobSpec) (admin.Job, error) {
+func (b *Backend) StartJob(ctx context.Context, spec admin.JobSpec) (admin.Job, error) {
 	shardStore, _, err := b.parts()
 	if err != nil {
 		return admin.Job{}, err
@@ -170,17 +170,14 @@ func (b *Bridge) StartJob(ctx context.Context, spec admin.JobSpec) (admin.Job, e
 	if err != nil {
 		return admin.Job{}, storeErr(err)
 	}
-	b.mu.Lock()
-	runner := b.jobs
-	b.mu.Unlock()
-	if runner != nil {
+	if runner := b.runtime().Jobs; runner != nil {
 		runner.Kick()
 	}
 	return jobOf(j), nil
 }
 
 // GetJob implements admin.Backend.
-func (b *Bridge) GetJob(ctx context.Context, id string) (admin.Job, error) {
+func (b *Backend) GetJob(ctx context.Context, id string) (admin.Job, error) {
 	shardStore, _, err := b.parts()
 	if err != nil {
 		return admin.Job{}, err
@@ -196,7 +193,7 @@ func (b *Bridge) GetJob(ctx context.Context, id string) (admin.Job, error) {
 }
 
 // ListJobs implements admin.Backend.
-func (b *Bridge) ListJobs(ctx context.Context, limit int) ([]admin.Job, error) {
+func (b *Backend) ListJobs(ctx context.Context, limit int) ([]admin.Job, error) {
 	shardStore, _, err := b.parts()
 	if err != nil {
 		return nil, err
@@ -238,26 +235,4 @@ func jobOf(j storeapi.Job) admin.Job {
 		out.Errors = append(out.Errors, p.LastError)
 	}
 	return out
-}
-
-// newJobRunner builds the bulk job runner of this instance: in-flight cancels reach the
-// wheel holding the message, reschedules and requeues wake the pumps.
-func (b *Bridge) newJobRunner(shardStore storeapi.Store, sched interface {
-	CancelLocal(id string) bool
-	BroadcastCancel(ctx context.Context, id string) error
-	Wake(ctx context.Context, minDue map[int]int64)
-}) *jobs.Runner {
-	return jobs.New(shardStore, jobs.Options{
-		Instance: b.cfg.Instance, Clock: b.clk, Log: b.log, Observer: b.obs,
-		OnInflightCancelled: func(ctx context.Context, ids []string) {
-			for _, id := range ids {
-				if !sched.CancelLocal(id) {
-					if err := sched.BroadcastCancel(ctx, id); err != nil {
-						b.log.Warn("broadcast cancel of an in-flight message", "id", id, "err", err)
-					}
-				}
-			}
-		},
-		OnWake: sched.Wake,
-	})
 }

@@ -1,4 +1,4 @@
-package app
+package adminapi
 
 import (
 	"context"
@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/delaybridge/delay-bridge/admin"
-	"github.com/delaybridge/delay-bridge/internal/clock"
-	"github.com/delaybridge/delay-bridge/internal/fault"
 	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
@@ -15,44 +13,8 @@ import (
 // The counts are the store's (kept by the scripts, one HGETALL per shard to read);
 // the next due time of a route is looked up and cached (nextDueCache).
 
-const (
-	// backfillStep is how many messages one backfill call counts per shard; the pause
-	// after a step is at least as long as the step took (as bulk jobs pause), so a
-	// backfill keeps Redis busy at most about half the time.
-	backfillStep     = 1000
-	backfillMinPause = 50 * time.Millisecond
-	// nextDueTTL is how long the per-route next due times are reused.
-	nextDueTTL = 5 * time.Second
-)
-
-// backfillCounts counts a store written by a bridge without per-route counts, in
-// bounded steps, until every shard is exact (storeapi.Stats.BackfillCounts). It runs in its own
-// goroutine, owned by Run, and ends with ctx. Several instances may run it at once.
-func (b *Bridge) backfillCounts(ctx context.Context, s storeapi.Store) {
-	backoff := clock.NewBackoff(b.clk, clock.BackoffPolicy{Initial: 100 * time.Millisecond, Max: 10 * time.Second})
-	total := 0
-	for ctx.Err() == nil {
-		start := b.clk.Now()
-		exact, n, err := s.BackfillCounts(ctx, backfillStep)
-		switch {
-		case err != nil && fault.IsTransient(err):
-			_ = backoff.Wait(ctx)
-			continue
-		case err != nil:
-			b.log.Warn("counting messages per route failed; counts stay inexact", "err", err)
-			return
-		}
-		backoff.Reset()
-		total += n
-		if exact {
-			if total > 0 {
-				b.log.Info("messages counted per route", "messages", total)
-			}
-			return
-		}
-		_ = clock.Sleep(ctx, b.clk, max(backfillMinPause, b.clk.Now().Sub(start)))
-	}
-}
+// nextDueTTL is how long the per-route next due times are reused.
+const nextDueTTL = 5 * time.Second
 
 // nextDueCache holds each route's earliest pending due time for nextDueTTL.
 type nextDueCache struct {
@@ -63,7 +25,7 @@ type nextDueCache struct {
 
 // routeCounts reads the per-route counts (per shard; summed in routes), and the
 // routes' next due times (cached).
-func (b *Bridge) routeCounts(ctx context.Context, s storeapi.Store, shards []storeapi.ShardStat) (storeapi.Counts, map[string]storeapi.RouteCount, map[string]int64, error) {
+func (b *Backend) routeCounts(ctx context.Context, s storeapi.Store, shards []storeapi.ShardStat) (storeapi.Counts, map[string]storeapi.RouteCount, map[string]int64, error) {
 	c, err := s.RouteCounts(ctx)
 	if err != nil {
 		return storeapi.Counts{}, nil, nil, err
@@ -82,7 +44,7 @@ func (b *Bridge) routeCounts(ctx context.Context, s storeapi.Store, shards []sto
 // (bounded: it examines at most the browse scan budget, 2,000 candidates, merged over
 // the shards). A route whose first message lies beyond that budget has no next due
 // (omitted, never a guess).
-func (b *Bridge) nextDue(ctx context.Context, s storeapi.Store, routes map[string]storeapi.RouteCount, shards []storeapi.ShardStat) (map[string]int64, error) {
+func (b *Backend) nextDue(ctx context.Context, s storeapi.Store, routes map[string]storeapi.RouteCount, shards []storeapi.ShardStat) (map[string]int64, error) {
 	b.due.mu.Lock()
 	defer b.due.mu.Unlock()
 	if b.due.byRt != nil && b.clk.Now().Sub(b.due.at) < nextDueTTL {

@@ -1,4 +1,4 @@
-package app
+package adminapi
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 
 // Ready implements admin.Backend: nil when every check of Checks passes, otherwise an
 // *admin.NotReadyError listing all of them, so /readyz names the failing ones.
-func (b *Bridge) Ready(ctx context.Context) error {
+func (b *Backend) Ready(ctx context.Context) error {
 	checks := b.Checks(ctx)
 	for _, c := range checks {
 		if !c.OK {
@@ -26,11 +26,12 @@ func (b *Bridge) Ready(ctx context.Context) error {
 }
 
 // Checks runs the readiness checks, in this order: the bridge is running (connected to
-// Redis once), Redis answers a PING, shard ownership is established, every route's
-// ingress is consuming (ingress.HealthReporter), every target broker is reachable
+// Redis once), Redis answers a PING, shard ownership is established, this instance's
+// clock is within scheduler.max_clock_offset of Redis's (else it does not claim), every
+// route's ingress is consuming (ingress.HealthReporter), every target broker is reachable
 // (egress.HealthChecker) and the AMQP connections are up. Only the Redis PING calls a
 // server; the rest read the last known state.
-func (b *Bridge) Checks(ctx context.Context) []admin.Check {
+func (b *Backend) Checks(ctx context.Context) []admin.Check {
 	var checks []admin.Check
 	add := func(name string, err error) {
 		c := admin.Check{Name: name, OK: err == nil}
@@ -44,33 +45,24 @@ func (b *Bridge) Checks(ctx context.Context) []admin.Check {
 		add("bridge", err)
 		return checks
 	}
-	add("redis", b.rdb.Ping(ctx).Err())
+	add("redis", b.ping(ctx))
 	if sched.Ready() {
 		add("shards", nil)
 	} else {
 		add("shards", fmt.Errorf("shard ownership not established yet"))
 	}
+	add("clock", sched.ClockCheck())
 	for _, r := range b.routeStatuses() {
 		if r.Ingress.State != stateUnknown {
 			add("ingress "+r.Name, ingressErr(r.Ingress))
 		}
 	}
 	checks = append(checks, b.egressChecks()...)
-	b.mu.Lock()
-	conns := b.conns
-	b.mu.Unlock()
-	for _, name := range []string{"amqp ingress", "amqp egress"} {
-		m := conns.amqpIn
-		if name == "amqp egress" {
-			m = conns.amqpOut
-		}
-		if m == nil {
-			continue
-		}
-		if m.Connected() {
-			add(name, nil)
+	for _, c := range b.runtime().Conns {
+		if c.State.Connected() {
+			add(c.Name, nil)
 		} else {
-			add(name, fmt.Errorf("not connected: %v", m.LastError()))
+			add(c.Name, fmt.Errorf("not connected: %v", c.State.LastError()))
 		}
 	}
 	return checks
@@ -93,10 +85,8 @@ func ingressErr(s admin.IngressStatus) error {
 
 // egressChecks reports one check per sink (per broker), not per route: routes to one
 // broker share its sink.
-func (b *Bridge) egressChecks() []admin.Check {
-	b.mu.Lock()
-	sinks := b.sinks
-	b.mu.Unlock()
+func (b *Backend) egressChecks() []admin.Check {
+	sinks := b.runtime().Sinks
 	var out []admin.Check
 	for _, broker := range slices.Sorted(maps.Keys(sinks)) {
 		hc, ok := sinks[broker].(egress.HealthChecker)
@@ -118,7 +108,7 @@ func (b *Bridge) egressChecks() []admin.Check {
 // Each route also gets its counts and next due time (counts.go): one HGETALL per shard,
 // the shards' heads, and (every few seconds) a browse page per route. When Redis does
 // not answer they are left out and the rest is still answered.
-func (b *Bridge) Routes(ctx context.Context) (admin.RoutesResponse, error) {
+func (b *Backend) Routes(ctx context.Context) (admin.RoutesResponse, error) {
 	shardStore, _, err := b.parts()
 	if err != nil {
 		return admin.RoutesResponse{}, err
@@ -144,10 +134,9 @@ func (b *Bridge) Routes(ctx context.Context) (admin.RoutesResponse, error) {
 }
 
 // routeStatuses describes every configured route in configuration order.
-func (b *Bridge) routeStatuses() []admin.RouteStatus {
-	b.mu.Lock()
-	sources, routes := b.sources, b.routes
-	b.mu.Unlock()
+func (b *Backend) routeStatuses() []admin.RouteStatus {
+	rt := b.runtime()
+	sources, routes := rt.Sources, rt.Routes
 	out := make([]admin.RouteStatus, 0, len(b.cfg.Routes))
 	for i, r := range b.cfg.Routes {
 		st := admin.RouteStatus{Name: r.Name}
