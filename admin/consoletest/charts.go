@@ -48,18 +48,7 @@ func Charts(t *testing.T, c ChartsConfig) string {
 		c.Window = "1h"
 	}
 	api := admin.NewClient(c.URL, c.Token, nil)
-	b := browser{t: t, ctx: Chromium(t), dir: Artifacts(t)}
-	b.do("open the console", chromedp.Navigate(c.URL+"/ui/"))
-	if c.Token != "" {
-		b.do("sign in", chromedp.WaitVisible(chromedp.CSS("#login")), chromedp.SendKeys(chromedp.CSS("#token"), c.Token),
-			chromedp.Click(chromedp.CSS("#login-submit")))
-	}
-	b.page("overview")
-	b.then("charts", "open the charts", chromedp.Click(chromedp.CSS(`#nav a[data-page="charts"]`)))
-	if c.Window != "1h" {
-		b.then("charts", "window "+c.Window, chromedp.Evaluate[chromedp.Void](`(s => { s.value = '`+c.Window+`'; s.dispatchEvent(new Event('change')); })(document.getElementById('c-window'))`))
-	}
-
+	b := openCharts(t, c)
 	// Intervals close while we look: re-render until every line has its points.
 	var lines []drawn
 	var missing []string
@@ -99,6 +88,39 @@ func Charts(t *testing.T, c ChartsConfig) string {
 	}
 	b.shot("charts")
 	return b.dir + "/charts.png"
+}
+
+// openCharts signs in and opens the charts page with c's window.
+func openCharts(t *testing.T, c ChartsConfig) browser {
+	t.Helper()
+	if c.Window == "" {
+		c.Window = "1h"
+	}
+	b := browser{t: t, ctx: Chromium(t), dir: Artifacts(t)}
+	b.do("open the console", chromedp.Navigate(c.URL+"/ui/"))
+	if c.Token != "" {
+		b.do("sign in", chromedp.WaitVisible(chromedp.CSS("#login")), chromedp.SendKeys(chromedp.CSS("#token"), c.Token),
+			chromedp.Click(chromedp.CSS("#login-submit")))
+	}
+	b.page("overview")
+	b.then("charts", "open the charts", chromedp.Click(chromedp.CSS(`#nav a[data-page="charts"]`)))
+	if c.Window != "1h" {
+		b.then("charts", "window "+c.Window, chromedp.Evaluate[chromedp.Void](`(s => { s.value = '`+c.Window+`'; s.dispatchEvent(new Event('change')); })(document.getElementById('c-window'))`))
+	}
+	return b
+}
+
+// Line is one chart line as the page draws it: its route, chart (rates, pending,
+// lateness), series, the points drawn, the largest value and the SVG path.
+type Line = drawn
+
+// Lines opens the charts page once (URL, Token, Window of c) and returns every line it
+// draws, for tests of how the page draws a given history; it saves charts-<name>.png.
+func Lines(t *testing.T, c ChartsConfig, name string) []Line {
+	t.Helper()
+	b := openCharts(t, c)
+	b.shot("charts-" + name)
+	return b.lines()
 }
 
 // lines reads every chart line of the page.

@@ -37,12 +37,12 @@ const CHARTS = [
 ];
 
 export async function charts(view, params) {
-  const window = params.get('window') || '1h';
+  const win = params.get('window') || '1h';
   const scope = params.get('scope') || 'cluster';
   const route = params.get('route') || '';
-  const data = await api('GET', '/v1/series' + query({ route, window, scope }));
+  const data = await api('GET', '/v1/series' + query({ route, window: win, scope }));
   const go = (k, v) => {
-    const p = new URLSearchParams({ window, scope });
+    const p = new URLSearchParams({ window: win, scope });
     if (route) p.set('route', route);
     p.set(k, v);
     location.hash = '#/charts?' + p.toString();
@@ -51,11 +51,11 @@ export async function charts(view, params) {
     h('h1', {}, 'Charts'),
     h('form', { class: 'filters', id: 'chart-controls', onsubmit: (e) => e.preventDefault() },
       h('label', {}, 'Window', h('select', { id: 'c-window', onchange: (e) => go('window', e.target.value) },
-        ['15m', '1h'].map((w) => h('option', { value: w, selected: w === window }, 'last ' + (w === '1h' ? 'hour' : '15 minutes'))))),
+        ['15m', '1h'].map((w) => h('option', { value: w, selected: w === win }, 'last ' + (w === '1h' ? 'hour' : '15 minutes'))))),
       h('label', {}, 'Scope', h('select', { id: 'c-scope', onchange: (e) => go('scope', e.target.value) },
         h('option', { value: 'cluster', selected: scope === 'cluster' }, 'cluster (every instance)'),
         h('option', { value: 'instance', selected: scope === 'instance' }, 'this instance'))),
-      route ? h('a', { href: '#/charts' + query({ window, scope }) }, 'all routes') : ''),
+      route ? h('a', { href: '#/charts' + query({ window: win, scope }) }, 'all routes') : ''),
     h('p', { class: 'muted small', id: 'chart-info' },
       `${data.interval_ms / 1000} s intervals, ${scope === 'cluster' ? `merged over ${data.instances.length} instance${data.instances.length === 1 ? '' : 's'} (${data.instances.join(', ') || 'none yet'})` : 'this instance only'}; `,
       'pending is counted in Redis for the whole cluster; lateness is broker-confirmed time minus due time. The open interval is not shown yet.'),
@@ -66,7 +66,7 @@ export async function charts(view, params) {
   }
   for (const rs of data.routes) {
     add(view, h('section', { class: 'route-charts', 'data-route': rs.route },
-      h('h2', {}, h('a', { href: '#/charts' + query({ route: rs.route, window, scope }) }, rs.route)),
+      h('h2', {}, h('a', { href: '#/charts' + query({ route: rs.route, window: win, scope }) }, rs.route)),
       h('div', { class: 'chart-row' }, CHARTS.map((c) => chartCard(c, rs.points, data)))));
   }
 }
