@@ -10,12 +10,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/delaybridge/delay-bridge/egress"
 	amqpout "github.com/delaybridge/delay-bridge/egress/amqp"
+	kafkaout "github.com/delaybridge/delay-bridge/egress/kafka"
 	"github.com/delaybridge/delay-bridge/internal/amqpconn"
 	"github.com/delaybridge/delay-bridge/internal/amqpconn/tcpproxy"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/fault"
+	"github.com/delaybridge/delay-bridge/internal/kafkaconn"
 	"github.com/delaybridge/delay-bridge/internal/observe"
 	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
@@ -226,4 +231,64 @@ func TestSideCopiesBoundedDropsCounted(t *testing.T) {
 	if n := obs2.get(obs2.drops, "t|shutdown"); n != 9 {
 		t.Errorf("dropped at shutdown = %d, want 7 queued + 2 offered after Stop", n)
 	}
+}
+
+// TestSideCopiesKafkaBrokerDown: copies to a dead-letter topic while its broker is down
+// (the in-process Kafka broker stopped) are queued and retried, never waited for by
+// Offer; once a broker answers on the same address again every copy arrives there.
+func TestSideCopiesKafkaBrokerDown(t *testing.T) {
+	port := testkit.FreePort(t)
+	start := func() *kfake.Cluster {
+		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(port), kfake.SeedTopics(1, "side.dlq"))
+		if err != nil {
+			t.Fatalf("start kfake: %v", err)
+		}
+		return c
+	}
+	first := start()
+	addr := first.ListenAddrs()[0]
+	sink, err := kafkaout.New(kafkaconn.Config{Brokers: []string{addr}}, map[string]string{}, kafkaout.Options{AnswerTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	obs := newSideRecorder()
+	p, err := egress.NewSidePublisher(egress.SideOptions{Queue: observe.SideQueueDeadLetters,
+		Targets: map[string]egress.SideTarget{"kafka": sink.DeadLetters("side.dlq")}, PublishTimeout: 2 * time.Second, Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Start()
+	defer p.Stop()
+	first.Close()
+
+	offerAll(t, p)
+	waitSide(t, "a failed attempt with the broker down", 30*time.Second, func() bool { return obs.get(obs.failed, "kafka") > 0 })
+	if n := obs.get(obs.backlog, "kafka"); n != 500 {
+		t.Fatalf("backlog with the broker down: %d, want 500", n)
+	}
+	second := start()
+	defer second.Close()
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumeTopics("side.dlq"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	seen := map[string]bool{}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for len(seen) < 500 && ctx.Err() == nil {
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+			for _, h := range r.Headers {
+				if h.Key == "x-message-id" {
+					seen[string(h.Value)] = true
+				}
+			}
+		})
+	}
+	if len(seen) < 500 {
+		t.Fatalf("%d of 500 copies arrived after the broker came back (backlog %d)", len(seen), p.Backlog("kafka"))
+	}
+	waitSide(t, "the backlog to drain", 30*time.Second, func() bool { return obs.get(obs.backlog, "kafka") == 0 })
 }
