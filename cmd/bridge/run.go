@@ -108,7 +108,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		return err
 	}
 	metrics.Declare(routeSeries(cfg.Routes), ingress.InvalidReasons)
-	b, err := app.New(cfg, app.Options{Logger: logger, Observer: metrics})
+	b, err := app.New(cfg, app.Options{Logger: logger, Observer: metrics, Clock: processClock()})
 	if err != nil {
 		return fmt.Errorf("building the bridge: %w", err)
 	}
