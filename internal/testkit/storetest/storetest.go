@@ -60,6 +60,7 @@ type Store interface {
 	Members(ctx context.Context, now int64, maxAge time.Duration) ([]string, error)
 	LiveMembers(ctx context.Context, now int64, maxAge time.Duration) ([]store.Member, error)
 	Leave(ctx context.Context, instance string) error
+	Time(ctx context.Context) (time.Time, error)
 
 	PublishWake(ctx context.Context, minDue map[int]int64) error
 	PublishCancel(ctx context.Context, id string) error
