@@ -133,7 +133,13 @@ routes:
 
 func startBridge(t *testing.T, cfgPath, admin string) *bridgeProc {
 	t.Helper()
-	p := newBridge(t, nil, cfgPath, admin)
+	return startBridgeArgv(t, cfgPath, admin, nil)
+}
+
+// startBridgeArgv is startBridge running argv instead of `bridge run -c cfgPath`.
+func startBridgeArgv(t *testing.T, cfgPath, admin string, argv []string) *bridgeProc {
+	t.Helper()
+	p := newBridge(t, argv, cfgPath, admin)
 	p.start()
 	return p
 }

@@ -44,7 +44,8 @@ type Options struct {
 
 	// OnDead, if set, receives messages just dead-lettered (after failed publishes, or
 	// buried as invalid by the intake) to copy them to a dead-letter topic/exchange. It
-	// runs on a dispatcher worker or the ingress handler's goroutine.
+	// runs on a dispatcher worker or the ingress handler's goroutine, so it must not
+	// wait for a broker (the bridge queues the copies: egress.SidePublisher).
 	OnDead func([]*envelope.Envelope)
 
 	Observer observe.Observer // default observe.Nop

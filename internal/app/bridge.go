@@ -55,13 +55,9 @@ type Bridge struct {
 	api    *adminapi.Backend
 
 	mu    sync.Mutex
-	sched *scheduler.Scheduler           // set by Run before ingress starts (handle uses it)
-	dlq   map[string]deadLetterPublisher // by broker
-}
-
-// deadLetterPublisher is implemented by the Kafka and AMQP dead-letter publishers.
-type deadLetterPublisher interface {
-	Publish(ctx context.Context, envs []*envelope.Envelope) []error
+	sched *scheduler.Scheduler         // set by Run before ingress starts (handle uses it)
+	dlq   map[string]egress.SideTarget // dead-letter publishers, by broker
+	side  *egress.SidePublisher        // their queue (nil without a dead-letter target)
 }
 
 // New checks the configuration and builds a bridge. It does not connect to anything:
@@ -135,6 +131,11 @@ func (b *Bridge) Run(ctx context.Context) error {
 	}()
 	if err != nil {
 		return err
+	}
+	if side, err := b.startDeadLetterCopies(); err != nil {
+		return err
+	} else if side != nil {
+		defer side.Stop() // before the sinks close: its last attempt still publishes
 	}
 	sources, err := b.buildSources(conns)
 	if err != nil {
@@ -221,6 +222,26 @@ func (b *Bridge) startIngress(ctx context.Context, sources []ingress.Source) (er
 	return ch, func() { cancel(); wg.Wait() }
 }
 
+// startDeadLetterCopies starts the queue of dead-letter copies when a dead-letter
+// target is configured (nil otherwise). Run stops it after the scheduler and ingress,
+// which are the ones offering to it.
+func (b *Bridge) startDeadLetterCopies() (*egress.SidePublisher, error) {
+	if len(b.dlq) == 0 {
+		return nil, nil
+	}
+	side, err := egress.NewSidePublisher(egress.SideOptions{
+		Queue: observe.SideQueueDeadLetters, Targets: b.dlq, Clock: b.clk, Observer: b.obs, Logger: b.log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dead-letter copies: %w", err)
+	}
+	side.Start()
+	b.mu.Lock()
+	b.side = side
+	b.mu.Unlock()
+	return side, nil
+}
+
 // newScheduler builds the scheduler from the configuration.
 func (b *Bridge) newScheduler(shardStore storeapi.Store) (*scheduler.Scheduler, error) {
 	sc := b.cfg.Scheduler
@@ -229,7 +250,7 @@ func (b *Bridge) newScheduler(shardStore storeapi.Store) (*scheduler.Scheduler, 
 		Tick: sc.Tick, Lookahead: sc.Lookahead, ClaimBatch: sc.ClaimBatch, InflightLease: sc.InflightLease,
 		LeaseTTL: sc.LeaseTTL, SafetyScan: sc.SafetyScan, MaxInMemory: sc.MaxInMemory, MaxClockOffset: sc.MaxClockOffset,
 		MaxAttempts: b.cfg.Retry.MaxAttempts, BackoffInitial: b.cfg.Retry.Backoff.Initial, BackoffMax: b.cfg.Retry.Backoff.Max,
-		OnDead: b.publishDead, Observer: b.obs, Logger: b.log,
+		OnDead: b.offerDead, Observer: b.obs, Logger: b.log,
 		AckInterval: b.ackInterval(),
 	})
 }
@@ -286,25 +307,15 @@ func (b *Bridge) handle(ctx context.Context, items []ingress.Item) error {
 	return sched.Accept(ctx, in)
 }
 
-// publishDead copies dead letters to the configured dead-letter topic/exchange. Redis
-// keeps them regardless; this copy is best effort and logged on failure.
-func (b *Bridge) publishDead(envs []*envelope.Envelope) {
-	if len(b.dlq) == 0 || len(envs) == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	for broker, p := range b.dlq {
-		failed := 0
-		var first error
-		for _, err := range p.Publish(ctx, envs) {
-			if err != nil {
-				failed++
-				first = err
-			}
-		}
-		if failed > 0 {
-			b.log.Warn("publish to dead-letter target failed (the dead letters stay in Redis)", "broker", broker, "failed", failed, "of", len(envs), "err", first)
-		}
+// offerDead queues copies of dead letters for the dead-letter topic/exchange
+// (egress.SidePublisher): it never waits for a broker, so neither the ingress handler
+// nor a dispatcher worker (its callers, through scheduler.Options.OnDead) is held up
+// by a slow or unreachable dead-letter target. Redis keeps the dead letters regardless.
+func (b *Bridge) offerDead(envs []*envelope.Envelope) {
+	b.mu.Lock()
+	side := b.side
+	b.mu.Unlock()
+	if side != nil {
+		side.Offer(envs)
 	}
 }

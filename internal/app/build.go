@@ -80,7 +80,7 @@ func (b *Bridge) buildSinks(ctx context.Context, conns *connections) (map[string
 		}
 	}
 	sinks := map[string]egress.Sink{}
-	b.dlq = map[string]deadLetterPublisher{}
+	b.dlq = map[string]egress.SideTarget{}
 	dlTopic := b.cfg.DeadLetter.Kafka.Topic
 	if len(kafkaRoutes) > 0 || dlTopic != "" {
 		conn, err := kafkaConn(b.cfg.Kafka)

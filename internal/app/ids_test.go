@@ -279,7 +279,7 @@ func TestReplayedBatchCountsEachOutcomeOnce(t *testing.T) {
 	}
 	defer cl.Close()
 	copies := 0
-	pctx, cancel := context.WithTimeout(ctx, 3*time.Second) // any second copy was written before handle returned
+	pctx, cancel := context.WithTimeout(ctx, 3*time.Second) // copies go out within milliseconds (egress.SidePublisher)
 	defer cancel()
 	for pctx.Err() == nil {
 		cl.PollFetches(pctx).EachRecord(func(*kgo.Record) { copies++ })

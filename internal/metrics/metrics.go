@@ -49,7 +49,9 @@ type CountsFunc func(ctx context.Context) (map[string]admin.Counts, error)
 //	gauges     messages_pending{route}, messages_inflight{route}, messages_dead{route} (from SetCounts,
 //	           collected at scrape time, cached StatsCacheTTL), shards_owned, clock_offset_seconds,
 //	           ingress_consuming{route}, ingress_lag_messages{route},
-//	           build_info{version,goversion} (always 1)
+//	           build_info{version,goversion} (always 1), and per side queue (side.go)
+//	           <queue>_backlog{target}; counters <queue>_published_total{target},
+//	           <queue>_failed_total{target}, <queue>_dropped_total{target,reason}
 //	histograms delivery_lateness_seconds{route}, fire_lateness_seconds{route},
 //	           egress_wait_seconds{route},
 //	           requested_delay_seconds{route}, publish_duration_seconds{route,broker},
@@ -67,6 +69,7 @@ type Metrics struct {
 	egressWait                            *prometheus.HistogramVec
 	publishDuration, scriptDuration       *prometheus.HistogramVec
 	counts                                *countsCollector
+	sides                                 map[string]*sideMetrics // by queue (side.go)
 	ready                                 *readyCollector
 }
 
@@ -128,17 +131,22 @@ func NewMetrics(reg prometheus.Registerer, version string, logger *slog.Logger) 
 		scriptDuration: histogram("redis_script_duration_seconds",
 			"Duration of one Redis script call.", ScriptBuckets, "script"),
 		counts: newCountsCollector(logger),
+		sides:  newSides(),
 		ready:  newReadyCollector(),
 	}
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Name: "build_info",
 		Help: "Always 1; labels carry the bridge version and the Go version it was built with."}, []string{"version", "goversion"})
 	buildInfo.WithLabelValues(version, runtime.Version()).Set(1)
-	for _, c := range []prometheus.Collector{
+	all := []prometheus.Collector{
 		m.received, m.parked, m.fired, m.published, m.deadLettered, m.invalid, m.shardsOwned, m.clockOffset,
 		m.duplicate, m.cancelled, m.rescheduled, m.dropped, m.publishFailures, m.retries,
 		m.ingressConsuming, m.ingressLag, m.delivery,
 		m.lateness, m.egressWait, m.requestedDelay, m.publishDuration, m.scriptDuration, m.counts, m.ready, buildInfo,
-	} {
+	}
+	for _, q := range observe.SideQueues {
+		all = append(all, m.sides[q].collectors()...)
+	}
+	for _, c := range all {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("admin: registering metrics: %w", err)
 		}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/delaybridge/delay-bridge/admin"
+	"github.com/delaybridge/delay-bridge/internal/observe"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
@@ -35,6 +36,8 @@ func TestMetricsNamesAndLabels(t *testing.T) {
 	m.ScriptDuration("claim", 300*time.Microsecond)
 	m.ShardsOwned(32)
 	m.ClockOffset(-1500 * time.Millisecond)
+	m.SideBacklog(observe.SideQueueDeadLetters, "kafka", 3)
+	m.SideDropped(observe.SideQueueDeadLetters, "kafka", observe.SideDropFull, 2)
 
 	expected := `
 # HELP delaybridge_messages_received_total Records consumed from delay sources, before parsing.
@@ -61,6 +64,12 @@ delaybridge_shards_owned 32
 # HELP delaybridge_clock_offset_seconds This instance's clock minus Redis's (TIME), measured at every ownership round; beyond scheduler.max_clock_offset the instance stops claiming.
 # TYPE delaybridge_clock_offset_seconds gauge
 delaybridge_clock_offset_seconds -1.5
+# HELP delaybridge_dead_letter_copies_backlog Copies waiting to be published to the target (bounded; see *_dropped_total).
+# TYPE delaybridge_dead_letter_copies_backlog gauge
+delaybridge_dead_letter_copies_backlog{target="kafka"} 3
+# HELP delaybridge_dead_letter_copies_dropped_total Copies given up (the originals are kept): full = the backlog was full, permanent = refused by the target, shutdown = still queued at stop.
+# TYPE delaybridge_dead_letter_copies_dropped_total counter
+delaybridge_dead_letter_copies_dropped_total{reason="full",target="kafka"} 2
 # HELP delaybridge_build_info Always 1; labels carry the bridge version and the Go version it was built with.
 # TYPE delaybridge_build_info gauge
 delaybridge_build_info{goversion="` + runtime.Version() + `",version="1.2.3"} 1
@@ -69,7 +78,8 @@ delaybridge_build_info{goversion="` + runtime.Version() + `",version="1.2.3"} 1
 		"delaybridge_messages_received_total", "delaybridge_messages_parked_total",
 		"delaybridge_messages_fired_total", "delaybridge_messages_published_total",
 		"delaybridge_messages_dead_lettered_total", "delaybridge_messages_invalid_total",
-		"delaybridge_shards_owned", "delaybridge_clock_offset_seconds", "delaybridge_build_info"); err != nil {
+		"delaybridge_shards_owned", "delaybridge_clock_offset_seconds", "delaybridge_build_info",
+		"delaybridge_dead_letter_copies_backlog", "delaybridge_dead_letter_copies_dropped_total"); err != nil {
 		t.Error(err)
 	}
 

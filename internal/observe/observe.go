@@ -35,6 +35,25 @@ const (
 // FailReasons lists every PublishFailed / Dropped reason.
 var FailReasons = []string{FailTimeout, FailUnreachable, FailRejected, FailUnroutable, FailFenced, FailOther}
 
+// Side queues (egress.SidePublisher): copies published off the hot path. Metrics
+// name their series after the queue (<queue>_backlog, <queue>_published_total, ...).
+const (
+	SideQueueDeadLetters = "dead_letter_copies" // copies of dead letters to dead_letter.kafka.topic / .amqp.exchange
+)
+
+// SideQueues lists every side queue (metrics create their series at start).
+var SideQueues = []string{SideQueueDeadLetters}
+
+// Reasons for SideDropped: why a copy was given up (the original is kept).
+const (
+	SideDropFull      = "full"      // the target's backlog was full
+	SideDropPermanent = "permanent" // the target refused it for good
+	SideDropShutdown  = "shutdown"  // still queued when the publisher stopped
+)
+
+// SideDropReasons lists every SideDropped reason.
+var SideDropReasons = []string{SideDropFull, SideDropPermanent, SideDropShutdown}
+
 // Observer receives events. Every method must be cheap and safe for concurrent use; it is
 // called on hot paths (per batch where a count is passed, per message for histograms).
 type Observer interface {
@@ -82,6 +101,14 @@ type Observer interface {
 	// IngressConsuming sets whether a route's ingress is consuming (joined, fetching,
 	// making progress) — 0 while joining, stalled or unreachable.
 	IngressConsuming(route string, consuming bool)
+	// SideBacklog sets how many copies of a side queue wait for a target.
+	SideBacklog(queue, target string, n int)
+	// SidePublished counts copies a side queue's target accepted.
+	SidePublished(queue, target string, n int)
+	// SideFailed counts copies whose publish failed and that are retried.
+	SideFailed(queue, target string, n int)
+	// SideDropped counts copies given up, by reason (one of SideDropReasons).
+	SideDropped(queue, target, reason string, n int)
 	// ClockOffset sets this instance's clock offset against Redis's (TIME), measured at
 	// every ownership round: local clock minus Redis's, positive when ours is ahead.
 	ClockOffset(offset time.Duration)
@@ -113,3 +140,7 @@ func (Nop) ShardsOwned(int)                              {}
 func (Nop) IngressConsuming(string, bool)                {}
 func (Nop) IngressLag(string, int64)                     {}
 func (Nop) ClockOffset(time.Duration)                    {}
+func (Nop) SideBacklog(string, string, int)              {}
+func (Nop) SidePublished(string, string, int)            {}
+func (Nop) SideFailed(string, string, int)               {}
+func (Nop) SideDropped(string, string, string, int)      {}

@@ -20,6 +20,7 @@ func init() {
 	register("Members", caseMembers)
 	register("WakeAndCancelThroughListen", caseWakeAndCancelThroughListen)
 	register("Lifecycle", caseLifecycle)
+	register("Time", caseTime)
 }
 
 func caseLease(t *testing.T, newSubject func(Config) Subject) {
@@ -292,4 +293,26 @@ func lifecycleEnd(t *testing.T, s storeapi.Store, tok int64, items []*envelope.E
 		t.Fatalf("RecoverAll = %d %v %v", n, more, err)
 	}
 	wantState(t, s, items[2].ID, storeapi.StatePending, t0+10)
+}
+
+// caseTime: Time is a clock of this century that does not go backwards while time
+// passes (Redis TIME; the clock check measures each instance against it).
+func caseTime(t *testing.T, newSubject func(Config) Subject) {
+	sub := newSubject(Config{Shards: 1})
+	ctx := context.Background()
+	first, err := sub.Store.Time(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Before(time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)) {
+		t.Fatalf("Time = %v", first)
+	}
+	sub.Elapse(50 * time.Millisecond)
+	second, err := sub.Store.Time(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.Before(first) {
+		t.Fatalf("Time went back: %v, then %v", first, second)
+	}
 }
