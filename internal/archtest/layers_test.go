@@ -38,6 +38,7 @@ var layers = []struct {
 	{1, "internal/kafkaconn", "broker helper: Kafka dialer, TLS, SASL"},
 	{1, "internal/amqpconn", "broker helper: the AMQP connection manager"},
 	{1, "internal/amqpconn/tcpproxy", "test helper: a TCP proxy that can freeze"},
+	{1, "membership", "live members, rendezvous, leases with fencing tokens (shards and Kafka partitions)"},
 	{2, "scheduler/store", "the Redis shard store"},
 	{2, "scheduler/wheel", "the hashed timing wheel"},
 	{2, "ingress", "the Source contract, header parsing, the delivery loop"},

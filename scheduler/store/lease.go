@@ -3,12 +3,9 @@ package store
 import (
 	"context"
 	"fmt"
-	"sort"
-	"strconv"
-	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/delaybridge/delay-bridge/membership"
 )
 
 // Shard leases and membership. A shard is worked by the instance holding its lease: the
@@ -18,19 +15,21 @@ import (
 // that stalled past its TTL (GC pause, partition) from claiming after another took over.
 
 // CheckInstance refuses an instance name no lease can hold (empty, or with '|', which
-// separates it from the token in the owner value). Both stores use it.
+// separates it from the token in the owner value): membership.CheckInstance as
+// ErrInvalid. Both stores use it.
 func CheckInstance(instance string) error {
-	if instance == "" || strings.ContainsRune(instance, '|') {
-		return fmt.Errorf("%w: instance name %q must be non-empty without '|'", ErrInvalid, instance)
+	if err := membership.CheckInstance(instance); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return nil
 }
 
-// LeaseTTLMs is ttl in whole milliseconds, refusing one under 1 ms. Both stores use it.
+// LeaseTTLMs is ttl in whole milliseconds, refusing one under 1 ms
+// (membership.LeaseTTLMs as ErrInvalid). Both stores use it.
 func LeaseTTLMs(ttl time.Duration) (int64, error) {
-	ms := ttl.Milliseconds()
-	if ms <= 0 {
-		return 0, fmt.Errorf("%w: lease TTL %s must be at least 1ms", ErrInvalid, ttl)
+	ms, err := membership.LeaseTTLMs(ttl)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return ms, nil
 }
@@ -152,21 +151,20 @@ func (s *Store) ReleaseLease(ctx context.Context, shard int, instance string, to
 	return nil
 }
 
-// Heartbeat records that instance is alive at now (unix ms).
+// Heartbeat records that instance is alive at now (unix ms) in the members set
+// (membership.Redis, which Kafka ingress reads too).
 func (s *Store) Heartbeat(ctx context.Context, instance string, now int64) error {
 	if err := CheckInstance(instance); err != nil {
 		return err
 	}
-	if err := s.rdb.ZAdd(ctx, s.membersKey, redis.Z{Score: float64(now), Member: instance}).Err(); err != nil {
-		return fmt.Errorf("scheduler: heartbeat: %w", redisErr(err))
+	if err := s.members.Heartbeat(ctx, instance, now); err != nil {
+		return fmt.Errorf("scheduler: %w", redisErr(err))
 	}
 	return nil
 }
 
 // Members returns, sorted by name, the instances whose last heartbeat is within maxAge
-// of now. Entries ten times older than that are deleted on the way, so instances that
-// went away without Leave (a crashed pod with a generated name) do not pile up, while
-// one with a lagging clock is not evicted by the next reader.
+// of now (see LiveMembers).
 func (s *Store) Members(ctx context.Context, now int64, maxAge time.Duration) ([]string, error) {
 	live, err := s.LiveMembers(ctx, now, maxAge)
 	if err != nil {
@@ -180,36 +178,24 @@ func (s *Store) Members(ctx context.Context, now int64, maxAge time.Duration) ([
 }
 
 // Member is a live instance and the time of its last heartbeat (unix ms).
-type Member struct {
-	Name      string
-	Heartbeat int64
-}
+type Member = membership.Member
 
-// LiveMembers is Members with each member's last heartbeat, so that a caller can tell
-// when the next one ages out (Heartbeat + maxAge): a member that stopped heartbeating
-// is noticed at that moment rather than at the caller's next periodic look.
+// LiveMembers is membership.Redis.Live: the members whose heartbeat is within maxAge
+// of now, with their heartbeats, so that a caller can tell when the next one ages out
+// (Heartbeat + maxAge); entries ten times older are deleted on the way.
 func (s *Store) LiveMembers(ctx context.Context, now int64, maxAge time.Duration) ([]Member, error) {
-	age := maxAge.Milliseconds()
-	pipe := s.rdb.Pipeline()
-	pipe.ZRemRangeByScore(ctx, s.membersKey, "-inf", "("+strconv.FormatInt(now-10*age, 10))
-	live := pipe.ZRangeByScoreWithScores(ctx, s.membersKey, &redis.ZRangeBy{Min: strconv.FormatInt(now-age, 10), Max: "+inf"})
-	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, fmt.Errorf("scheduler: members: %w", redisErr(err))
+	live, err := s.members.Live(ctx, now, maxAge)
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: %w", redisErr(err))
 	}
-	out := make([]Member, 0, len(live.Val()))
-	for _, z := range live.Val() {
-		name, _ := z.Member.(string)
-		out = append(out, Member{Name: name, Heartbeat: int64(z.Score)})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out, nil
+	return live, nil
 }
 
 // Leave removes instance from the members at once (graceful shutdown), so the others
 // take its shards over without waiting for its heartbeat to age out.
 func (s *Store) Leave(ctx context.Context, instance string) error {
-	if err := s.rdb.ZRem(ctx, s.membersKey, instance).Err(); err != nil {
-		return fmt.Errorf("scheduler: leave: %w", redisErr(err))
+	if err := s.members.Leave(ctx, instance); err != nil {
+		return fmt.Errorf("scheduler: %w", redisErr(err))
 	}
 	return nil
 }
