@@ -111,6 +111,19 @@ func (rp *readyProbe) snapshot() []readyChange {
 // lateness after the due time (p50, p99, max: the issue's targets are p99 <= 4 s and
 // max <= 6 s), and the time to heal after the last restart.
 func TestKafkaKillChurn(t *testing.T) {
+	kafkaChurn(t, "kill -9", func(p *bridgeProc) { p.kill() }, true)
+}
+
+// TestKafkaRollingRestartChurn is the same loop with SIGTERM (a rolling restart): the
+// victim commits what it parked, releases its partitions and shards and leaves; it is
+// started again at once. Asserted as above except the 503s (a graceful handover may
+// be quicker than the probe); the issue's target for the lateness is p99 <= 0.5 s.
+func TestKafkaRollingRestartChurn(t *testing.T) {
+	kafkaChurn(t, "SIGTERM", func(p *bridgeProc) { p.stop() }, false)
+}
+
+// kafkaChurn runs the loop of TestKafkaKillChurn, ending the victim with end.
+func kafkaChurn(t *testing.T, what string, end func(*bridgeProc), want503 bool) {
 	const ttl = time.Second
 	c := startHACluster(t, 4, ttl)
 	a := c.start("cu-a")
@@ -124,11 +137,11 @@ func TestKafkaKillChurn(t *testing.T) {
 	var lastRestart time.Time
 	for k := 0; k < 5; k++ {
 		killed := time.Now()
-		victim.kill()
+		end(victim)
 		victim.launch() // restarted at once, not waited for: it is killed again 3 s later
 		lastRestart = time.Now()
 		time.Sleep(time.Until(killed.Add(3 * time.Second)))
-		faults = append(faults, fault{what: fmt.Sprintf("SIGKILL+restart #%d", k+1), start: killed, end: time.Now().Add(ttl)})
+		faults = append(faults, fault{what: fmt.Sprintf("%s+restart #%d", what, k+1), start: killed, end: time.Now().Add(ttl)})
 	}
 	t.Logf("churn: 5 kills done; the stream keeps running 5 s more")
 	time.Sleep(5 * time.Second)
@@ -183,11 +196,11 @@ func TestKafkaKillChurn(t *testing.T) {
 		t.Logf("%s ingress states, partitions acquired and released:\n  %s", name, strings.Join(states, "\n  "))
 	}
 	t.Logf("readiness changes:\n  %s", strings.Join(lines, "\n  "))
-	if ingress503 == 0 {
+	if want503 && ingress503 == 0 {
 		t.Errorf("/readyz never answered 503 naming a failing ingress check on either instance during the churn")
 	}
-	t.Logf("kill -9 churn: %d messages, lost 0, early 0 (ledger), %d duplicates (per kill %v); lateness after due p50 %s p99 %s max %s (targets p99 <= 4s, max <= 6s); %d readiness 503s naming ingress; after the last restart: both ready from %s on (first both-ready poll %s), every record on the target after %s (stream ended %s after it)",
-		len(sentMsgs), dups, perKill, percentile(late, 0.5), percentile(late, 0.99), percentile(late, 1), ingress503,
+	t.Logf("%s churn: %d messages, lost 0, early 0 (ledger), %d duplicates (per kill %v); lateness after due p50 %s p99 %s max %s (issue 18 targets: kill -9 p99 <= 4s, max <= 6s; SIGTERM p99 <= 0.5s); %d readiness 503s naming ingress; after the last restart: both ready from %s on (first both-ready poll %s), every record on the target after %s (stream ended %s after it)",
+		what, len(sentMsgs), dups, perKill, percentile(late, 0.5), percentile(late, 0.99), percentile(late, 1), ingress503,
 		readyForGood.Sub(lastRestart).Round(time.Millisecond), readyAt.Sub(lastRestart).Round(time.Millisecond),
 		allAt.Sub(lastRestart).Round(time.Millisecond), streamEnd.Sub(lastRestart).Round(time.Millisecond))
 }
