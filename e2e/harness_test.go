@@ -133,7 +133,14 @@ routes:
 
 func startBridge(t *testing.T, cfgPath, admin string) *bridgeProc {
 	t.Helper()
-	p := &bridgeProc{t: t, cfg: cfgPath, admin: admin, log: &bytes.Buffer{}}
+	return startBridgeArgv(t, cfgPath, admin, nil)
+}
+
+// startBridgeArgv is startBridge running argv instead of `bridge run -c cfgPath` (another
+// build of the bridge).
+func startBridgeArgv(t *testing.T, cfgPath, admin string, argv []string) *bridgeProc {
+	t.Helper()
+	p := &bridgeProc{t: t, cfg: cfgPath, admin: admin, log: &bytes.Buffer{}, argv: argv}
 	p.start()
 	t.Cleanup(func() {
 		p.stop()
