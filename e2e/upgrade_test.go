@@ -26,6 +26,7 @@ func buildPreviousRelease(t *testing.T) string {
 		t.Fatal(err)
 	}
 	arch := exec.Command("sh", "-c", fmt.Sprintf("git archive %s^ | tar -x -C %s", rev, src))
+	arch.Dir = ".." // in a subdirectory, git archive takes only that subtree
 	if b, err := arch.CombinedOutput(); err != nil {
 		t.Fatalf("git archive %s^: %v\n%s", rev, err, b)
 	}
