@@ -294,6 +294,9 @@ func (t *tracker) evaluate(now time.Time, parts []ingress.PartitionHealth) (stat
 		return ingress.StateStopped, "Run returned"
 	case t.pollErr != nil && isNetworkError(t.pollErr):
 		return ingress.StateUnreachable, "brokers not reachable: " + t.pollErr.Error()
+	case t.pollErr != nil:
+		// A missing topic, a refused request: the partitions cannot be owned or read.
+		return ingress.StateUnreachable, "offset poll failed: " + t.pollErr.Error()
 	case len(unreachable) > 0:
 		return ingress.StateUnreachable, strings.Join(unreachable, "; ")
 	case !t.rounded:
@@ -305,8 +308,6 @@ func (t *tracker) evaluate(now time.Time, parts []ingress.PartitionHealth) (stat
 			now.Sub(t.waitFrom).Round(time.Second), t.waiting)
 	case t.standby != "":
 		return ingress.StateConsuming, t.standby
-	case t.pollErr != nil:
-		return ingress.StateConsuming, "last offset poll failed: " + t.pollErr.Error()
 	}
 	if t.note != "" {
 		return ingress.StateConsuming, "last reset: " + t.note

@@ -190,3 +190,27 @@ func TestStandbyWhileGroupHasMembers(t *testing.T) {
 		}
 	}
 }
+
+// TestMissingTopicIsNotReady: a delay topic that does not exist (deleted, not created
+// yet) is no silent idle: the route is unreachable, saying so, until the topic exists;
+// then its partitions are owned and read.
+func TestMissingTopicIsNotReady(t *testing.T) {
+	e := newEnv(t, 1)
+	e.topic = e.topic + "-later"
+	a := e.start(t, "a", nil)
+	waitFor(t, "unreachable: the topic does not exist", func() bool {
+		h := a.src.Health()
+		return h.State == ingress.StateUnreachable && strings.Contains(h.Detail, "does not exist")
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := e.client(t).CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{Topic: e.topic, NumPartitions: 2, ReplicationFactor: 1}}})
+	if err != nil || res.Errors[e.topic] != nil {
+		t.Fatalf("create topic: %v %v", err, res)
+	}
+	e.produce(t, 4, 2, "m")
+	waitFor(t, "consuming both partitions, every record handled", func() bool {
+		h := a.src.Health()
+		return e.unique() == 4 && h.State == ingress.StateConsuming && len(h.Partitions) == 2
+	})
+}

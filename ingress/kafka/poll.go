@@ -18,8 +18,11 @@ type partitionOffsets struct {
 	first, end int64
 }
 
+// errNoTopic: the delay topic does not exist (deleted, or not created yet).
+var errNoTopic = errors.New("the topic does not exist")
+
 // pollTopic reads the topic's partitions (so partitions added later are picked up)
-// and their first and end offsets. A topic that does not exist has no partitions.
+// and their first and end offsets. A topic that does not exist is errNoTopic.
 func (s *Source) pollTopic(ctx context.Context, client *kafka.Client) (map[int]partitionOffsets, error) {
 	ctx, cancel := context.WithTimeout(ctx, pollTimeout)
 	defer cancel()
@@ -34,7 +37,7 @@ func (s *Source) pollTopic(ctx context.Context, client *kafka.Client) (map[int]p
 		}
 		if t.Error != nil {
 			if errors.Is(t.Error, kafka.UnknownTopicOrPartition) {
-				return map[int]partitionOffsets{}, nil
+				return nil, fmt.Errorf("%s: %w", s.cfg.Topic, errNoTopic)
 			}
 			return nil, fmt.Errorf("metadata of %s: %w", s.cfg.Topic, t.Error)
 		}
@@ -44,7 +47,7 @@ func (s *Source) pollTopic(ctx context.Context, client *kafka.Client) (map[int]p
 	}
 	out := map[int]partitionOffsets{}
 	if len(parts) == 0 {
-		return out, nil
+		return nil, fmt.Errorf("%s: %w", s.cfg.Topic, errNoTopic)
 	}
 	reqs := make([]kafka.OffsetRequest, 0, 2*len(parts))
 	for _, p := range parts {
