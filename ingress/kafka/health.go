@@ -41,6 +41,7 @@ type tracker struct {
 	standby  string    // why this instance reads nothing (consumer group still has members)
 	waiting  []int     // partitions wanted, held by another holder
 	waitFrom time.Time // when waiting became non-empty
+	roundAt  time.Time // when the last round was recorded
 	parts    map[int]*partHealth
 	rebuilds int
 	note     string // the last reset, shown in the detail until the next state change
@@ -51,6 +52,7 @@ type tracker struct {
 type partHealth struct {
 	ready      bool  // the reader started (offset known)
 	readErr    error // last fetch / offset fetch failure, nil after a success
+	readErrAt  time.Time
 	commitErr  string
 	committed  int64 // -1 unknown
 	end        int64 // from the last poll, -1 unknown
@@ -115,6 +117,13 @@ func (t *tracker) round(ends map[int]int64, err error, standby string, waiting [
 	}
 	t.waiting = waiting
 	for p, ph := range t.parts {
+		// A caught-up reader that reconnected hands out nothing, so no fetch succeeds to
+		// clear its last error: a successful poll with no read failure of the partition
+		// since the previous round clears it (a reader that still fails reports again
+		// within milliseconds: kafka-go returns each failed reconnection).
+		if err == nil && ph.readErr != nil && !ph.readErrAt.After(t.roundAt) {
+			ph.readErr = nil
+		}
 		if end, ok := ends[p]; ok {
 			ph.end = end
 			if ph.ready && ph.committed >= end {
@@ -122,6 +131,7 @@ func (t *tracker) round(ends map[int]int64, err error, standby string, waiting [
 			}
 		}
 	}
+	t.roundAt = now
 	t.mu.Unlock()
 	t.publish()
 }
@@ -139,7 +149,8 @@ func (t *tracker) started(p int, offset int64) {
 // readFailed records a failed fetch or offset fetch of partition p; readOK a success.
 func (t *tracker) readFailed(p int, err error) {
 	t.mu.Lock()
-	t.part(p).readErr = err
+	ph := t.part(p)
+	ph.readErr, ph.readErrAt = err, t.clk.Now()
 	t.mu.Unlock()
 }
 

@@ -10,10 +10,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/delaybridge/delay-bridge/ingress"
 	kafkain "github.com/delaybridge/delay-bridge/ingress/kafka"
 	"github.com/delaybridge/delay-bridge/internal/amqpconn/tcpproxy"
+	"github.com/delaybridge/delay-bridge/internal/testkit"
 	"github.com/delaybridge/delay-bridge/membership"
 )
 
@@ -212,5 +214,51 @@ func TestMissingTopicIsNotReady(t *testing.T) {
 	waitFor(t, "consuming both partitions, every record handled", func() bool {
 		h := a.src.Health()
 		return e.unique() == 4 && h.State == ingress.StateConsuming && len(h.Partitions) == 2
+	})
+}
+
+// TestIdleSourceConsumingAgainAfterOutage: a caught-up source on an idle topic sees
+// its broker stop (its reader's reconnections fail) and another start on the same
+// address; with no record to read, nothing but its own polls can tell that its reader
+// is healthy again: it must turn consuming.
+func TestIdleSourceConsumingAgainAfterOutage(t *testing.T) {
+	topic := testkit.Uniq(t, "delay")
+	port := testkit.FreePort(t)
+	start := func() *kfake.Cluster {
+		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(port), kfake.SeedTopics(1, topic))
+		if err != nil {
+			t.Fatalf("kfake: %v", err)
+		}
+		return c
+	}
+	c := start()
+	cfg := conf(t, c.ListenAddrs(), testkit.Uniq(t, "g"), topic)
+	src, err := kafkain.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx, func(context.Context, []ingress.Item) error { return nil }) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	waitFor(t, "consuming the idle partition", func() bool {
+		h := src.Health()
+		return h.State == ingress.StateConsuming && len(h.Partitions) == 1 && h.PartitionStates[0].State == ingress.PartitionFetching
+	})
+	c.Close()
+	waitFor(t, "the partition unreachable", func() bool {
+		h := src.Health()
+		return len(h.PartitionStates) == 1 && h.PartitionStates[0].State == ingress.PartitionUnreachable
+	})
+	c = start()
+	defer c.Close()
+	waitFor(t, "consuming again with no record to read", func() bool {
+		h := src.Health()
+		return h.State == ingress.StateConsuming && len(h.PartitionStates) == 1 && h.PartitionStates[0].State == ingress.PartitionFetching
 	})
 }
