@@ -25,7 +25,8 @@ type Item struct {
 // Handler makes a batch durable. It returns nil only once every item is safely in Redis
 // (parked, dead-lettered or cancelled). An error means nothing may be acknowledged; the
 // source hands the whole batch again later (parking is idempotent by id, so a partial
-// success followed by a replay never duplicates).
+// success followed by a replay never duplicates). It may be called concurrently (a Kafka
+// source calls it from one worker per owned partition).
 //
 // A Handler must not modify the items, nor the envelopes they point to: a failed batch
 // is handed again as the same items, parsed once (see Loop); a handler that needs a
@@ -38,7 +39,9 @@ type Handler func(ctx context.Context, items []Item) error
 //   - Run consumes until ctx is cancelled (then returns nil) or an unrecoverable error
 //     occurs (returned, marked fault.Permanent). Broker disconnects are not
 //     unrecoverable: Run reconnects with backoff by itself.
-//   - Batches are handed to h in source order, one at a time.
+//   - Batches are handed to h in source order, one at a time — for a Kafka source,
+//     per partition: its partitions' workers call h concurrently, so h must be safe
+//     for concurrent use (ordering across partitions was never promised by Kafka).
 //   - A record is acknowledged to the broker (offset commit, basic.ack) only after h
 //     returned nil for the batch holding it. When h fails, Run backs off and hands the
 //     same items again (or gives the batch back to the broker to be delivered again);

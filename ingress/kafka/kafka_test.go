@@ -393,6 +393,7 @@ func BenchmarkSource(b *testing.B) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	var mu sync.Mutex // one handler call per partition at a time, the partitions at once
 	var n, batches int
 	all := make(chan struct{})
 	done := make(chan error, 1)
@@ -400,7 +401,9 @@ func BenchmarkSource(b *testing.B) {
 	b.ResetTimer()
 	go func() {
 		done <- src.Run(ctx, func(_ context.Context, items []ingress.Item) error {
-			n += len(items) // handler calls never overlap
+			mu.Lock()
+			defer mu.Unlock()
+			n += len(items)
 			batches++
 			if n == b.N {
 				close(all)
