@@ -53,25 +53,14 @@ func (s *Source) own(ctx context.Context, client *kafka.Client, h ingress.Handle
 	}
 }
 
-// round: read positions, poll the topic and the group, heartbeat and read the members,
-// renew what is held, then (with a complete view) hand back what this instance should
-// no longer own and acquire what it should. It returns when (unix ms) the next round
-// should come at the latest, 0 for the regular interval.
+// round: heartbeat and read the members, renew what is held, read positions, poll the
+// topic and the group (within half a lease TTL), then (with a complete view) hand back
+// what this instance should no longer own and acquire what it should. It returns when
+// (unix ms) the next round should come at the latest, 0 for the regular interval.
 func (o *owner) round(ctx context.Context) (soon int64) {
 	s := o.s
 	now := clock.NowMs(s.cfg.Clock)
 	ttl := s.cfg.LeaseTTL
-	// Positions first, offsets after: a live partition's end only grows, so a position
-	// read before the poll and beyond the end it reports is beyond the end for real.
-	pos := map[int]int64{}
-	for id, p := range o.parts {
-		pos[id] = p.next.Load()
-	}
-	offsets, pollErr := s.pollTopic(ctx, o.client)
-	standby := ""
-	if pollErr == nil {
-		standby, pollErr = s.groupStandby(ctx, o.client)
-	}
 	var names []string
 	if err := s.cfg.Membership.Heartbeat(ctx, s.cfg.Instance, now); err != nil {
 		s.log.Warn("kafka ingress: heartbeat", "err", err)
@@ -85,7 +74,26 @@ func (o *owner) round(ctx context.Context) (soon int64) {
 			}
 		}
 	}
+	// Keeping what is held comes first and never waits for the brokers.
 	o.renew(ctx)
+	if ctx.Err() != nil {
+		return 0
+	}
+	// Positions first, offsets after: a live partition's end only grows, so a position
+	// read before the poll and beyond the end it reports is beyond the end for real.
+	pos := map[int]int64{}
+	for id, p := range o.parts {
+		pos[id] = p.next.Load()
+	}
+	// The broker calls get half a lease TTL in all, so a slow or silent broker never
+	// delays the next round's renewals past the leases' end.
+	pctx, cancel := context.WithTimeout(ctx, ttl/2)
+	offsets, pollErr := s.pollTopic(pctx, o.client)
+	standby := ""
+	if pollErr == nil {
+		standby, pollErr = s.groupStandby(pctx, o.client)
+	}
+	cancel()
 	if ctx.Err() != nil {
 		return 0
 	}
