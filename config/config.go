@@ -59,9 +59,9 @@ type SASLConfig struct {
 type KafkaConfig struct {
 	Brokers []string `koanf:"brokers"`
 	GroupID string   `koanf:"group_id"`
-	// SessionTimeout is how long the group coordinator waits for a silent consumer
-	// (a killed bridge) before moving its partitions to the others; the rebalance
-	// timeout is half of it, the heartbeat a tenth.
+	// SessionTimeout is unused: the delay topics' partitions are owned by lease
+	// (scheduler.lease_ttl), not through consumer group membership. Kept, and still
+	// validated, so configurations of earlier releases load unchanged.
 	SessionTimeout time.Duration `koanf:"session_timeout"`
 	SASL           SASLConfig    `koanf:"sasl"`
 	TLS            TLSConfig     `koanf:"tls"`

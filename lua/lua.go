@@ -1,7 +1,7 @@
 // Package lua holds the Redis Lua scripts of the shard store, one operation per file,
 // embedded into the binary. Each file starts with a comment stating its KEYS, ARGV and
-// return value; the shard store (scheduler/store*.go) is the only caller and the
-// contract's Go side.
+// return value; the shard store (scheduler/store*.go) is the contract's Go side, and
+// package membership runs the lease_* scripts on Kafka partition leases too.
 //
 // Conventions every script keeps, because the store relies on them:
 //   - every key is passed in KEYS, never built inside the script, and all keys of one
