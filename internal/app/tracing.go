@@ -18,7 +18,7 @@ const tracingShutdown = 5 * time.Second
 // per message. stop exports what is still queued, within tracingShutdown; Run calls it
 // after the dispatcher has ended every span.
 func (b *Bridge) startTracing(ctx context.Context) (tracer egress.Tracer, stop func(), err error) {
-	p, err := tracing.Setup(ctx, os.Getenv, b.version, b.log)
+	p, err := tracing.Setup(ctx, b.version, b.log)
 	if err != nil {
 		return nil, func() {}, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 
 	"go.opentelemetry.io/otel"
@@ -67,16 +68,16 @@ type Provider struct {
 	tp *sdktrace.TracerProvider
 }
 
-// Setup builds the tracer provider the environment asks for (FromEnv), or returns nil
-// when tracing is off. It connects to nothing yet: the exporter dials when it first
+// Setup builds the tracer provider the process environment asks for (FromEnv), or
+// returns nil when tracing is off. It connects to nothing yet: the exporter dials when it first
 // exports. Everything else comes from the standard variables, read by the SDK and the
 // exporters: endpoint, headers, TLS, compression and timeout (OTEL_EXPORTER_OTLP_*),
 // the batch processor (OTEL_BSP_*), the sampler (OTEL_TRACES_SAMPLER, default
 // parentbased_always_on: a producer's unsampled trace is not recorded), and the
 // resource (OTEL_SERVICE_NAME, default delay-bridge; OTEL_RESOURCE_ATTRIBUTES).
 // Export failures are logged with log.
-func Setup(ctx context.Context, getenv func(string) string, version string, log *slog.Logger) (*Provider, error) {
-	cfg, err := FromEnv(getenv)
+func Setup(ctx context.Context, version string, log *slog.Logger) (*Provider, error) {
+	cfg, err := FromEnv(os.Getenv) // the SDK and the exporters read the process's too
 	if err != nil || !cfg.On {
 		return nil, err
 	}
