@@ -72,6 +72,8 @@ type bridgeProc struct {
 	done  chan struct{}
 	// argv replaces `bridge run -c cfg` (the harness's own test runs other programs).
 	argv []string
+	// env is added to the test's environment for the process (KEY=value).
+	env []string
 	// killing is set (under mu) while the test kills the process itself; exits records
 	// every exit the test did not cause (under mu), checked by problems.
 	killing bool
@@ -133,7 +135,13 @@ routes:
 
 func startBridge(t *testing.T, cfgPath, admin string) *bridgeProc {
 	t.Helper()
-	p := &bridgeProc{t: t, cfg: cfgPath, admin: admin, log: &bytes.Buffer{}}
+	return startBridgeEnv(t, cfgPath, admin, nil)
+}
+
+// startBridgeEnv is startBridge with env (KEY=value) added to the process's environment.
+func startBridgeEnv(t *testing.T, cfgPath, admin string, env []string) *bridgeProc {
+	t.Helper()
+	p := &bridgeProc{t: t, cfg: cfgPath, admin: admin, log: &bytes.Buffer{}, env: env}
 	p.start()
 	t.Cleanup(func() {
 		p.stop()
@@ -161,6 +169,9 @@ func (p *bridgeProc) launch() {
 		argv = []string{bridgeBin, "run", "-c", p.cfg}
 	}
 	p.cmd = exec.Command(argv[0], argv[1:]...)
+	if p.env != nil {
+		p.cmd.Env = append(os.Environ(), p.env...)
+	}
 	w := logBuf{&p.mu, p.log}
 	p.cmd.Stdout, p.cmd.Stderr = w, w
 	if err := p.cmd.Start(); err != nil {
