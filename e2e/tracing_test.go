@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/segmentio/kafka-go"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
@@ -151,4 +152,82 @@ func randHex(rng *rand.Rand, n int) string {
 	}
 	b[0] |= 1 // never all zero (invalid in W3C Trace Context)
 	return hex.EncodeToString(b)
+}
+
+// TestTracingAMQPSpansAndFailedAttempts: RabbitMQ to RabbitMQ with tracing on. The
+// producer's traceparent arrives as bytes in the header table; the delivered message
+// carries our span's context as a string, and a message to an exchange with nothing
+// bound gets one span per attempt (3, then dead-lettered), each a child of the
+// producer's span with status error and error.type unroutable.
+func TestTracingAMQPSpansAndFailedAttempts(t *testing.T) {
+	col := testkit.StartOTLP(t)
+	rb := newRabbit(t)
+	okX := rb.exchange("traced", "topic")
+	delivered := rb.collect(rb.queue("traced-consumer", okX, "#"))
+	nowhere := rb.exchange("nowhere", "topic") // nothing bound: unroutable
+	srcX, srcQ := testkit.Uniq(t, "delayed"), testkit.Uniq(t, "traced-delay")
+	routes := fmt.Sprintf(`  - name: traced
+    from: %s
+    to:   { amqp: { exchange: %q } }
+    allow_targets: [%q]`, amqpFrom(srcQ, srcX, "topic"), okX, nowhere)
+	rb.drop([]string{srcX}, []string{srcQ})
+	r := testkit.StartRedis(t)
+	cfg, admin := writeConfig(t, r.Addr(), "127.0.0.1:9", routes, "")
+	startBridgeEnv(t, cfg, admin, []string{
+		"OTEL_TRACES_EXPORTER=otlp",
+		"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=" + col.Endpoint() + "/v1/traces",
+		"OTEL_BSP_SCHEDULE_DELAY=100",
+	})
+	rb.waitConsumer(srcQ, 30*time.Second)
+
+	const (
+		okTrace, okSpan     = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
+		lostTrace, lostSpan = "5b8aa5a2d2c872e8321cf37308d69df2", "051581bf3cb55c13"
+	)
+	rb.publisher().publish(srcX, func(int) string { return "k" }, []amqp091.Publishing{
+		{MessageId: "ok-1", Body: []byte("ok"), Headers: amqp091.Table{
+			"x-delay": int32(300), "traceparent": []byte("00-" + okTrace + "-" + okSpan + "-01")}},
+		{MessageId: "lost-1", Body: []byte("lost"), Headers: amqp091.Table{
+			"x-delay": int32(300), "x-delay-target": nowhere, "traceparent": "00-" + lostTrace + "-" + lostSpan + "-01"}},
+	})
+	waitUntil(t, "ok-1 delivered", 30*time.Second, func() bool { return delivered.count() >= 1 })
+	var lost []*tracepb.Span
+	var okSpans []*tracepb.Span
+	waitUntil(t, "1 span of ok-1 and 3 of lost-1 exported", 30*time.Second, func() bool {
+		spans, _ := col.Spans()
+		okSpans, lost = nil, nil
+		for _, s := range spans {
+			switch spanAttr(s, "messaging.message.id") {
+			case "ok-1":
+				okSpans = append(okSpans, s)
+			case "lost-1":
+				lost = append(lost, s)
+			}
+		}
+		return len(okSpans) >= 1 && len(lost) >= 3
+	})
+	if len(okSpans) != 1 {
+		t.Fatalf("ok-1: %d spans, want 1", len(okSpans))
+	}
+	s := okSpans[0]
+	tp, isString := delivered.snapshot()[0].d.Headers["traceparent"].(string)
+	if want := "00-" + okTrace + "-" + hex.EncodeToString(s.GetSpanId()) + "-01"; !isString || tp != want {
+		t.Errorf("delivered traceparent %s, want the string %q", typeOf(delivered.snapshot()[0].d.Headers["traceparent"]), want)
+	}
+	if hex.EncodeToString(s.GetParentSpanId()) != okSpan || spanAttr(s, "messaging.system") != "rabbitmq" {
+		t.Errorf("ok-1 span: parent %x system %q, want %s rabbitmq", s.GetParentSpanId(), spanAttr(s, "messaging.system"), okSpan)
+	}
+	attempts := map[string]bool{}
+	for _, s := range lost {
+		attempts[spanAttr(s, "delaybridge.attempt")] = true
+		if hex.EncodeToString(s.GetTraceId()) != lostTrace || hex.EncodeToString(s.GetParentSpanId()) != lostSpan {
+			t.Errorf("lost-1 attempt %s: trace %x parent %x, want the producer's", spanAttr(s, "delaybridge.attempt"), s.GetTraceId(), s.GetParentSpanId())
+		}
+		if s.GetStatus().GetCode() != tracepb.Status_STATUS_CODE_ERROR || spanAttr(s, "error.type") != "unroutable" {
+			t.Errorf("lost-1 attempt %s: status %v error.type %q, want error, unroutable", spanAttr(s, "delaybridge.attempt"), s.GetStatus(), spanAttr(s, "error.type"))
+		}
+	}
+	if len(lost) != 3 || !attempts["1"] || !attempts["2"] || !attempts["3"] {
+		t.Errorf("lost-1: %d spans with attempts %v, want attempts 1, 2 and 3", len(lost), attempts)
+	}
 }
