@@ -1,10 +1,17 @@
 package tracing
 
 import (
+	"context"
 	"encoding/hex"
 	"log/slog"
+	"net"
+	"sync"
 	"testing"
 	"time"
+
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/grpc"
 
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/testkit"
@@ -82,5 +89,55 @@ func TestSetupExportsOverOTLPAndShutdownFlushes(t *testing.T) {
 	}
 	if services[0] != "bridge-under-test" {
 		t.Errorf("service.name %q, want OTEL_SERVICE_NAME's", services[0])
+	}
+}
+
+// traceService is an in-test OTLP/gRPC receiver.
+type traceService struct {
+	coltracepb.UnimplementedTraceServiceServer
+	mu    sync.Mutex
+	spans []*tracepb.Span
+}
+
+func (s *traceService) Export(_ context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, rs := range req.GetResourceSpans() {
+		for _, ss := range rs.GetScopeSpans() {
+			s.spans = append(s.spans, ss.GetSpans()...)
+		}
+	}
+	return &coltracepb.ExportTraceServiceResponse{}, nil
+}
+
+// OTEL_EXPORTER_OTLP_PROTOCOL=grpc exports over OTLP/gRPC.
+func TestSetupExportsOverOTLPGRPC(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	svc := &traceService{}
+	coltracepb.RegisterTraceServiceServer(srv, svc)
+	served := make(chan struct{})
+	go func() { defer close(served); _ = srv.Serve(ln) }()
+	t.Cleanup(func() { srv.Stop(); <-served })
+
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+ln.Addr().String())
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+	p, err := Setup(t.Context(), "1.2.3", slog.Default())
+	if err != nil || p == nil {
+		t.Fatalf("Setup: %v, %v", p, err)
+	}
+	env := message(envelope.Header{Key: HeaderTraceparent, Value: producerTP})
+	_, end := p.Tracer(nil).Start(env, envelope.BrokerKafka, time.Now(), time.Now())
+	end(time.Now(), nil)
+	if err := p.Shutdown(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	svc.mu.Lock()
+	defer svc.mu.Unlock()
+	if len(svc.spans) != 1 || hex.EncodeToString(svc.spans[0].GetParentSpanId()) != producerSpan {
+		t.Fatalf("received %v, want one span, child of %s", svc.spans, producerSpan)
 	}
 }
