@@ -40,6 +40,8 @@ type Options struct {
 	// closes its intervals and writes them to Redis for the cluster view. The caller
 	// feeds it through the Observer (series.Observe).
 	Series *series.Recorder
+	// Version is the bridge's version, reported as service.version on its traces.
+	Version string
 }
 
 // Bridge is one running instance.
@@ -51,8 +53,9 @@ type Bridge struct {
 	rdb   redis.UniversalClient
 	rules map[string]ingress.Rules
 
-	series *series.Recorder // the charts' ring (series.go); nil = none
-	api    *adminapi.Backend
+	series  *series.Recorder // the charts' ring (series.go); nil = none
+	version string
+	api     *adminapi.Backend
 
 	mu    sync.Mutex
 	sched *scheduler.Scheduler         // set by Run before ingress starts (handle uses it)
@@ -65,6 +68,9 @@ type Bridge struct {
 func New(cfg config.Config, opts Options) (*Bridge, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
+	}
+	if err := checkTracing(); err != nil {
+		return nil, err
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -84,7 +90,7 @@ func New(cfg config.Config, opts Options) (*Bridge, error) {
 		return nil, err
 	}
 	b := &Bridge{cfg: cfg, log: opts.Logger, obs: opts.Observer, clk: opts.Clock, rdb: rdb, rules: map[string]ingress.Rules{},
-		series: opts.Series}
+		series: opts.Series, version: opts.Version}
 	for _, r := range cfg.Routes {
 		b.rules[r.Name] = ingress.Rules{
 			Route: r.Name, MaxDelay: cfg.Limits.MaxDelay, MaxPayloadBytes: cfg.Limits.MaxPayloadBytes, AllowTargets: r.AllowTargets,
@@ -145,11 +151,16 @@ func (b *Bridge) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	tracer, stopTracing, err := b.startTracing(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopTracing() // after the scheduler's stop below: every span has ended
 	sc := b.cfg.Scheduler
 	disp := egress.NewDispatcher(egress.DispatcherOptions{
 		Routes: routeSinks, Completer: sched, AtMostOnce: b.cfg.Delivery == config.DeliveryAtMostOnce,
 		Owned: sched.Owns, Observer: b.obs, Logger: b.log, Clock: b.clk,
-		PublishTimeout: PublishTimeout(sc.InflightLease, sc.Lookahead),
+		PublishTimeout: PublishTimeout(sc.InflightLease, sc.Lookahead), Tracer: tracer,
 	})
 	runner := b.newJobRunner(shardStore, sched)
 	b.mu.Lock()

@@ -40,6 +40,7 @@ var layers = []struct {
 	{1, "internal/amqpconn", "broker helper: the AMQP connection manager"},
 	{1, "internal/amqpconn/tcpproxy", "test helper: a TCP proxy that can freeze"},
 	{1, "membership", "live members, rendezvous, leases with fencing tokens (shards and Kafka partitions)"},
+	{1, "internal/tracing", "OpenTelemetry: the span per publish attempt (egress.Tracer), the SDK from OTEL_*"},
 	{1, "internal/series", "the console charts' ring: per-route samples of recent intervals, merging"},
 	{2, "scheduler/store", "the Redis shard store"},
 	{2, "scheduler/wheel", "the hashed timing wheel"},
