@@ -45,6 +45,7 @@ type Store interface {
 	Stats
 	Jobs
 	Batches
+	Schedules
 }
 
 // Sharding is the fixed shard layout.
