@@ -63,6 +63,9 @@ func New(cfg config.Config, opts Options) (*Bridge, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
+	if err := CheckSchedules(cfg); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -138,17 +141,18 @@ func (b *Bridge) Run(ctx context.Context) error {
 	}
 	sc := b.cfg.Scheduler
 	disp := egress.NewDispatcher(egress.DispatcherOptions{
-		Routes: routeSinks, Completer: sched, AtMostOnce: b.cfg.Delivery == config.DeliveryAtMostOnce,
+		Routes: routeSinks, Completer: slotCounter{Completer: sched, obs: b.obs}, AtMostOnce: b.cfg.Delivery == config.DeliveryAtMostOnce,
 		Owned: sched.Owns, Observer: b.obs, Logger: b.log, Clock: b.clk,
 		PublishTimeout: PublishTimeout(sc.InflightLease, sc.Lookahead),
 	})
 	runner := b.newJobRunner(shardStore, sched)
+	planner := b.newPlanner(shardStore, sched)
 	b.mu.Lock()
 	b.sched = sched
 	b.mu.Unlock()
 	b.api.Attach(adminapi.Runtime{
 		Store: shardStore, Sched: sched, Jobs: runner, Sources: sources, Sinks: sinks, Routes: routeSinks,
-		Conns: conns.states(),
+		Conns: conns.states(), Planner: planner,
 	})
 
 	schedCtx, stopSched := context.WithCancel(context.WithoutCancel(ctx))
@@ -162,6 +166,9 @@ func (b *Bridge) Run(ctx context.Context) error {
 	// Counting a store written by an older bridge stops with the jobs.
 	countsDone := make(chan struct{})
 	go func() { defer close(countsDone); b.backfillCounts(jobsCtx, shardStore) }()
+	// The schedules' planner (config reconciliation first) stops with the jobs too.
+	plannerDone := make(chan struct{})
+	go func() { defer close(plannerDone); b.runSchedules(jobsCtx, shardStore, planner) }()
 
 	errc, stopIngress := b.startIngress(ctx, sources)
 	var runErr error
@@ -175,6 +182,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	stopJobs()
 	<-jobsDone
 	<-countsDone
+	<-plannerDone
 	b.log.Info("shutting down: stopping scheduler")
 	stopSched()
 	if err := <-schedDone; err != nil && runErr == nil {

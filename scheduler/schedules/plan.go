@@ -31,7 +31,8 @@ const LastOutcomes = 10
 type Decision struct {
 	Slot    int64  `json:"slot"`
 	Due     int64  `json:"due"`
-	Outcome string `json:"outcome"` // observe.SlotParked, SlotLate, SlotMissed, SlotNoRoute
+	Outcome string `json:"outcome"`       // observe.SlotParked, SlotLate, SlotMissed, SlotNoRoute
+	Gen     int64  `json:"gen,omitempty"` // the generation it was decided for (in Plan.Last)
 }
 
 // DecodePlan reads a stored plan (nil: the empty plan).

@@ -206,8 +206,7 @@ func (p *Planner) planOne(ctx context.Context, rec storeapi.ScheduleRecord) erro
 		return err
 	}
 	plan.Route = def.Route
-	plan.Parked = append(keepFuture(plan.Parked, now), parked...)
-	plan.Last = lastOutcomes(plan.Last, decisions)
+	plan.recordOutcomes(&def, decisions, parked, rec.Gen, now)
 	raw, err := json.Marshal(plan)
 	if err != nil {
 		return err
@@ -240,7 +239,7 @@ func (p *Planner) park(ctx context.Context, rec storeapi.ScheduleRecord, def *De
 			continue
 		}
 		envs = append(envs, Occurrence(def, d.Slot, rec.Gen, now))
-		if d.Due > now {
+		if d.Slot > now {
 			future = append(future, d.Slot)
 		}
 	}
@@ -306,20 +305,31 @@ func Occurrence(def *Definition, slot, gen, now int64) *envelope.Envelope {
 // SourcePrefix starts the source (x-delay-source) of every occurrence.
 const SourcePrefix = "schedule/"
 
-func keepFuture(slots []int64, now int64) []int64 {
-	out := slots[:0:0]
-	for _, s := range slots {
+// recordOutcomes keeps the parked future slots (for a later cancel) and moves the
+// slots that have passed, with every other decision, into Last.
+func (pl *Plan) recordOutcomes(def *Definition, ds []Decision, future []int64, gen, now int64) {
+	var last []Decision
+	var ahead []int64
+	for _, s := range pl.Parked {
 		if s > now {
-			out = append(out, s)
+			ahead = append(ahead, s)
+		} else {
+			last = append(last, Decision{Slot: s, Due: def.Due(s), Outcome: observe.SlotParked, Gen: gen})
 		}
 	}
-	return out
-}
-
-func lastOutcomes(last, ds []Decision) []Decision {
-	out := append(append([]Decision(nil), last...), ds...)
-	if len(out) > LastOutcomes {
-		out = out[len(out)-LastOutcomes:]
+	for _, d := range ds {
+		if d.Outcome == observe.SlotParked && d.Slot > now {
+			continue // in future
+		}
+		d.Gen = gen
+		last = append(last, d)
 	}
-	return out
+	pl.Parked = append(ahead, future...)
+	if len(last) > LastOutcomes {
+		last = last[len(last)-LastOutcomes:]
+	}
+	pl.Last = append(pl.Last, last...)
+	if len(pl.Last) > LastOutcomes {
+		pl.Last = pl.Last[len(pl.Last)-LastOutcomes:]
+	}
 }
