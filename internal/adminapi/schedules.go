@@ -62,14 +62,26 @@ func (b *Backend) defOf(in admin.ScheduleDef) (schedules.Definition, error) {
 	return d, nil
 }
 
-// put stores d (a new generation) and tells the planner.
-func (b *Backend) put(ctx context.Context, st storeapi.Store, d schedules.Definition) (admin.ScheduleInfo, error) {
+// put stores d (a new generation), cancels the occurrences the previous generation
+// (old, if any) parked ahead at once — the planner would at its next round; doing it
+// here means nothing of the old definition fires after the answer — and tells the
+// planner.
+func (b *Backend) put(ctx context.Context, st storeapi.Store, d schedules.Definition, old *storeapi.ScheduleRecord) (admin.ScheduleInfo, error) {
 	raw, err := d.Encode()
 	if err != nil {
 		return admin.ScheduleInfo{}, err
 	}
 	if _, err := st.PutSchedule(ctx, d.ID, raw, clock.NowMs(b.clk)); err != nil {
 		return admin.ScheduleInfo{}, storeErr(err)
+	}
+	if old != nil {
+		_, sched, err := b.parts()
+		if err == nil {
+			err = schedules.CancelParked(ctx, sched, *old)
+		}
+		if err != nil {
+			return admin.ScheduleInfo{}, storeErr(fmt.Errorf("cancel the previous definition's slots (the planner retries): %w", err))
+		}
 	}
 	if p := b.runtime().Planner; p != nil {
 		p.Kick()
@@ -105,7 +117,7 @@ func (b *Backend) CreateSchedule(ctx context.Context, in admin.ScheduleDef) (adm
 	} else if !errors.Is(err, storeapi.ErrNotFound) {
 		return admin.ScheduleInfo{}, storeErr(err)
 	}
-	return b.put(ctx, st, d)
+	return b.put(ctx, st, d, nil)
 }
 
 // UpdateSchedule implements admin.ScheduleBackend: a new generation, whose future
@@ -115,7 +127,7 @@ func (b *Backend) UpdateSchedule(ctx context.Context, in admin.ScheduleDef) (adm
 	if err != nil {
 		return admin.ScheduleInfo{}, err
 	}
-	_, old, err := b.writable(ctx, st, in.ID)
+	rec, old, err := b.writable(ctx, st, in.ID)
 	if err != nil {
 		return admin.ScheduleInfo{}, err
 	}
@@ -124,7 +136,7 @@ func (b *Backend) UpdateSchedule(ctx context.Context, in admin.ScheduleDef) (adm
 		return admin.ScheduleInfo{}, err
 	}
 	d.Paused = old.Paused
-	return b.put(ctx, st, d)
+	return b.put(ctx, st, d, &rec)
 }
 
 // PauseSchedule implements admin.ScheduleBackend: pausing cancels the parked future
@@ -135,7 +147,7 @@ func (b *Backend) PauseSchedule(ctx context.Context, id string, paused bool) (ad
 	if err != nil {
 		return admin.ScheduleInfo{}, err
 	}
-	_, d, err := b.writable(ctx, st, id)
+	rec, d, err := b.writable(ctx, st, id)
 	if err != nil {
 		return admin.ScheduleInfo{}, err
 	}
@@ -143,7 +155,7 @@ func (b *Backend) PauseSchedule(ctx context.Context, id string, paused bool) (ad
 		return b.GetSchedule(ctx, id)
 	}
 	d.Paused = paused
-	return b.put(ctx, st, d)
+	return b.put(ctx, st, d, &rec)
 }
 
 // DeleteSchedule implements admin.ScheduleBackend: the definition goes and its
