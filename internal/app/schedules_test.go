@@ -121,7 +121,10 @@ func TestSchedulesOverHTTP(t *testing.T) {
 		t.Errorf("get cfg-tick shows no delivered recent slot: %+v", got.Last)
 	}
 	for _, call := range []func() error{
-		func() error { _, err := c.UpdateSchedule(ctx, admin.ScheduleDef{ID: "cfg-tick", Route: "a", Spec: "@every 2s"}); return err },
+		func() error {
+			_, err := c.UpdateSchedule(ctx, admin.ScheduleDef{ID: "cfg-tick", Route: "a", Spec: "@every 2s"})
+			return err
+		},
 		func() error { _, err := c.PauseSchedule(ctx, "cfg-tick", true); return err },
 		func() error { return c.DeleteSchedule(ctx, "cfg-tick") },
 	} {
