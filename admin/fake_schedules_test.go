@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 )
 
@@ -61,6 +62,7 @@ func (f *fakeBackend) ListSchedules(context.Context) ([]ScheduleInfo, error) {
 	for _, s := range f.schedLocked() {
 		out = append(out, *s)
 	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID }) // as the real backend
 	return out, nil
 }
 
