@@ -15,5 +15,5 @@ local gen = string.match(def, '^(%d+):')
 if gen ~= ARGV[2] then
   return 0
 end
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[2] .. ':' .. ARGV[3])
+redis.call('HSET', KEYS[2], ARGV[1], table.concat({ARGV[2], ARGV[3]}, ':'))
 return 1

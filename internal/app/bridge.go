@@ -158,17 +158,10 @@ func (b *Bridge) Run(ctx context.Context) error {
 	schedCtx, stopSched := context.WithCancel(context.WithoutCancel(ctx))
 	schedDone := make(chan error, 1)
 	go func() { schedDone <- sched.Run(schedCtx, disp) }()
-	// Bulk jobs stop with ingress, before the scheduler; one stopped mid-way is resumed
-	// from its cursor by another instance once its heartbeat is stale.
+	// Bulk jobs, the counts backfill and the schedules' planner stop with ingress,
+	// before the scheduler.
 	jobsCtx, stopJobs := context.WithCancel(schedCtx)
-	jobsDone := make(chan struct{})
-	go func() { defer close(jobsDone); _ = runner.Run(jobsCtx) }()
-	// Counting a store written by an older bridge stops with the jobs.
-	countsDone := make(chan struct{})
-	go func() { defer close(countsDone); b.backfillCounts(jobsCtx, shardStore) }()
-	// The schedules' planner (config reconciliation first) stops with the jobs too.
-	plannerDone := make(chan struct{})
-	go func() { defer close(plannerDone); b.runSchedules(jobsCtx, shardStore, planner) }()
+	background := b.startBackground(jobsCtx, shardStore, runner, planner)
 
 	errc, stopIngress := b.startIngress(ctx, sources)
 	var runErr error
@@ -180,9 +173,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	b.log.Info("shutting down: stopping ingress")
 	stopIngress()
 	stopJobs()
-	<-jobsDone
-	<-countsDone
-	<-plannerDone
+	background()
 	b.log.Info("shutting down: stopping scheduler")
 	stopSched()
 	if err := <-schedDone; err != nil && runErr == nil {

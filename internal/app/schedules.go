@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/delaybridge/delay-bridge/config"
@@ -13,6 +14,7 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/observe"
 	"github.com/delaybridge/delay-bridge/scheduler"
+	"github.com/delaybridge/delay-bridge/scheduler/jobs"
 	"github.com/delaybridge/delay-bridge/scheduler/schedules"
 	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
@@ -165,4 +167,17 @@ func (c slotCounter) Published(ctx context.Context, envs []*envelope.Envelope) {
 		}
 	}
 	c.Completer.Published(ctx, envs)
+}
+
+// startBackground runs the bulk job runner, the counting of a store written without
+// per-route counts, and the schedules' planner until ctx ends; wait returns once all
+// three have stopped. A job stopped mid-way is resumed from its cursor by another
+// instance once its heartbeat is stale.
+func (b *Bridge) startBackground(ctx context.Context, st storeapi.Store, runner *jobs.Runner, p *schedules.Planner) (wait func()) {
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() { defer wg.Done(); _ = runner.Run(ctx) }()
+	go func() { defer wg.Done(); b.backfillCounts(ctx, st) }()
+	go func() { defer wg.Done(); b.runSchedules(ctx, st, p) }()
+	return wg.Wait
 }

@@ -49,7 +49,8 @@ type Options struct {
 
 // Planner parks the occurrences of the recurring schedules this instance owns ahead of
 // their time, one round per Interval (or at once after Kick). Every round, for each
-// owned schedule: a new generation (created, edited, paused, resumed) cancels the
+// owned schedule that changed, whose route came or went, or that has less than half the
+// horizon planned (so a schedule costs two Redis calls per half horizon, not per round): a new generation (created, edited, paused, resumed) cancels the
 // occurrences the previous one parked ahead; then the slots up to now+Horizon that
 // were not decided yet are decided (Decide), the ones to publish parked with their
 // deterministic ids, and the plan saved only if the schedule was not changed meanwhile
@@ -175,6 +176,10 @@ func (p *Planner) planOne(ctx context.Context, rec storeapi.ScheduleRecord) erro
 		plan, rec.PlanGen = Plan{}, 0
 	}
 	after := plan.Through
+	routeOK := p.opt.Route(def.Route)
+	if rec.PlanGen == rec.Gen && plan.RouteMissing == !routeOK && plan.Through-now >= p.opt.Horizon.Milliseconds()/2 {
+		return nil // more than half the horizon still planned: refill later, in bulk
+	}
 	if rec.PlanGen != rec.Gen {
 		// A new generation: what the previous one parked ahead goes; the new one
 		// starts at its put, after any old slot already on its way out.
@@ -186,7 +191,6 @@ func (p *Planner) planOne(ctx context.Context, rec storeapi.ScheduleRecord) erro
 		}
 		plan = Plan{Last: plan.Last}
 	}
-	routeOK := p.opt.Route(def.Route)
 	plan.RouteMissing = !routeOK
 	if !routeOK {
 		p.note(rec.ID, "route is not configured; its slots are not published (outcome no_route)", "route", def.Route)

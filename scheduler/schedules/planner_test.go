@@ -109,7 +109,21 @@ func TestPlannerParksAheadOnceAndReplacesOnEdit(t *testing.T) {
 	ctx := context.Background()
 	r.put(Definition{ID: "tick", Route: "orders", Spec: "@every 2s", Payload: "hello", Headers: map[string]string{"h": "v"}, Key: "k"})
 	a, b := r.planner(), r.planner()
-	r.round(a)
+	// a parks, but its plan is not saved (the call fails): b, a failover, parks the same
+	// slots again — refused as duplicates by their ids.
+	calls := 0
+	r.st.SetHook(func(_ context.Context, op string) error {
+		if op == memstore.OpSchedules {
+			if calls++; calls == 2 {
+				return memstore.ErrInjected
+			}
+		}
+		return nil
+	})
+	if err := a.Round(ctx); err == nil {
+		t.Fatal("the round whose plan could not be saved reported no error")
+	}
+	r.st.SetHook(nil)
 	r.round(b)
 	r.round(a)
 	got := r.pending()
