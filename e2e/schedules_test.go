@@ -58,9 +58,10 @@ func slotArrivals(t *testing.T, got []arrival, id string) map[int64]int {
 		if !ok || sched != id {
 			continue
 		}
+		rest, _, _ = strings.Cut(rest, "~") // a later generation's id: <id>@<slot>~<gen>
 		slot, err := strconv.ParseInt(rest, 10, 64)
 		if err != nil {
-			t.Errorf("occurrence id %q: not <id>@<slot ms>", occ)
+			t.Errorf("occurrence id %q: not <id>@<slot ms>[~<gen>]", occ)
 			continue
 		}
 		if a.at.UnixMilli() < slot {
