@@ -79,7 +79,7 @@ export async function schedule(view, id) {
     s.state === 'route_missing' ? h('p', { class: 'error' }, `Route ${s.route} is not configured: its slots are not published.`) : '',
     h('h2', {}, 'Next slots'),
     s.next.length ? table('next-slots', ['Due', 'Message id'], s.next.map((n) => h('tr', {}, h('td', {}, when(n.due)), h('td', {}, h('code', {}, n.id)))))
-      : h('p', { class: 'muted' }, s.paused ? 'Paused.' : 'No slot after now.'),
+      : h('p', { class: 'muted' }, s.paused ? 'Paused: nothing is published until resumed.' : 'No slot after now.'),
     h('h2', {}, 'Last outcomes'),
     s.last.length ? table('last-outcomes', ['Slot', 'Outcome', 'Message'], s.last.slice().reverse().map((o) => h('tr', {},
       h('td', {}, when(o.slot)), h('td', {}, badge(o.outcome)),

@@ -77,7 +77,7 @@ func TestCtlSchedules(t *testing.T) {
 	if s := info(out); code != exitOK || s.Spec != "30 * * * *" || s.Generation != 2 || time.UnixMilli(s.Next[0].Slot).Minute() != 30 {
 		t.Fatalf("edit: %d %s", code, out)
 	}
-	if code, out, _ := ctl("schedules", "pause", "hourly", "-o", "json"); code != exitOK || info(out).State != admin.SchedulePaused {
+	if code, out, _ := ctl("schedules", "pause", "hourly", "-o", "json"); code != exitOK || info(out).State != admin.SchedulePaused || len(info(out).Next) != 0 {
 		t.Errorf("pause: %d %s", code, out)
 	}
 	if code, out, _ := ctl("schedules", "resume", "hourly", "-o", "json"); code != exitOK || info(out).State != admin.ScheduleActive {

@@ -244,6 +244,9 @@ func (b *Backend) info(ctx context.Context, st storeapi.Store, rec storeapi.Sche
 		return info, fmt.Errorf("schedule %q: %w", d.ID, err)
 	}
 	now := clock.NowMs(b.clk)
+	if d.Paused {
+		next = 0 // nothing is published while paused
+	}
 	for _, s := range d.NextSlots(sp, now, next) {
 		info.Next = append(info.Next, admin.Slot{Slot: s, Due: d.Due(s), ID: schedules.OccurrenceID(d.ID, s, rec.Gen)})
 	}
