@@ -81,6 +81,12 @@ var (
 	LeaseRenew string
 	//go:embed lease_release.lua
 	LeaseRelease string
+	//go:embed schedule_put.lua
+	SchedulePut string
+	//go:embed schedule_delete.lua
+	ScheduleDelete string
+	//go:embed schedule_plan.lua
+	SchedulePlan string
 )
 
 // All returns every script by name (the file name without ".lua"), for callers that
@@ -106,5 +112,8 @@ func All() map[string]string {
 		"lease_acquire":   LeaseAcquire,
 		"lease_renew":     LeaseRenew,
 		"lease_release":   LeaseRelease,
+		"schedule_put":    SchedulePut,
+		"schedule_delete": ScheduleDelete,
+		"schedule_plan":   SchedulePlan,
 	}
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/series"
 	"github.com/delaybridge/delay-bridge/scheduler"
 	"github.com/delaybridge/delay-bridge/scheduler/jobs"
+	"github.com/delaybridge/delay-bridge/scheduler/schedules"
 	"github.com/delaybridge/delay-bridge/scheduler/store"
 	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
@@ -71,6 +72,9 @@ func New(cfg config.Config, opts Options) (*Bridge, error) {
 	}
 	if err := checkTracing(); err != nil {
 		return nil, err
+	}
+	if err := CheckSchedules(cfg); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -158,23 +162,24 @@ func (b *Bridge) Run(ctx context.Context) error {
 	defer stopTracing() // after the scheduler's stop below: every span has ended
 	sc := b.cfg.Scheduler
 	disp := egress.NewDispatcher(egress.DispatcherOptions{
-		Routes: routeSinks, Completer: sched, AtMostOnce: b.cfg.Delivery == config.DeliveryAtMostOnce,
+		Routes: routeSinks, Completer: slotCounter{Completer: sched, obs: b.obs}, AtMostOnce: b.cfg.Delivery == config.DeliveryAtMostOnce,
 		Owned: sched.Owns, Observer: b.obs, Logger: b.log, Clock: b.clk,
 		PublishTimeout: PublishTimeout(sc.InflightLease, sc.Lookahead), Tracer: tracer,
 	})
 	runner := b.newJobRunner(shardStore, sched)
+	planner := b.newPlanner(shardStore, sched)
 	b.mu.Lock()
 	b.sched = sched
 	b.mu.Unlock()
 	b.api.Attach(adminapi.Runtime{
 		Store: shardStore, Sched: sched, Jobs: runner, Sources: sources, Sinks: sinks, Routes: routeSinks,
-		Conns: conns.states(),
+		Conns: conns.states(), Planner: planner,
 	})
 
 	schedCtx, stopSched := context.WithCancel(context.WithoutCancel(ctx))
 	schedDone := make(chan error, 1)
 	go func() { schedDone <- sched.Run(schedCtx, disp) }()
-	stopJobs := b.startBackground(schedCtx, shardStore, runner)
+	stopJobs := b.startBackground(schedCtx, shardStore, runner, planner)
 
 	errc, stopIngress := b.startIngress(ctx, sources)
 	var runErr error
@@ -199,19 +204,23 @@ func (b *Bridge) Run(ctx context.Context) error {
 // startBackground runs the background work that stops with ingress, before the
 // scheduler: the bulk jobs (one stopped mid-way is resumed from its cursor by another
 // instance once its heartbeat is stale), counting a store written by an older bridge,
-// and the charts' intervals (series.go). stop cancels them and waits for all three.
-func (b *Bridge) startBackground(ctx context.Context, shardStore storeapi.Store, runner *jobs.Runner) (stop func()) {
+// the charts' intervals (series.go) and the schedules' planner (schedules.go). stop
+// cancels them and waits for all four.
+func (b *Bridge) startBackground(ctx context.Context, shardStore storeapi.Store, runner *jobs.Runner, planner *schedules.Planner) (stop func()) {
 	jobsCtx, cancel := context.WithCancel(ctx)
 	jobsDone := make(chan struct{})
 	go func() { defer close(jobsDone); _ = runner.Run(jobsCtx) }()
 	countsDone := make(chan struct{})
 	go func() { defer close(countsDone); b.backfillCounts(jobsCtx, shardStore) }()
 	seriesDone := b.runSeries(jobsCtx, shardStore)
+	plannerDone := make(chan struct{})
+	go func() { defer close(plannerDone); b.runSchedules(jobsCtx, shardStore, planner) }()
 	return func() {
 		cancel()
 		<-jobsDone
 		<-countsDone
 		<-seriesDone
+		<-plannerDone
 	}
 }
 

@@ -53,6 +53,7 @@ var layers = []struct {
 	{3, "egress/amqp", "RabbitMQ sink (amqp091-go)"},
 	{3, "scheduler", "ownership, pumps, completer, credits, intake"},
 	{3, "scheduler/jobs", "bulk jobs: the runner (cancel, reschedule, requeue, purge over a filter)"},
+	{3, "scheduler/schedules", "recurring schedules: the model (spec, slots, catch-up, occurrence ids) and the planner"},
 	{4, "internal/metrics", "the Prometheus observer and collectors"},
 	{4, "internal/adminapi", "the admin backend: admin.Backend over the store, the scheduler and the sources' and sinks' health"},
 	{5, "internal/app", "composition root: builds, runs and stops the pieces from a Config"},
