@@ -35,6 +35,12 @@ type upgradeRig struct {
 	arrivals func() []arrival   // what the route's target received so far
 	live     []string           // running instances, in start order
 	rels     map[string]release // the release each instance runs
+	// standby: a new instance reads no Kafka partition while a member of the old
+	// release's consumer group is alive (ingress/kafka's standby, docs/OPERATIONS.md
+	// "Upgrading to partition ownership"), so in the mixed phase it must park nothing
+	// and still publish (it owns shards). True on Kafka routes while the previous
+	// release is the consumer-group release; drop it when previousRelease moves past it.
+	standby bool
 }
 
 func newUpgradeRig(c *haCluster, routes, source string, send func([]sent) error, arrivals func() []arrival) *upgradeRig {
@@ -145,7 +151,7 @@ func (u *upgradeRig) roll(rel release, kill bool, hold time.Duration) []fault {
 
 // mixed holds the current mixed-version cluster for hold: every live instance must own
 // shards throughout, and each must both park (ingress) and publish (fire) messages
-// meanwhile.
+// meanwhile — except a new instance on a standby rig, which must park nothing.
 func (u *upgradeRig) mixed(hold time.Duration) {
 	u.t.Helper()
 	type counts struct{ parked, published float64 }
@@ -176,7 +182,12 @@ func (u *upgradeRig) mixed(hold time.Duration) {
 	for _, in := range u.live {
 		after := read(in)
 		d := counts{after.parked - before[in].parked, after.published - before[in].published}
-		if d.parked <= 0 || d.published <= 0 {
+		switch {
+		case u.standby && u.rels[in].name == "new":
+			if d.parked != 0 || d.published <= 0 {
+				u.t.Errorf("mixed versions: %s (%s) parked %.0f and published %.0f in %s; want 0 parked (standby while the old release's group has members) and > 0 published", in, u.rels[in].name, d.parked, d.published, hold)
+			}
+		case d.parked <= 0 || d.published <= 0:
 			u.t.Errorf("mixed versions: %s (%s) parked %.0f and published %.0f in %s; want both > 0", in, u.rels[in].name, d.parked, d.published, hold)
 		}
 		report = append(report, fmt.Sprintf("%s (%s): parked %.0f, published %.0f", in, u.rels[in].version, d.parked, d.published))
@@ -359,7 +370,9 @@ func kafkaUpgradeRig(t *testing.T) *upgradeRig {
 	t.Helper()
 	c := startHACluster(t, 4, haLeaseTTL(t))
 	routes := "  - name: orders\n    from: { kafka: { topic: orders.delay } }\n    to:   { kafka: { topic: orders } }"
-	return newUpgradeRig(c, routes, "orders.delay", kafkaSender(c.writer), c.target.snapshot)
+	u := newUpgradeRig(c, routes, "orders.delay", kafkaSender(c.writer), c.target.snapshot)
+	u.standby = true
+	return u
 }
 
 // amqpUpgradeRig is the RabbitMQ scenario: route orders from a topic delay exchange and
