@@ -121,6 +121,8 @@ type Store struct {
 	membersKey string
 	wakeCh     string
 	exact      countsExact
+	// layout is the Redis layout this store writes (2: the one described above).
+	layout int
 
 	park, bury, claim, ack, retry, recover, cancel, reschedule, get, purgeDead *script
 	browse                                                                     *script
@@ -165,6 +167,7 @@ func New(ctx context.Context, rdb redis.UniversalClient, opt Options) (*Store, e
 		metaKey:    fmt.Sprintf("%s:{%s}:meta", opt.Prefix, opt.Cluster),
 		membersKey: fmt.Sprintf("%s:{%s}:members", opt.Prefix, opt.Cluster),
 		wakeCh:     fmt.Sprintf("%s:{%s}:wake", opt.Prefix, opt.Cluster),
+		layout:     2,
 	}
 	for i := range s.keys {
 		base := fmt.Sprintf("%s:{%s:%d}:", opt.Prefix, opt.Cluster, i)
@@ -243,4 +246,13 @@ func (s *Store) shardKeys(shard int) (shardKeys, error) {
 // OwnerValue is the owner key's value for an instance holding a shard with a token.
 func OwnerValue(instance string, token int64) string {
 	return instance + "|" + strconv.FormatInt(token, 10)
+}
+
+// forceLayout makes the store write layout l (tests and benchmarks compare layouts).
+func (s *Store) forceLayout(l int) error {
+	if l != 2 {
+		return fmt.Errorf("%w: unknown store layout %d", ErrInvalid, l)
+	}
+	s.layout = l
+	return nil
 }
