@@ -1,0 +1,92 @@
+package storetest
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/scheduler/store"
+)
+
+// The done window's granularity and its later states (store layout 3 keeps it by
+// slice: docs/CONTRACT.md §3).
+
+func init() {
+	register("DoneWindowKeepsTheLatestState", caseDoneWindowKeepsTheLatestState)
+	register("DoneWindowByCancel", caseDoneWindowByCancel)
+}
+
+// An id's done state is forgotten a window and a slice after its LAST state, not its
+// first: a tombstone, then an ack of that id's message (delivered later), then trims of
+// the tombstone's slice leave the delivered state alone.
+func caseDoneWindowKeepsTheLatestState(t *testing.T, newSubject func(Config) Subject) {
+	const window = 10 * time.Second
+	s := newSubject(Config{Shards: 1, DoneWindow: window}).Store
+	ctx := storeCtx(t)
+	w, slice := window.Milliseconds(), store.DoneSliceMs(window.Milliseconds())
+	if _, _, err := s.Cancel(ctx, "x", t0, store.CancelOptions{Route: "B", Tombstone: true}); err != nil {
+		t.Fatal(err)
+	}
+	mustPark(t, s, envOn("x", "A", t0))
+	tok := mustLease(t, s, 0, "i1")
+	if items, _ := mustClaim(t, s, 0, tok, t0, 10); len(items) != 1 {
+		t.Fatalf("claimed %v", ids(items))
+	}
+	delivered := t0 + 3*slice
+	if err := s.Ack(ctx, 0, []string{"x"}, delivered); err != nil {
+		t.Fatal(err)
+	}
+	// Trim everything of the tombstone's time (a tombstone trims on its way).
+	trimAt(t, s, t0+w+slice+1)
+	wantState(t, s, "x", store.StateDelivered, delivered)
+	if p := mustPark(t, s, envOn("x", "A", t0)); p[0] {
+		t.Fatal("a delivered id was parked again after its older tombstone's slice was trimmed")
+	}
+	// A window and a slice after the delivery it goes.
+	trimAt(t, s, delivered+w+slice)
+	wantState(t, s, "x", store.StateUnknown, -1)
+}
+
+// Cancelled ids (of a pending message, and tombstones) are remembered for at least the
+// window and forgotten a slice after it, like delivered ones.
+func caseDoneWindowByCancel(t *testing.T, newSubject func(Config) Subject) {
+	const window = 30 * time.Second
+	s := newSubject(Config{Shards: 1, DoneWindow: window}).Store
+	ctx := storeCtx(t)
+	w, slice := window.Milliseconds(), store.DoneSliceMs(window.Milliseconds())
+	mustPark(t, s, env("p", t0+w))
+	if st, _, err := s.Cancel(ctx, "p", t0, store.CancelOptions{}); err != nil || st != store.StatePending {
+		t.Fatalf("Cancel(p) = %q %v", st, err)
+	}
+	if _, _, err := s.Cancel(ctx, "q", t0+1, store.CancelOptions{Route: "orders", Tombstone: true}); err != nil {
+		t.Fatal(err)
+	}
+	// Exactly a window later both are still there.
+	trimAt(t, s, t0+1+w)
+	wantState(t, s, "p", store.StateCancelled, t0)
+	wantState(t, s, "q", store.StateCancelled, doneSec(t0+1))
+	if prior, _, err := s.ParkEach(ctx, []*envelope.Envelope{env("p", t0), env("q", t0)}); err != nil ||
+		prior[0] != store.StateCancelled || prior[1] != store.StateCancelled {
+		t.Fatalf("replays inside the window = %v %v, want cancelled twice", prior, err)
+	}
+	trimAt(t, s, t0+1+w+slice)
+	wantState(t, s, "p", store.StateUnknown, -1)
+	wantState(t, s, "q", store.StateUnknown, -1)
+}
+
+// trimAt runs the done window's trim at now as a side effect of tombstones (a few, each
+// trimming a bounded number of old ids), on ids of their own.
+func trimAt(t *testing.T, s Store, now int64) {
+	t.Helper()
+	for i := range 3 {
+		id := fmt.Sprintf("trimmer-%d-%d", now, i)
+		if _, _, err := s.Cancel(storeCtx(t), id, now, store.CancelOptions{Route: "trimmer", Tombstone: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// doneSec is the time Get reports for an id delivered or cancelled at ms: whole seconds,
+// rounded down (docs/CONTRACT.md §3: the done window keeps seconds).
+func doneSec(ms int64) int64 { return ms - ms%1000 }
