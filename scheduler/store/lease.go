@@ -157,7 +157,12 @@ func (s *Store) Heartbeat(ctx context.Context, instance string, now int64) error
 	if err := CheckInstance(instance); err != nil {
 		return err
 	}
-	if err := s.rdb.ZAdd(ctx, s.membersKey, redis.Z{Score: float64(now), Member: instance}).Err(); err != nil {
+	// With the layout this build writes, so that the others know when every member can
+	// read layout 3 (compat.go).
+	pipe := s.rdb.TxPipeline()
+	pipe.ZAdd(ctx, s.membersKey, redis.Z{Score: float64(now), Member: instance})
+	pipe.HSet(ctx, s.layoutsKey, instance, currentLayout)
+	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("scheduler: heartbeat: %w", redisErr(err))
 	}
 	return nil
@@ -193,22 +198,51 @@ func (s *Store) LiveMembers(ctx context.Context, now int64, maxAge time.Duration
 	pipe := s.rdb.Pipeline()
 	pipe.ZRemRangeByScore(ctx, s.membersKey, "-inf", "("+strconv.FormatInt(now-10*age, 10))
 	live := pipe.ZRangeByScoreWithScores(ctx, s.membersKey, &redis.ZRangeBy{Min: strconv.FormatInt(now-age, 10), Max: "+inf"})
+	layouts := pipe.HGetAll(ctx, s.layoutsKey)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("scheduler: members: %w", redisErr(err))
 	}
 	out := make([]Member, 0, len(live.Val()))
+	names := make([]string, 0, len(live.Val()))
 	for _, z := range live.Val() {
 		name, _ := z.Member.(string)
 		out = append(out, Member{Name: name, Heartbeat: int64(z.Score)})
+		names = append(names, name)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	s.decideLayout(names, layouts.Val())
+	s.pruneLayouts(ctx, names, layouts.Val())
 	return out, nil
+}
+
+// pruneLayouts forgets the recorded layouts of instances that are no longer live once
+// they outnumber the live ones by 16 (crashed pods with generated names); one that
+// comes back records its layout again with its next heartbeat.
+func (s *Store) pruneLayouts(ctx context.Context, live []string, recorded map[string]string) {
+	if len(recorded) <= len(live)+16 {
+		return
+	}
+	isLive := make(map[string]bool, len(live))
+	for _, name := range live {
+		isLive[name] = true
+	}
+	var gone []string
+	for name := range recorded {
+		if !isLive[name] {
+			gone = append(gone, name)
+		}
+	}
+	// Best effort: a failure leaves them for the next round.
+	_ = s.rdb.HDel(ctx, s.layoutsKey, gone...).Err()
 }
 
 // Leave removes instance from the members at once (graceful shutdown), so the others
 // take its shards over without waiting for its heartbeat to age out.
 func (s *Store) Leave(ctx context.Context, instance string) error {
-	if err := s.rdb.ZRem(ctx, s.membersKey, instance).Err(); err != nil {
+	pipe := s.rdb.TxPipeline()
+	pipe.ZRem(ctx, s.membersKey, instance)
+	pipe.HDel(ctx, s.layoutsKey, instance)
+	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("scheduler: leave: %w", redisErr(err))
 	}
 	return nil

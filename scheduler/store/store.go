@@ -127,10 +127,13 @@ type Store struct {
 	membersKey string
 	wakeCh     string
 	exact      countsExact
-	// layout is the Redis layout this store writes (store_layout.go); v2 and v3 are
-	// the scripts that differ between the layouts.
-	layout int
-	v2, v3 byLayout
+	// layout is the Redis layout this store writes (store_layout.go: writing), forced
+	// when a test or benchmark chose it; v2 and v3 are the scripts that differ between
+	// the layouts. layoutsKey records each member's layout (compat.go).
+	layout     atomic.Int32
+	forced     atomic.Bool
+	v2, v3     byLayout
+	layoutsKey string
 
 	claim, retry, recover, purgeDead, browse *script
 	leaseAcquire, leaseRenew, leaseRelease   *script
@@ -174,7 +177,7 @@ func New(ctx context.Context, rdb redis.UniversalClient, opt Options) (*Store, e
 		metaKey:    fmt.Sprintf("%s:{%s}:meta", opt.Prefix, opt.Cluster),
 		membersKey: fmt.Sprintf("%s:{%s}:members", opt.Prefix, opt.Cluster),
 		wakeCh:     fmt.Sprintf("%s:{%s}:wake", opt.Prefix, opt.Cluster),
-		layout:     layoutV3,
+		layoutsKey: fmt.Sprintf("%s:{%s}:layouts", opt.Prefix, opt.Cluster),
 		v2:         newByLayout(layoutV2),
 		v3:         newByLayout(layoutV3),
 	}
@@ -195,6 +198,9 @@ func New(ctx context.Context, rdb redis.UniversalClient, opt Options) (*Store, e
 	s.leaseRelease = mk("lease_release", lua.LeaseRelease)
 
 	if err := s.checkShards(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.initLayout(ctx); err != nil {
 		return nil, err
 	}
 	// Loading up front turns a broken script into a start-up error rather than a

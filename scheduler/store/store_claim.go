@@ -115,7 +115,8 @@ func (s *Store) ackCalls(shard int, ids, routes []string, now int64) []call {
 		end := min(start+maxItemsPerCall, len(ids))
 		part := ids[start:end]
 		remember, trimBefore, trimLimit := s.trimArgs(now, len(part))
-		v3 := s.layout != layoutV2
+		l := s.writing()
+		v3 := l != layoutV2
 		withRoutes := 0
 		if routes != nil {
 			withRoutes = 1
@@ -136,7 +137,7 @@ func (s *Store) ackCalls(shard int, ids, routes []string, now int64) []call {
 				args = append(args, fingerprint(id))
 			}
 		}
-		calls = append(calls, call{sc: s.sc().ack, keys: keys, args: args})
+		calls = append(calls, call{sc: s.scriptsOf(l).ack, keys: keys, args: args})
 	}
 	return calls
 }

@@ -48,20 +48,27 @@ func (b byLayout) all() []*script {
 	return []*script{b.park, b.bury, b.cancel, b.ack, b.get, b.reschedule}
 }
 
-// sc is the script set of the layout the store writes.
-func (s *Store) sc() byLayout {
-	if s.layout == layoutV2 {
+// writing is the layout the store writes now: forced (tests, benchmarks), else 3 once
+// every member of the bridge cluster records layout 3 (compat.go), else 2. Callers read
+// it once per script call they build, so keys, arguments and script always agree.
+func (s *Store) writing() int { return int(s.layout.Load()) }
+
+// scripts is the script set of layout l.
+func (s *Store) scriptsOf(l int) byLayout {
+	if l == layoutV2 {
 		return s.v2
 	}
 	return s.v3
 }
 
-// forceLayout makes the store write layout l (tests and benchmarks compare layouts).
+// forceLayout makes the store write layout l whatever the members record (tests and
+// benchmarks compare layouts).
 func (s *Store) forceLayout(l int) error {
 	if l != layoutV2 && l != layoutV3 {
 		return fmt.Errorf("%w: unknown store layout %d", ErrInvalid, l)
 	}
-	s.layout = l
+	s.forced.Store(true)
+	s.layout.Store(int32(l))
 	return nil
 }
 
@@ -88,11 +95,11 @@ func DoneSliceMs(windowMs int64) int64 {
 	return 1000 << (64 - bits.LeadingZeros64(uint64(sec-1)))
 }
 
-// idKeys are the keys of the by-id scripts (get, cancel, reschedule) of id's shard, in
-// the layout the store writes.
-func (s *Store) idKeys(id string) []string {
+// idKeys are the keys of the by-id scripts (get, cancel, reschedule) of id's shard in
+// layout l.
+func (s *Store) idKeys(id string, l int) []string {
 	k := s.keys[s.ShardOf(id)]
-	if s.layout == layoutV2 {
+	if l == layoutV2 {
 		return []string{k.due, k.msg, k.inflight, k.dead, k.done, k.cancelled, k.counts}
 	}
 	return []string{k.due, k.msg, k.inflight, k.dead, k.done, k.cancelled, k.counts, k.ix, k.dn}
@@ -100,8 +107,9 @@ func (s *Store) idKeys(id string) []string {
 
 // getCall looks id up (get.lua).
 func (s *Store) getCall(id string) call {
-	keys := s.idKeys(id)
-	if s.layout == layoutV2 {
+	l := s.writing()
+	keys := s.idKeys(id, l)
+	if l == layoutV2 {
 		return call{sc: s.v2.get, keys: keys[:6], args: []any{id}}
 	}
 	return call{sc: s.v3.get, keys: append(keys[:6:6], keys[7]), args: []any{id, fingerprint(id)}}
@@ -109,25 +117,27 @@ func (s *Store) getCall(id string) call {
 
 // cancelCall cancels id (cancel.lua); remember, trimBefore and trimLimit as trimArgs.
 func (s *Store) cancelCall(id string, now int64, remember int, trimBefore int64, trimLimit int, route, expected string, tomb int) call {
+	l := s.writing()
 	args := []any{id, now, remember, trimBefore, trimLimit, route, expected, tomb}
-	if s.layout == layoutV2 {
-		return call{sc: s.v2.cancel, keys: s.idKeys(id), args: args}
+	if l == layoutV2 {
+		return call{sc: s.v2.cancel, keys: s.idKeys(id, l), args: args}
 	}
-	return call{sc: s.v3.cancel, keys: s.idKeys(id), args: append(args, fingerprint(id), s.doneSliceMs())}
+	return call{sc: s.v3.cancel, keys: s.idKeys(id, l), args: append(args, fingerprint(id), s.doneSliceMs())}
 }
 
 // rescheduleCall moves id to due (reschedule.lua); rest is the optional envelope and
 // the score it was read at.
 func (s *Store) rescheduleCall(id string, due int64, rest ...any) call {
-	if s.layout == layoutV2 {
-		return call{sc: s.v2.reschedule, keys: s.idKeys(id), args: append([]any{id, due}, rest...)}
+	l := s.writing()
+	if l == layoutV2 {
+		return call{sc: s.v2.reschedule, keys: s.idKeys(id, l), args: append([]any{id, due}, rest...)}
 	}
-	return call{sc: s.v3.reschedule, keys: s.idKeys(id)[:8], args: append([]any{id, due, fingerprint(id)}, rest...)}
+	return call{sc: s.v3.reschedule, keys: s.idKeys(id, l)[:8], args: append([]any{id, due, fingerprint(id)}, rest...)}
 }
 
-// parkKeys are the keys of park and bury on shard k.
-func (s *Store) parkKeys(k shardKeys) []string {
-	if s.layout == layoutV2 {
+// parkKeys are the keys of park and bury on shard k in layout l.
+func parkKeys(k shardKeys, l int) []string {
+	if l == layoutV2 {
 		return []string{k.due, k.msg, k.inflight, k.dead, k.done, k.cancelled, k.counts}
 	}
 	return []string{k.due, k.msg, k.inflight, k.dead, k.done, k.cancelled, k.counts, k.ix, k.dn}

@@ -203,3 +203,78 @@ func TestStoreServesLayoutV2(t *testing.T) {
 	wantState(t, s, "d1", StateUnknown, -1)
 	wantState(t, s, "p", StateDelivered, later-later%1000)
 }
+
+// TestStoreCompatMode: while a member records no layout (a bridge of the release before
+// layout 3), the store writes layout 2, so that member's scripts see every done id; once
+// it is gone, layout 3 within one LiveMembers round, and layout 2's ids stay served.
+func TestStoreCompatMode(t *testing.T) {
+	s, r, c := newTestStore(t, Options{Shards: 1, DoneWindow: time.Minute})
+	ctx := storeCtx(t)
+	k := s.keys[0]
+	if l := s.WritingLayout(); l != layoutV3 {
+		t.Fatalf("a store with no members writes layout %d, want 3", l)
+	}
+	// A bridge of the previous release joins: it heartbeats without a layout.
+	ttl := 3 * time.Second
+	if err := c.ZAdd(ctx, s.membersKey, redis.Z{Score: float64(t0), Member: "old"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Heartbeat(ctx, "new", t0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.LiveMembers(ctx, t0, ttl); err != nil {
+		t.Fatal(err)
+	}
+	if l := s.WritingLayout(); l != layoutV2 {
+		t.Fatalf("with a layout-2 member live the store writes layout %d, want 2", l)
+	}
+	// A store opened now starts in compat mode too.
+	s2, err := New(ctx, r.Client(), Options{Shards: 1, DoneWindow: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := s2.WritingLayout(); l != layoutV2 {
+		t.Fatalf("a store opened beside a layout-2 member writes layout %d, want 2", l)
+	}
+	parkClaimAck(t, s, []string{"a"}, t0)
+	if _, _, err := s.Cancel(ctx, "tomb", t0, CancelOptions{Route: "orders", Tombstone: true}); err != nil {
+		t.Fatal(err)
+	}
+	if c.ZScore(ctx, k.done, "a").Val() != float64(t0) || !c.HExists(ctx, k.cancelled, "tomb").Val() || c.Exists(ctx, k.ix).Val() != 0 {
+		t.Fatal("in compat mode the done ids did not go to layout 2's done set and cancelled hash only")
+	}
+	// What the old member's scripts see (a store forced to layout 2 runs them).
+	old, err := New(ctx, r.Client(), Options{Shards: 1, DoneWindow: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.forceLayout(layoutV2); err != nil {
+		t.Fatal(err)
+	}
+	wantState(t, old, "a", StateDelivered, t0)
+	wantState(t, old, "tomb", StateCancelled, t0)
+
+	// The old member leaves: layout 3 from the next round on.
+	if err := c.ZRem(ctx, s.membersKey, "old").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.LiveMembers(ctx, t0+1000, ttl); err != nil {
+		t.Fatal(err)
+	}
+	if l := s.WritingLayout(); l != layoutV3 {
+		t.Fatalf("with only layout-3 members the store writes layout %d, want 3", l)
+	}
+	parkClaimAck(t, s, []string{"b"}, t0+1000)
+	if c.ZScore(ctx, k.done, "b").Err() != redis.Nil || c.HGet(ctx, k.ix, "n").Val() != "1" {
+		t.Fatal("after compat mode the done id did not go to the index")
+	}
+	wantState(t, s, "a", StateDelivered, t0)
+	wantState(t, s, "b", StateDelivered, t0+1000)
+	// Leave forgets the instance's layout with its membership.
+	if err := s.Leave(ctx, "new"); err != nil {
+		t.Fatal(err)
+	}
+	if c.HExists(ctx, s.layoutsKey, "new").Val() {
+		t.Fatal("Leave kept the layout of the instance")
+	}
+}

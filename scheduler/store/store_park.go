@@ -104,6 +104,7 @@ func (s *Store) ParkEach(ctx context.Context, envs []*envelope.Envelope) (prior 
 	}
 	var calls []call
 	var chunks [][]encoded
+	l := s.writing()
 	for gi, g := range groups {
 		k := s.keys[shards[gi]]
 		for _, ch := range chunk(g) {
@@ -111,11 +112,11 @@ func (s *Store) ParkEach(ctx context.Context, envs []*envelope.Envelope) (prior 
 			for _, it := range ch {
 				e := envs[it.idx]
 				args = append(args, e.ID, e.DueAt, it.data, e.Route)
-				if s.layout != layoutV2 {
+				if l != layoutV2 {
 					args = append(args, fingerprint(e.ID))
 				}
 			}
-			calls = append(calls, call{sc: s.sc().park, keys: s.parkKeys(k), args: args})
+			calls = append(calls, call{sc: s.scriptsOf(l).park, keys: parkKeys(k, l), args: args})
 			chunks = append(chunks, ch)
 		}
 	}
@@ -159,6 +160,7 @@ func (s *Store) Bury(ctx context.Context, envs []*envelope.Envelope, now int64) 
 	}
 	var calls []call
 	var chunks [][]encoded
+	l := s.writing()
 	for gi, g := range groups {
 		k := s.keys[shards[gi]]
 		for _, ch := range chunk(g) {
@@ -166,11 +168,11 @@ func (s *Store) Bury(ctx context.Context, envs []*envelope.Envelope, now int64) 
 			args = append(args, now)
 			for _, it := range ch {
 				args = append(args, envs[it.idx].ID, it.data, envs[it.idx].Route)
-				if s.layout != layoutV2 {
+				if l != layoutV2 {
 					args = append(args, fingerprint(envs[it.idx].ID))
 				}
 			}
-			calls = append(calls, call{sc: s.sc().bury, keys: s.parkKeys(k), args: args})
+			calls = append(calls, call{sc: s.scriptsOf(l).bury, keys: parkKeys(k, l), args: args})
 			chunks = append(chunks, ch)
 		}
 	}

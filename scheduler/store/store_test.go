@@ -407,8 +407,9 @@ func TestStoreKeysShareHashTag(t *testing.T) {
 	}
 	a, _ := c.ClusterKeySlot(ctx, s.membersKey).Result()
 	b, _ := c.ClusterKeySlot(ctx, s.metaKey).Result()
-	if a != b {
-		t.Fatalf("members and meta in slots %d and %d", a, b)
+	l, _ := c.ClusterKeySlot(ctx, s.layoutsKey).Result()
+	if a != b || a != l {
+		t.Fatalf("members, meta and layouts in slots %d, %d and %d", a, b, l)
 	}
 	// Scripts must not reference keys beyond KEYS: look for key-building in the sources.
 	// The one exception is the index helper (lua/index.lua), which appends to the
