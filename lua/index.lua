@@ -35,7 +35,7 @@ local FP = 12
 
 -- ixstart reads the index state of the shard: ixKey is P:{C:n}:ix, dnKey P:{C:n}:dn.
 local function ixstart(ixKey, dnKey)
-  IX.key, IX.dn = ixKey, dnKey
+  IX.key, IX.dn, IX.names = ixKey, dnKey, {}
   local v = redis.call('HMGET', ixKey, 'level', 'split', 'n')
   IX.level = tonumber(v[1]) or IX_LEVEL0
   IX.split = tonumber(v[2]) or 0
@@ -50,7 +50,12 @@ local function fphash(fp)
 end
 
 local function ixkey(k)
-  return IX.key .. ':' .. string.format('%d', k)
+  local name = IX.names[k]
+  if not name then
+    name = IX.key .. ':' .. string.format('%d', k)
+    IX.names[k] = name
+  end
+  return name
 end
 
 local function ixslot(fp)
@@ -86,9 +91,13 @@ local function ixdense(fps)
   return #fps >= 4 * (IX.m + IX.split)
 end
 
--- ixget returns the state of each fp (false when it has none).
+-- ixget returns the state of each fp (false when it has none); an empty index (n
+-- counts its entries exactly) is not read at all.
 local function ixget(fps)
   local out = {}
+  if IX.n == 0 then
+    return out
+  end
   if not ixdense(fps) then
     for i = 1, #fps do
       out[i] = redis.call('HGET', ixkey(ixslot(fps[i])), fps[i])
@@ -144,17 +153,23 @@ local function ixsplit()
     end
     local old, newk = ixkey(IX.split), IX.split + m
     local all = redis.call('HGETALL', old)
-    local mv, gone = {}, {}
+    local mv, keep, gone = {}, {}, 0
     for i = 1, #all, 2 do
+      local to = keep
       if fphash(all[i]) % (2 * m) == newk then
-        mv[#mv + 1] = all[i]
-        mv[#mv + 1] = all[i + 1]
-        gone[#gone + 1] = all[i]
+        to, gone = mv, gone + 1
       end
+      to[#to + 1] = all[i]
+      to[#to + 1] = all[i + 1]
     end
-    if #gone > 0 then
+    if gone > 0 then
+      -- Rebuilding the half that stays costs less than deleting the half that goes
+      -- from a listpack one field at a time (each a search and a move of the rest).
       redis.call('HSET', ixkey(newk), unpack(mv))
-      redis.call('HDEL', old, unpack(gone))
+      redis.call('DEL', old)
+      if #keep > 0 then
+        redis.call('HSET', old, unpack(keep))
+      end
     end
     IX.split = IX.split + 1
     if IX.split == m then
