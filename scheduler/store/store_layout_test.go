@@ -60,7 +60,8 @@ func TestStoreIndexLayout(t *testing.T) {
 	s, _, c := newTestStore(t, Options{Shards: 1, DoneWindow: time.Minute})
 	ctx := storeCtx(t)
 	k := s.keys[0]
-	const n = 3000
+	// More than 64 sub-hashes (the index's start) of 48 each: the index splits.
+	const n = 5000
 	idList := make([]string, n)
 	for i := range idList {
 		idList[i] = fmt.Sprintf("ix-%d", i)
@@ -80,8 +81,8 @@ func TestStoreIndexLayout(t *testing.T) {
 	if want := 1<<level + split; len(subs) != want {
 		t.Fatalf("%d sub-hashes, want 2^level+split = %d (%v)", len(subs), want, state)
 	}
-	if len(subs) < n/48 {
-		t.Fatalf("%d sub-hashes for %d entries: not split to the target of 48", len(subs), n)
+	if len(subs) < n/48 || level != 6 || split == 0 {
+		t.Fatalf("%d sub-hashes for %d entries (%v): not split to the target of 48", len(subs), n, state)
 	}
 	fps := map[string]bool{}
 	total := 0
@@ -109,7 +110,7 @@ func TestStoreIndexLayout(t *testing.T) {
 			t.Fatalf("%s is an index field itself", id)
 		}
 	}
-	// One done slice holds the 3000 fingerprints, one element per ack call.
+	// One done slice holds the 5000 fingerprints, one element per ack call.
 	slices := c.ZRange(ctx, k.dn, 0, -1).Val()
 	if len(slices) != 1 {
 		t.Fatalf("done slices %v, want one", slices)
@@ -120,16 +121,16 @@ func TestStoreIndexLayout(t *testing.T) {
 	}
 	wantState(t, s, idList[7], StateDelivered, t0)
 
-	// Past the window, tombstones trim a bounded number per call until nothing is left
-	// of the 3000 (only the tombstones themselves).
+	// Past the window, tombstones trim a bounded number per call (16) until nothing is
+	// left of the 5000 (only the tombstones themselves).
 	later := t0 + time.Minute.Milliseconds() + s.doneSliceMs()
-	for i := range 200 {
+	for i := range 400 {
 		if _, _, err := s.Cancel(ctx, fmt.Sprintf("trim-%d", i), later, CancelOptions{Route: "x", Tombstone: true}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if got := c.HGet(ctx, k.ix, "n").Val(); got != "200" {
-		t.Fatalf("index holds %s entries after the trim, want the 200 tombstones", got)
+	if got := c.HGet(ctx, k.ix, "n").Val(); got != "400" {
+		t.Fatalf("index holds %s entries after the trim, want the 400 tombstones", got)
 	}
 	for _, key := range scanKeys(t, c, k.dn+":*") {
 		if !strings.HasPrefix(key, fmt.Sprintf("%s:%d:", k.dn, later-later%s.doneSliceMs())) {

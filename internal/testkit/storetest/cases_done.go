@@ -15,6 +15,47 @@ import (
 func init() {
 	register("DoneWindowKeepsTheLatestState", caseDoneWindowKeepsTheLatestState)
 	register("DoneWindowByCancel", caseDoneWindowByCancel)
+	register("DoneWindowManyIDsInOneShard", caseDoneWindowManyIDsInOneShard)
+}
+
+// Thousands of ids delivered in one shard (enough to make the Redis store's index split
+// its sub-hashes several times, docs/ARCHITECTURE.md "The id index") are all remembered:
+// every replay is refused as delivered, and a new id among them is not.
+func caseDoneWindowManyIDsInOneShard(t *testing.T, newSubject func(Config) Subject) {
+	s := newSubject(Config{Shards: 1, DoneWindow: time.Hour}).Store
+	ctx := storeCtx(t)
+	const n = 4000
+	tok := mustLease(t, s, 0, "i1")
+	var replay []*envelope.Envelope
+	for start := 0; start < n; start += 500 {
+		var envs []*envelope.Envelope
+		for i := start; i < start+500; i++ {
+			envs = append(envs, env(fmt.Sprintf("many-%d", i), t0))
+		}
+		mustPark(t, s, envs...)
+		items, _ := mustClaim(t, s, 0, tok, t0, 500)
+		if len(items) != 500 {
+			t.Fatalf("claimed %d of 500", len(items))
+		}
+		if err := s.Ack(ctx, 0, ids(items), t0+int64(start)); err != nil {
+			t.Fatal(err)
+		}
+		replay = append(replay, envs...)
+	}
+	replay = append(replay, env("many-new", t0))
+	prior, _, err := s.ParkEach(ctx, replay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, st := range prior[:n] {
+		if st != store.StateDelivered {
+			t.Fatalf("replay of %s = %q, want delivered", replay[i].ID, st)
+		}
+	}
+	if prior[n] != store.StateUnknown {
+		t.Fatalf("a new id among %d remembered ones = %q, want parked", n, prior[n])
+	}
+	wantState(t, s, "many-3999", store.StateDelivered, doneSec(t0+3500))
 }
 
 // An id's done state is forgotten a window and a slice after its LAST state, not its
