@@ -232,6 +232,7 @@ func (b *Bridge) connectStore(ctx context.Context) (*store.Store, error) {
 		shardStore, err := store.New(ctx, b.rdb, store.Options{
 			Prefix: b.cfg.Prefix, Cluster: b.cfg.Cluster, Shards: b.cfg.Shards,
 			DoneWindow: b.cfg.Scheduler.DoneWindow, MinReplicas: b.cfg.Redis.MinReplicas, Observer: b.obs, Clock: b.clk,
+			Logger: b.log,
 		})
 		if err == nil {
 			return shardStore, nil

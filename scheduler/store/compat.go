@@ -42,12 +42,19 @@ func (s *Store) decideLayout(names []string, recorded map[string]string) {
 	if s.forced.Load() {
 		return
 	}
-	l := currentLayout
+	l, older := currentLayout, ""
 	for _, name := range names {
 		if v, err := strconv.Atoi(recorded[name]); err != nil || v < layoutV3 {
-			l = layoutV2
+			l, older = layoutV2, name
 			break
 		}
 	}
-	s.layout.Store(int32(l))
+	if prev := s.layout.Swap(int32(l)); int(prev) != l && s.opt.Logger != nil {
+		if l == layoutV2 {
+			s.opt.Logger.Info("store layout: writing layout 2 (compat mode) while an instance of an older release is a member",
+				"member", older)
+		} else if prev != 0 {
+			s.opt.Logger.Info("store layout: writing layout 3, every member records it")
+		}
+	}
 }

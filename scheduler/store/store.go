@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -70,6 +71,9 @@ type Options struct {
 	// Clock times Listen's reconnect waits; default the real clock. (Script times are
 	// passed by the caller, never read here.)
 	Clock clock.Clock
+	// Logger gets one info line whenever the store layout it writes changes (compat
+	// mode, compat.go); nil logs nothing.
+	Logger *slog.Logger
 }
 
 // shardKeys are the Redis keys of one shard. They share the hash tag {cluster:shard}, so

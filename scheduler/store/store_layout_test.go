@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"testing"
@@ -209,7 +210,8 @@ func TestStoreServesLayoutV2(t *testing.T) {
 // layout 3), the store writes layout 2, so that member's scripts see every done id; once
 // it is gone, layout 3 within one LiveMembers round, and layout 2's ids stay served.
 func TestStoreCompatMode(t *testing.T) {
-	s, r, c := newTestStore(t, Options{Shards: 1, DoneWindow: time.Minute})
+	var logs strings.Builder
+	s, r, c := newTestStore(t, Options{Shards: 1, DoneWindow: time.Minute, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	ctx := storeCtx(t)
 	k := s.keys[0]
 	if l := s.WritingLayout(); l != layoutV3 {
@@ -228,6 +230,9 @@ func TestStoreCompatMode(t *testing.T) {
 	}
 	if l := s.WritingLayout(); l != layoutV2 {
 		t.Fatalf("with a layout-2 member live the store writes layout %d, want 2", l)
+	}
+	if !strings.Contains(logs.String(), "compat mode") || !strings.Contains(logs.String(), "member=old") {
+		t.Fatalf("the switch to compat mode was not logged: %q", logs.String())
 	}
 	// A store opened now starts in compat mode too.
 	s2, err := New(ctx, r.Client(), Options{Shards: 1, DoneWindow: time.Minute})
@@ -264,6 +269,9 @@ func TestStoreCompatMode(t *testing.T) {
 	}
 	if l := s.WritingLayout(); l != layoutV3 {
 		t.Fatalf("with only layout-3 members the store writes layout %d, want 3", l)
+	}
+	if !strings.Contains(logs.String(), "writing layout 3") {
+		t.Fatalf("the end of compat mode was not logged: %q", logs.String())
 	}
 	parkClaimAck(t, s, []string{"b"}, t0+1000)
 	if c.ZScore(ctx, k.done, "b").Err() != redis.Nil || c.HGet(ctx, k.ix, "n").Val() != "1" {
