@@ -11,7 +11,19 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
+
+// newV2Store is newTestStore writing layout 2 (the release before issue 17, and compat
+// mode): the tests of that layout's keys use it.
+func newV2Store(t *testing.T, opt Options) (*Store, *testkit.Redis, *redis.Client) {
+	t.Helper()
+	s, r, c := newTestStore(t, opt)
+	if err := s.forceLayout(layoutV2); err != nil {
+		t.Fatal(err)
+	}
+	return s, r, c
+}
 
 // scanKeys lists the keys matching pattern.
 func scanKeys(t *testing.T, c *redis.Client, pattern string) []string {
@@ -78,39 +90,10 @@ func TestStoreIndexLayout(t *testing.T) {
 	if state["n"] != strconv.Itoa(n) {
 		t.Fatalf("index state %v, want n=%d", state, n)
 	}
-	subs := scanKeys(t, c, k.ix+":*")
-	if want := 1<<level + split; len(subs) != want {
-		t.Fatalf("%d sub-hashes, want 2^level+split = %d (%v)", len(subs), want, state)
+	if nb := 1<<level + split; nb < n/48 || level != 6 || split == 0 {
+		t.Fatalf("%d sub-hashes for %d entries (%v): not split to the target of 48", nb, n, state)
 	}
-	if len(subs) < n/48 || level != 6 || split == 0 {
-		t.Fatalf("%d sub-hashes for %d entries (%v): not split to the target of 48", len(subs), n, state)
-	}
-	fps := map[string]bool{}
-	total := 0
-	for _, sub := range subs {
-		if enc := c.ObjectEncoding(ctx, sub).Val(); enc != "listpack" && enc != "ziplist" {
-			t.Fatalf("%s is a %s (%d entries), want a listpack", sub, enc, c.HLen(ctx, sub).Val())
-		}
-		m := c.HGetAll(ctx, sub).Val()
-		total += len(m)
-		for f, v := range m {
-			fps[f] = true
-			if v != strconv.FormatInt(t0/1000, 10) {
-				t.Fatalf("%s: state %q, want the delivery time in seconds %d", sub, v, t0/1000)
-			}
-		}
-	}
-	if total != n {
-		t.Fatalf("%d entries in the sub-hashes, want %d", total, n)
-	}
-	for _, id := range idList {
-		if fp := fingerprint(id); len(fp) != fpBytes || !fps[fp] {
-			t.Fatalf("%s: its fingerprint (%d bytes) is not an index field", id, len(fp))
-		}
-		if fps[id] {
-			t.Fatalf("%s is an index field itself", id)
-		}
-	}
+	checkSubHashes(t, c, k, idList, 1<<level+split)
 	// One done slice holds the 5000 fingerprints, one element per ack call.
 	slices := c.ZRange(ctx, k.dn, 0, -1).Val()
 	if len(slices) != 1 {
@@ -139,6 +122,44 @@ func TestStoreIndexLayout(t *testing.T) {
 		}
 	}
 	wantState(t, s, idList[7], StateUnknown, -1)
+}
+
+// checkSubHashes: the index has want sub-hashes, all listpacks, holding exactly the
+// fingerprints of idList, each with the delivery time t0 in seconds.
+func checkSubHashes(t *testing.T, c *redis.Client, k shardKeys, idList []string, want int) {
+	t.Helper()
+	ctx := storeCtx(t)
+	n := len(idList)
+	subs := scanKeys(t, c, k.ix+":*")
+	if len(subs) != want {
+		t.Fatalf("%d sub-hashes, want 2^level+split = %d", len(subs), want)
+	}
+	fps := map[string]bool{}
+	total := 0
+	for _, sub := range subs {
+		if enc := c.ObjectEncoding(ctx, sub).Val(); enc != "listpack" && enc != "ziplist" {
+			t.Fatalf("%s is a %s (%d entries), want a listpack", sub, enc, c.HLen(ctx, sub).Val())
+		}
+		m := c.HGetAll(ctx, sub).Val()
+		total += len(m)
+		for f, v := range m {
+			fps[f] = true
+			if v != strconv.FormatInt(t0/1000, 10) {
+				t.Fatalf("%s: state %q, want the delivery time in seconds %d", sub, v, t0/1000)
+			}
+		}
+	}
+	if total != n {
+		t.Fatalf("%d entries in the sub-hashes, want %d", total, n)
+	}
+	for _, id := range idList {
+		if fp := fingerprint(id); len(fp) != fpBytes || !fps[fp] {
+			t.Fatalf("%s: its fingerprint (%d bytes) is not an index field", id, len(fp))
+		}
+		if fps[id] {
+			t.Fatalf("%s is an index field itself", id)
+		}
+	}
 }
 
 // TestStoreServesLayoutV2: a store written in layout 2 (by the previous release's
@@ -242,23 +263,7 @@ func TestStoreCompatMode(t *testing.T) {
 	if l := s2.WritingLayout(); l != layoutV2 {
 		t.Fatalf("a store opened beside a layout-2 member writes layout %d, want 2", l)
 	}
-	parkClaimAck(t, s, []string{"a"}, t0)
-	if _, _, err := s.Cancel(ctx, "tomb", t0, CancelOptions{Route: "orders", Tombstone: true}); err != nil {
-		t.Fatal(err)
-	}
-	if c.ZScore(ctx, k.done, "a").Val() != float64(t0) || !c.HExists(ctx, k.cancelled, "tomb").Val() || c.Exists(ctx, k.ix).Val() != 0 {
-		t.Fatal("in compat mode the done ids did not go to layout 2's done set and cancelled hash only")
-	}
-	// What the old member's scripts see (a store forced to layout 2 runs them).
-	old, err := New(ctx, r.Client(), Options{Shards: 1, DoneWindow: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := old.forceLayout(layoutV2); err != nil {
-		t.Fatal(err)
-	}
-	wantState(t, old, "a", StateDelivered, t0)
-	wantState(t, old, "tomb", StateCancelled, t0)
+	compatWritesLayoutV2(t, s, r, c)
 
 	// The old member leaves: layout 3 from the next round on.
 	if err := c.ZRem(ctx, s.membersKey, "old").Err(); err != nil {
@@ -286,4 +291,28 @@ func TestStoreCompatMode(t *testing.T) {
 	if c.HExists(ctx, s.layoutsKey, "new").Val() {
 		t.Fatal("Leave kept the layout of the instance")
 	}
+}
+
+// compatWritesLayoutV2: s, in compat mode, records done ids in layout 2 only, where the
+// previous release's scripts (a store forced to layout 2 runs them) see them.
+func compatWritesLayoutV2(t *testing.T, s *Store, r *testkit.Redis, c *redis.Client) {
+	t.Helper()
+	ctx := storeCtx(t)
+	k := s.keys[0]
+	parkClaimAck(t, s, []string{"a"}, t0)
+	if _, _, err := s.Cancel(ctx, "tomb", t0, CancelOptions{Route: "orders", Tombstone: true}); err != nil {
+		t.Fatal(err)
+	}
+	if c.ZScore(ctx, k.done, "a").Val() != float64(t0) || !c.HExists(ctx, k.cancelled, "tomb").Val() || c.Exists(ctx, k.ix).Val() != 0 {
+		t.Fatal("in compat mode the done ids did not go to layout 2's done set and cancelled hash only")
+	}
+	old, err := New(ctx, r.Client(), Options{Shards: 1, DoneWindow: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.forceLayout(layoutV2); err != nil {
+		t.Fatal(err)
+	}
+	wantState(t, old, "a", StateDelivered, t0)
+	wantState(t, old, "tomb", StateCancelled, t0)
 }

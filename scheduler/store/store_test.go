@@ -45,17 +45,6 @@ func newTestStore(t *testing.T, opt Options) (*Store, *testkit.Redis, *redis.Cli
 	return s, r, c
 }
 
-// newV2Store is newTestStore writing layout 2 (the release before issue 17, and compat
-// mode): the tests of that layout's keys use it.
-func newV2Store(t *testing.T, opt Options) (*Store, *testkit.Redis, *redis.Client) {
-	t.Helper()
-	s, r, c := newTestStore(t, opt)
-	if err := s.forceLayout(layoutV2); err != nil {
-		t.Fatal(err)
-	}
-	return s, r, c
-}
-
 func env(id string, due int64) *envelope.Envelope {
 	return &envelope.Envelope{
 		ID: id, Route: "orders", SourceBroker: envelope.BrokerKafka, Source: "orders.delay",
