@@ -1,30 +1,38 @@
--- ack: a claimed message was published; forget it and remember its id in done.
+-- ack: claimed messages were published; forget them and remember their ids in the done
+-- window.
 --
 -- KEYS[1] msg        HASH
 -- KEYS[2] inflight   ZSET
--- KEYS[3] done       ZSET id -> time delivered or cancelled (dedup window)
--- KEYS[4] cancelled  HASH id -> routes whose cancel it was: an acked id is delivered,
---                    so any (other route's) tombstone field goes
+-- KEYS[3] done       ZSET, layout 2's done window: trimmed, and an acked id's entry
+--                    dropped, while it exists
+-- KEYS[4] cancelled  HASH, layout 2's cancel routes (dropped with their done entries)
 -- KEYS[5] counts     HASH per-route counts (counts.lua, put in front by lua.go)
+-- KEYS[6] ix         HASH the id index's state (index.lua)
+-- KEYS[7] dn         ZSET the done slices (index.lua)
 -- ARGV[1] now (integer unix ms)
--- ARGV[2] remember: 1 to record acked ids in done, 0 when the dedup window is off
--- ARGV[3] trimBefore: done entries with a score below this are forgotten (now - window)
--- ARGV[4] trimLimit: forget at most this many per call, so one call stays short however
---         large done has grown
+-- ARGV[2] remember: 1 to record acked ids in the done window, 0 when it is off
+-- ARGV[3] trimBefore: done slices that ended at or before this are forgotten
+--         (now - window)
+-- ARGV[4] trimLimit: read at most this many remembered ids of old slices per call, so
+--         one call stays short however large the window has grown
 -- ARGV[5] 1 when each id is followed by its message's route (the caller has the
 --         envelopes: no envelope is read here), 0 when only ids follow (their routes
 --         are read from the envelopes, one HMGET)
--- ARGV[6..] ids (or id, route pairs); the caller bounds the batch (a few hundred: they
---         are unpacked at once)
+-- ARGV[6] the done slice width (ms)
+-- ARGV[7..] id, fp pairs (or id, route, fp triples); the caller bounds the batch (a few
+--         hundred: they are unpacked at once)
 -- Returns { acked, trimmed }.
 --
 -- Only an id still in inflight is acked: if it was recovered, cancelled or acked already,
--- it no longer belongs to this claim and must be left alone.
+-- it no longer belongs to this claim and must be left alone. An acked id's state becomes
+-- delivered, replacing any tombstone another route's cancel left.
 cstart(KEYS[5])
-local acked, zadd, scores, routes = {}, {}, {}, {}
+ixstart(KEYS[6], KEYS[7])
+local acked, fps, vals, scores, routes = {}, {}, {}, {}, {}
 local withRoutes = ARGV[5] == '1'
-local step = withRoutes and 2 or 1
-for i = 6, #ARGV, step do
+local step = withRoutes and 3 or 2
+local now = ARGV[1]
+for i = 7, #ARGV, step do
   local id = ARGV[i]
   local score
   if not C.exact then
@@ -36,10 +44,11 @@ for i = 6, #ARGV, step do
     if withRoutes then
       routes[#acked] = ARGV[i + 1]
     end
-    zadd[#zadd + 1] = ARGV[1]
-    zadd[#zadd + 1] = id
+    fps[#acked] = ARGV[i + step - 1]
+    vals[#acked] = doneAt(now)
   end
 end
+local legacy = redis.call('EXISTS', KEYS[3]) == 1
 if #acked > 0 then
   if not withRoutes then
     local envs = redis.call('HMGET', KEYS[1], unpack(acked))
@@ -52,14 +61,23 @@ if #acked > 0 then
   end
   cflush()
   redis.call('HDEL', KEYS[1], unpack(acked))
-  redis.call('HDEL', KEYS[4], unpack(acked))
+  if legacy then
+    redis.call('ZREM', KEYS[3], unpack(acked))
+    redis.call('HDEL', KEYS[4], unpack(acked))
+  end
   if ARGV[2] == '1' then
-    redis.call('ZADD', KEYS[3], unpack(zadd))
+    ixset(fps, vals)
+    dnrecord(fps, now, ARGV[6])
   end
 end
-local old = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. ARGV[3], 'LIMIT', 0, ARGV[4])
-if #old > 0 then
-  redis.call('ZREM', KEYS[3], unpack(old))
-  redis.call('HDEL', KEYS[4], unpack(old))
+local trimmed = dntrim(ARGV[3], ARGV[4])
+if legacy then
+  local old = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. ARGV[3], 'LIMIT', 0, ARGV[4])
+  if #old > 0 then
+    redis.call('ZREM', KEYS[3], unpack(old))
+    redis.call('HDEL', KEYS[4], unpack(old))
+    trimmed = trimmed + #old
+  end
 end
-return { #acked, #old }
+ixflush()
+return { #acked, trimmed }

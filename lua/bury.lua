@@ -2,33 +2,39 @@
 -- idempotently by id (same rules as park), so bad input never blocks a partition or a
 -- queue and is never silently dropped.
 --
--- KEYS[1] due        ZSET
--- KEYS[2] msg        HASH id -> envelope (its Reason says why it is dead)
--- KEYS[3] inflight   ZSET
--- KEYS[4] dead       ZSET id -> time dead-lettered
--- KEYS[5] done       ZSET
--- KEYS[6] cancelled  HASH id -> routes whose cancel it was (as in park)
--- KEYS[7] counts     HASH per-route counts (counts.lua)
+-- KEYS[1..9] as in park: due, msg (id -> envelope; its Reason says why it is dead),
+--            inflight, dead (ZSET id -> time dead-lettered), done and cancelled
+--            (layout 2's done window, read while it exists), counts, ix, dn
 -- ARGV[1] now (integer unix ms): the dead-letter time
--- ARGV[2..] triples: id, envelope bytes, route; the caller bounds the batch.
--- Returns an array with one string per triple: "buried", or why it was refused (the
+-- ARGV[2..] quadruples: id, envelope bytes, route, fp; the caller bounds the batch.
+-- Returns an array with one string per quadruple: "buried", or why it was refused (the
 -- state the id is already in, as in park), so a replayed batch is neither counted nor
 -- copied to the dead-letter target again.
--- hasRoute comes from routes.lua, cstart/cadd/cflush from counts.lua, which lua.go puts
--- in front of this script.
+-- hasRoute comes from routes.lua, cstart/cadd/cflush from counts.lua, ixstart/ixget/
+-- doneOf from index.lua, which lua.go puts in front of this script.
 cstart(KEYS[7])
+ixstart(KEYS[8], KEYS[9])
+local legacy = redis.call('EXISTS', KEYS[5]) == 1
+local fps = {}
+for i = 5, #ARGV, 4 do
+  fps[#fps + 1] = ARGV[i]
+end
+local states = ixget(fps)
 local out = {}
 local n = 0
 local now = ARGV[1]
-for i = 2, #ARGV, 3 do
-  local id = ARGV[i]
+for i = 2, #ARGV, 4 do
+  local id, route = ARGV[i], ARGV[i + 2]
   local st
   n = n + 1
-  if redis.call('ZSCORE', KEYS[5], id) then
-    local routes = redis.call('HGET', KEYS[6], id)
+  local t, routes = doneOf(states[n])
+  if not t and legacy and redis.call('ZSCORE', KEYS[5], id) then
+    t, routes = 1, redis.call('HGET', KEYS[6], id)
+  end
+  if t then
     if not routes then
       st = 'delivered'
-    elseif hasRoute(routes, ARGV[i + 2]) then
+    elseif hasRoute(routes, route) then
       st = 'cancelled'
     end
   end
@@ -42,7 +48,7 @@ for i = 2, #ARGV, 3 do
     else
       redis.call('HSET', KEYS[2], id, ARGV[i + 1])
       redis.call('ZADD', KEYS[4], now, id)
-      cadd('dead', ARGV[i + 2], 1, now, id)
+      cadd('dead', route, 1, now, id)
       st = 'buried'
     end
   end

@@ -1,16 +1,19 @@
--- cancel: remove a message by id wherever it is, and remember it in done as cancelled,
--- so that a replayed ingress record of its route cannot park it again.
+-- cancel: remove a message by id wherever it is, and remember it in the done window as
+-- cancelled, so that a replayed ingress record of its route cannot park it again.
 --
 -- KEYS[1] due        ZSET
 -- KEYS[2] msg        HASH
 -- KEYS[3] inflight   ZSET
 -- KEYS[4] dead       ZSET
--- KEYS[5] done       ZSET id -> time delivered or cancelled
--- KEYS[6] cancelled  HASH id -> routes whose cancel it was, "<length>:<route>" each
+-- KEYS[5] done       ZSET, layout 2's done window (read, and the id's entry moved to
+--                    the index, while it exists)
+-- KEYS[6] cancelled  HASH, layout 2's cancel routes
 -- KEYS[7] counts     HASH per-route counts (counts.lua)
+-- KEYS[8] ix         HASH the id index's state (index.lua)
+-- KEYS[9] dn         ZSET the done slices (index.lua)
 -- ARGV[1] id
 -- ARGV[2] now (integer unix ms)
--- ARGV[3] remember: 1 to record the id in done, 0 when the dedup window is off
+-- ARGV[3] remember: 1 to record the id in the done window, 0 when it is off
 -- ARGV[4] trimBefore, ARGV[5] trimLimit: as in ack
 -- ARGV[6] route: the cancelled message's route, or for a tombstone the cancel's route
 -- ARGV[7] expected: SHA-1 (hex) of the envelope the caller read and checked the route
@@ -20,26 +23,47 @@
 --         without the script parsing envelopes.
 -- ARGV[8] tombstone: 1 to remember an unknown id as cancelled for ARGV[6] (a cancel that
 --         arrives before its message, on the message's route), 0 to leave no trace
+-- ARGV[9] fp: 12 bytes of SHA-256(id)
+-- ARGV[10] the done slice width (ms)
 -- Returns the state the id was in: "pending", "inflight", "dead" (now cancelled),
 -- "delivered" or "cancelled" (already gone: nothing changes), "" (unknown: tombstoned
 -- when asked) or "stale".
 --
 -- Cancelling an inflight message cannot recall a publish already under way; it only
 -- makes its ack or retry a no-op.
--- hasRoute comes from routes.lua, cstart/cadd/cflush from counts.lua, which lua.go puts
--- in front of this script.
+-- hasRoute comes from routes.lua, cstart/cadd/cflush from counts.lua, the ix*/dn*
+-- helpers from index.lua, which lua.go puts in front of this script.
 local function entry(route)
   return string.format('%d:', #route) .. route
 end
-local function trim()
-  local old = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', '(' .. ARGV[4], 'LIMIT', 0, ARGV[5])
-  if #old > 0 then
-    redis.call('ZREM', KEYS[5], unpack(old))
-    redis.call('HDEL', KEYS[6], unpack(old))
-  end
-end
-local id, route, expected = ARGV[1], ARGV[6], ARGV[7]
+local id, now, route, expected, fp = ARGV[1], ARGV[2], ARGV[6], ARGV[7], ARGV[9]
 local remember = ARGV[3] == '1'
+ixstart(KEYS[8], KEYS[9])
+local legacy = redis.call('EXISTS', KEYS[5]) == 1
+-- done: whether the id is remembered, and the routes of its cancels (nil: delivered).
+local done, doneRoutes = doneOf(ixget({ fp })[1])
+if not done and legacy and redis.call('ZSCORE', KEYS[5], id) then
+  done, doneRoutes = 1, redis.call('HGET', KEYS[6], id)
+end
+local function finish(routes)
+  if remember then
+    ixset({ fp }, { cancelledAt(now, routes) })
+    dnrecord({ fp }, now, ARGV[10])
+    if legacy then
+      redis.call('ZREM', KEYS[5], id)
+      redis.call('HDEL', KEYS[6], id)
+    end
+  end
+  dntrim(ARGV[4], ARGV[5])
+  if legacy then
+    local old = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', '(' .. ARGV[4], 'LIMIT', 0, ARGV[5])
+    if #old > 0 then
+      redis.call('ZREM', KEYS[5], unpack(old))
+      redis.call('HDEL', KEYS[6], unpack(old))
+    end
+  end
+  ixflush()
+end
 local prior = ''
 local set
 local score = redis.call('ZSCORE', KEYS[1], id)
@@ -70,43 +94,29 @@ if prior ~= '' then
   cstart(KEYS[7])
   cadd(prior, routeOf(env), -1, score, id)
   cflush()
-  if remember then
-    -- Keep another route's tombstone for this id (its message may still come).
-    local routes = entry(route)
-    if redis.call('ZSCORE', KEYS[5], id) then
-      local old = redis.call('HGET', KEYS[6], id)
-      if old and not hasRoute(old, route) then
-        routes = old .. routes
-      end
-    end
-    redis.call('ZADD', KEYS[5], ARGV[2], id)
-    redis.call('HSET', KEYS[6], id, routes)
+  -- Keep another route's tombstone for this id (its message may still come).
+  local routes = entry(route)
+  if doneRoutes and not hasRoute(doneRoutes, route) then
+    routes = doneRoutes .. routes
   end
-  trim()
+  finish(routes)
   return prior
 end
 if expected ~= '' then
   return 'stale' -- the envelope the caller checked is gone
 end
-if redis.call('ZSCORE', KEYS[5], id) then
-  local routes = redis.call('HGET', KEYS[6], id)
-  if not routes then
+if done then
+  if not doneRoutes then
     return 'delivered'
   end
-  if ARGV[8] ~= '1' or hasRoute(routes, route) then
+  if ARGV[8] ~= '1' or hasRoute(doneRoutes, route) then
     return 'cancelled'
   end
   -- Another route's tombstone: this route's cancel leaves its own beside it.
-  if remember then
-    redis.call('ZADD', KEYS[5], ARGV[2], id)
-    redis.call('HSET', KEYS[6], id, routes .. entry(route))
-  end
-  trim()
+  finish(doneRoutes .. entry(route))
   return ''
 end
-if ARGV[8] == '1' and remember then
-  redis.call('ZADD', KEYS[5], ARGV[2], id)
-  redis.call('HSET', KEYS[6], id, entry(route))
-  trim()
+if ARGV[8] == '1' then
+  finish(entry(route))
 end
 return ''

@@ -4,14 +4,18 @@
 -- KEYS[2] msg        HASH id -> envelope
 -- KEYS[3] inflight   ZSET id -> lease deadline
 -- KEYS[4] dead       ZSET id -> time dead-lettered
--- KEYS[5] done       ZSET id -> time delivered or cancelled
--- KEYS[6] cancelled  HASH id -> routes whose cancel it was
+-- KEYS[5] done       ZSET, layout 2's done window: id -> time delivered or cancelled
+-- KEYS[6] cancelled  HASH, layout 2's cancel routes
+-- KEYS[7] ix         HASH the id index's state (index.lua)
 -- ARGV[1] id
+-- ARGV[2] fp: 12 bytes of SHA-256(id)
 -- Returns { state, score, envelope } with state "pending", "inflight", "dead",
--- "delivered" or "cancelled" and score the sorted-set score in that state (unix ms);
--- "delivered" and "cancelled" have no envelope; an unknown id returns { "" }.
--- A done entry without a cancelled field reads "delivered" (also those written by
--- bridges that recorded cancels in done without the cancelled hash).
+-- "delivered" or "cancelled" and score the time in that state (due time, lease
+-- deadline, time dead-lettered, delivered or cancelled; unix ms); "delivered" and
+-- "cancelled" have no envelope; an unknown id returns { "" }.
+-- A layout-2 done entry without a cancelled field reads "delivered" (also those written
+-- by bridges that recorded cancels in done without the cancelled hash).
+-- ixstart/ixget/doneOf come from index.lua, which lua.go puts in front of this script.
 local id = ARGV[1]
 local states = { 'pending', 'inflight', 'dead' }
 for i = 1, 3 do
@@ -25,6 +29,14 @@ for i = 1, 3 do
     end
     return { states[i], tonumber(score) }
   end
+end
+ixstart(KEYS[7], '')
+local t, routes = doneOf(ixget({ ARGV[2] })[1])
+if t then
+  if routes then
+    return { 'cancelled', t }
+  end
+  return { 'delivered', t }
 end
 local score = redis.call('ZSCORE', KEYS[5], id)
 if score then

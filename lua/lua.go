@@ -4,8 +4,11 @@
 // package membership runs the lease_* scripts on Kafka partition leases too.
 //
 // Conventions every script keeps, because the store relies on them:
-//   - every key is passed in KEYS, never built inside the script, and all keys of one
-//     call share one Redis Cluster hash tag, so a script touches exactly one slot;
+//   - every key is passed in KEYS, and all keys of one call share one Redis Cluster
+//     hash tag, so a script touches exactly one slot. The one exception is index.lua:
+//     the index sub-hashes and done slices of store layout 3 are many keys whose names
+//     depend on the data, so it builds them by appending to a key passed in KEYS (the
+//     shard's P:{C:n}:ix and P:{C:n}:dn), which keeps the hash tag and so the slot;
 //   - times are integer unix milliseconds passed in ARGV (never TIME), so tests can
 //     inject time and the scripts stay deterministic for replication;
 //   - batches are bounded by the caller or by a LIMIT argument, so no call blocks Redis
@@ -18,12 +21,15 @@ package lua
 import _ "embed"
 
 // routes.lua is put in front of the scripts that read route lists, counts.lua in front
-// of those that move messages (they keep the per-route counts).
+// of those that move messages (they keep the per-route counts), index.lua in front of
+// those that read or write the done window of layout 3.
 var (
 	//go:embed routes.lua
 	routes string
 	//go:embed counts.lua
 	counts string
+	//go:embed index.lua
+	index string
 	//go:embed park.lua
 	park string
 	//go:embed bury.lua
@@ -50,23 +56,30 @@ var (
 
 // The scripts that move messages, with their helpers in front.
 var (
-	Park           = routes + counts + park
-	Bury           = routes + counts + bury
-	Cancel         = routes + counts + cancel
+	Park           = routes + counts + index + park
+	Bury           = routes + counts + index + bury
+	Cancel         = routes + counts + index + cancel
 	Claim          = counts + claim
-	Ack            = counts + ack
+	Ack            = counts + index + ack
 	Retry          = counts + retry
 	Recover        = counts + recover
-	Reschedule     = counts + reschedule
+	Reschedule     = counts + index + reschedule
 	PurgeDead      = counts + purgeDead
 	PurgeDeadIDs   = counts + purgeDeadIDs
 	CountsBackfill = counts + countsBackfill
 )
 
+// IndexHelper is index.lua, the helper put in front of the scripts of layout 3's done
+// window: the only source that builds key names (tests look for others that do).
+var IndexHelper = index
+
+// Get is get.lua with its helper in front.
+var Get = index + get
+
 // Script sources, named after their files.
 var (
 	//go:embed get.lua
-	Get string
+	get string
 	//go:embed browse.lua
 	Browse string
 	//go:embed job_claim.lua
@@ -87,6 +100,31 @@ var (
 	ScheduleDelete string
 	//go:embed schedule_plan.lua
 	SchedulePlan string
+)
+
+// The layout-2 scripts (v2/, as the release before layout 3 ran them) that differ in
+// layout 3: a store writes with them while a bridge of that release is a live member
+// (compat mode), and BenchmarkStoreLayout measures them as the baseline.
+var (
+	//go:embed v2/park.lua
+	v2park string
+	//go:embed v2/bury.lua
+	v2bury string
+	//go:embed v2/cancel.lua
+	v2cancel string
+	//go:embed v2/ack.lua
+	v2ack string
+	//go:embed v2/get.lua
+	v2get string
+	//go:embed v2/reschedule.lua
+	v2reschedule string
+
+	V2Park       = routes + counts + v2park
+	V2Bury       = routes + counts + v2bury
+	V2Cancel     = routes + counts + v2cancel
+	V2Ack        = counts + v2ack
+	V2Get        = v2get
+	V2Reschedule = counts + v2reschedule
 )
 
 // All returns every script by name (the file name without ".lua"), for callers that
@@ -115,5 +153,11 @@ func All() map[string]string {
 		"schedule_put":    SchedulePut,
 		"schedule_delete": ScheduleDelete,
 		"schedule_plan":   SchedulePlan,
+		"v2/park":         V2Park,
+		"v2/bury":         V2Bury,
+		"v2/cancel":       V2Cancel,
+		"v2/ack":          V2Ack,
+		"v2/get":          V2Get,
+		"v2/reschedule":   V2Reschedule,
 	}
 }

@@ -4,32 +4,36 @@
 -- KEYS[2] msg       HASH
 -- KEYS[3] inflight  ZSET
 -- KEYS[4] dead      ZSET
--- KEYS[5] done      ZSET
--- KEYS[6] cancelled HASH (done ids that were cancelled)
+-- KEYS[5] done      ZSET, layout 2's done window
+-- KEYS[6] cancelled HASH, layout 2's cancel routes (done ids that were cancelled)
 -- KEYS[7] counts    HASH per-route counts (counts.lua, put in front by lua.go)
+-- KEYS[8] ix        HASH the id index's state (index.lua), for the done window
 -- ARGV[1] id
 -- ARGV[2] new due (integer unix ms)
--- ARGV[3] optional: envelope to store (a pending message's with DueAt = the new due; a
+-- ARGV[3] fp: 12 bytes of SHA-256(id)
+-- ARGV[4] optional: envelope to store (a pending message's with DueAt = the new due; a
 --         dead letter's with reason and attempts cleared by the caller); without it the
 --         envelope is kept
--- ARGV[4] optional with ARGV[3]: the score (due time or dead-letter time) the caller
+-- ARGV[5] optional with ARGV[4]: the score (due time or dead-letter time) the caller
 --         read the envelope at; if it changed since, nothing is done and "stale" is
 --         returned so the caller can read again instead of overwriting a newer envelope
 -- Returns the state the id was in: "pending" (due time changed), "dead" (moved to
 -- due), "inflight", "delivered", "cancelled" or "" (unchanged:
 -- a message being published or already gone cannot be rescheduled), or "stale".
--- The route is read from the envelope stored (ARGV[3], else the one kept).
+-- The route is read from the envelope stored (ARGV[4], else the one kept).
+-- ixstart/ixget/doneOf come from index.lua, which lua.go puts in front of this script.
 local id = ARGV[1]
+local newEnv, readAt = ARGV[4], ARGV[5]
 local function route()
-  return routeOf(ARGV[3] or redis.call('HGET', KEYS[2], id))
+  return routeOf(newEnv or redis.call('HGET', KEYS[2], id))
 end
 local dueAt = redis.call('ZSCORE', KEYS[1], id)
 if dueAt then
-  if ARGV[3] then
-    if ARGV[4] and tonumber(dueAt) ~= tonumber(ARGV[4]) then
+  if newEnv then
+    if readAt and tonumber(dueAt) ~= tonumber(readAt) then
       return 'stale'
     end
-    redis.call('HSET', KEYS[2], id, ARGV[3])
+    redis.call('HSET', KEYS[2], id, newEnv)
   end
   redis.call('ZADD', KEYS[1], ARGV[2], id)
   cstart(KEYS[7])
@@ -45,11 +49,11 @@ if dueAt then
 end
 local deadAt = redis.call('ZSCORE', KEYS[4], id)
 if deadAt then
-  if ARGV[3] then
-    if ARGV[4] and tonumber(deadAt) ~= tonumber(ARGV[4]) then
+  if newEnv then
+    if readAt and tonumber(deadAt) ~= tonumber(readAt) then
       return 'stale'
     end
-    redis.call('HSET', KEYS[2], id, ARGV[3])
+    redis.call('HSET', KEYS[2], id, newEnv)
   end
   redis.call('ZREM', KEYS[4], id)
   redis.call('ZADD', KEYS[1], ARGV[2], id)
@@ -62,6 +66,14 @@ if deadAt then
 end
 if redis.call('ZSCORE', KEYS[3], id) then
   return 'inflight'
+end
+ixstart(KEYS[8], '')
+local t, routes = doneOf(ixget({ ARGV[3] })[1])
+if t then
+  if routes then
+    return 'cancelled'
+  end
+  return 'delivered'
 end
 if redis.call('ZSCORE', KEYS[5], id) then
   if redis.call('HEXISTS', KEYS[6], id) == 1 then

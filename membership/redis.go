@@ -40,7 +40,7 @@ func (r *Redis) Heartbeat(ctx context.Context, instance string, now int64) error
 	if err := CheckInstance(instance); err != nil {
 		return err
 	}
-	if err := r.rdb.ZAdd(ctx, r.members, redis.Z{Score: float64(now), Member: instance}).Err(); err != nil {
+	if err := r.rdb.ZAdd(ctx, r.members, heartbeatZ(instance, now)).Err(); err != nil {
 		return fmt.Errorf("membership: heartbeat: %w", err)
 	}
 	return nil
@@ -52,20 +52,12 @@ func (r *Redis) Heartbeat(ctx context.Context, instance string, now int64) error
 // that went away without Leave (a crashed pod with a generated name) do not pile up,
 // while one with a lagging clock is not evicted by the next reader.
 func (r *Redis) Live(ctx context.Context, now int64, maxAge time.Duration) ([]Member, error) {
-	age := maxAge.Milliseconds()
 	pipe := r.rdb.Pipeline()
-	pipe.ZRemRangeByScore(ctx, r.members, "-inf", "("+strconv.FormatInt(now-10*age, 10))
-	live := pipe.ZRangeByScoreWithScores(ctx, r.members, &redis.ZRangeBy{Min: strconv.FormatInt(now-age, 10), Max: "+inf"})
+	live := r.LiveIn(ctx, pipe, now, maxAge)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("membership: members: %w", err)
 	}
-	out := make([]Member, 0, len(live.Val()))
-	for _, z := range live.Val() {
-		name, _ := z.Member.(string)
-		out = append(out, Member{Name: name, Heartbeat: int64(z.Score)})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out, nil
+	return live(), nil
 }
 
 // Leave removes instance from the members at once (graceful shutdown).
@@ -74,6 +66,46 @@ func (r *Redis) Leave(ctx context.Context, instance string) error {
 		return fmt.Errorf("membership: leave: %w", err)
 	}
 	return nil
+}
+
+// The same three on a caller's pipeline, for a caller that keeps something of its own
+// beside each member in the same round trip (the shard store records each member's
+// store layout with its heartbeat, in a MULTI; every key of a cluster's membership
+// shares the hash tag {C}). They queue commands only: the caller runs pipe.Exec.
+
+// HeartbeatIn queues Heartbeat on pipe.
+func (r *Redis) HeartbeatIn(ctx context.Context, pipe redis.Pipeliner, instance string, now int64) error {
+	if err := CheckInstance(instance); err != nil {
+		return err
+	}
+	pipe.ZAdd(ctx, r.members, heartbeatZ(instance, now))
+	return nil
+}
+
+// LiveIn queues Live's reads on pipe; the function it returns gives Live's result once
+// pipe has run without error.
+func (r *Redis) LiveIn(ctx context.Context, pipe redis.Pipeliner, now int64, maxAge time.Duration) func() []Member {
+	age := maxAge.Milliseconds()
+	pipe.ZRemRangeByScore(ctx, r.members, "-inf", "("+strconv.FormatInt(now-10*age, 10))
+	live := pipe.ZRangeByScoreWithScores(ctx, r.members, &redis.ZRangeBy{Min: strconv.FormatInt(now-age, 10), Max: "+inf"})
+	return func() []Member {
+		out := make([]Member, 0, len(live.Val()))
+		for _, z := range live.Val() {
+			name, _ := z.Member.(string)
+			out = append(out, Member{Name: name, Heartbeat: int64(z.Score)})
+		}
+		sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+		return out
+	}
+}
+
+// LeaveIn queues Leave on pipe.
+func (r *Redis) LeaveIn(ctx context.Context, pipe redis.Pipeliner, instance string) {
+	pipe.ZRem(ctx, r.members, instance)
+}
+
+func heartbeatZ(instance string, now int64) redis.Z {
+	return redis.Z{Score: float64(now), Member: instance}
 }
 
 // Acquire tries to take every lease of keys for holder for ttl, in one pipelined round

@@ -147,7 +147,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	} else if side != nil {
 		defer side.Stop() // before the sinks close: its last attempt still publishes
 	}
-	sources, err := b.buildSources(conns)
+	sources, err := b.buildSources(conns, shardStore)
 	if err != nil {
 		return err
 	}
@@ -296,6 +296,7 @@ func (b *Bridge) connectStore(ctx context.Context) (storeapi.Store, error) {
 		shardStore, err := store.New(ctx, b.rdb, store.Options{
 			Prefix: b.cfg.Prefix, Cluster: b.cfg.Cluster, Shards: b.cfg.Shards,
 			DoneWindow: b.cfg.Scheduler.DoneWindow, MinReplicas: b.cfg.Redis.MinReplicas, Observer: b.obs, Clock: b.clk,
+			Logger: b.log,
 		})
 		if err == nil {
 			return shardStore, nil

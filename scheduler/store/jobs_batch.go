@@ -34,7 +34,7 @@ type rawState struct {
 func (s *Store) getMany(ctx context.Context, ids []string) ([]rawState, error) {
 	calls := make([]call, len(ids))
 	for i, id := range ids {
-		calls[i] = call{sc: s.get, keys: s.idKeys(id), args: []any{id}}
+		calls[i] = s.getCall(id)
 	}
 	cmds, err := s.evalPipelined(ctx, calls, false)
 	if err != nil {
@@ -105,8 +105,8 @@ func (s *Store) CancelBatch(ctx context.Context, items []BatchItem, q BrowseQuer
 				res[i].Prior = StateUnknown // unreadable: cannot tell whether it matches
 				continue
 			}
-			calls = append(calls, call{sc: s.cancel, keys: s.idKeys(items[i].ID), args: []any{items[i].ID, now,
-				remember, trimBefore, trimLimit, res[i].Route, hex.EncodeToString(sum[:]), 0}})
+			calls = append(calls, s.cancelCall(items[i].ID, now, remember, trimBefore, trimLimit, res[i].Route,
+				hex.EncodeToString(sum[:]), 0))
 			callIdx = append(callIdx, i)
 		}
 		cmds, err := s.evalPipelined(ctx, calls, false)
@@ -189,19 +189,19 @@ func (s *Store) rewriteBatch(ctx context.Context, ids []string, change func(i in
 			res[i].Prior = leftAlone(g.state)
 			continue
 		}
-		args := []any{ids[i], due}
+		var rest []any
 		if e != nil {
 			data, err := envelope.Encode(e)
 			if err != nil {
 				res[i].Err = fmt.Errorf("scheduler: encode envelope %q: %w", ids[i], errors.Join(ErrInvalid, err))
 				continue
 			}
-			args = append(args, data, g.score)
+			rest = []any{data, g.score}
 		} else if g.state == StatePending {
 			res[i].Err = fmt.Errorf("scheduler: reschedule %q: %w", ids[i], envelope.ErrCorrupt)
 			continue
 		}
-		calls = append(calls, call{sc: s.reschedule, keys: s.idKeys(ids[i]), args: args})
+		calls = append(calls, s.rescheduleCall(ids[i], due, rest...))
 		callIdx = append(callIdx, i)
 	}
 	cmds, err := s.evalPipelined(ctx, calls, false)

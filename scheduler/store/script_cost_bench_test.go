@@ -20,8 +20,19 @@ import (
 // interleaved, and taking the best of several runs:
 //
 //	go test ./scheduler/store -run '^$' -bench 'BenchmarkStoreScriptCost' -count 6
+//
+// Each store layout (BenchmarkStoreLayout) is a sub-benchmark.
 func BenchmarkStoreScriptCost(b *testing.B) {
+	for _, l := range benchLayouts {
+		b.Run(fmt.Sprintf("layout=v%d", l), func(b *testing.B) { benchScriptCost(b, l) })
+	}
+}
+
+func benchScriptCost(b *testing.B, layout int) {
 	s, c := benchStore(b, 1)
+	if err := s.forceLayout(layout); err != nil {
+		b.Fatal(err)
+	}
 	ctx := context.Background()
 	tok, err := s.AcquireLease(ctx, 0, "bench", time.Hour)
 	if err != nil {

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -50,12 +51,16 @@ type Options struct {
 	// Clock times Listen's reconnect waits; default the real clock. (Script times are
 	// passed by the caller, never read here.)
 	Clock clock.Clock
+	// Logger gets one info line whenever the store layout it writes changes (compat
+	// mode, compat.go); nil logs nothing.
+	Logger *slog.Logger
 }
 
 // shardKeys are the Redis keys of one shard. They share the hash tag {cluster:shard}, so
 // on Redis Cluster every script call touches one slot.
 type shardKeys struct {
 	due, msg, inflight, dead, done, cancelled, owner, fence, counts string
+	ix, dn                                                          string // layout 3
 }
 
 type script struct {
@@ -73,9 +78,14 @@ type script struct {
 //	P:{C:n}:msg       HASH   id -> envelope; present exactly for ids in due, inflight, dead
 //	P:{C:n}:inflight  ZSET   id -> lease deadline
 //	P:{C:n}:dead      ZSET   id -> time dead-lettered
-//	P:{C:n}:done      ZSET   id -> time delivered or cancelled (dedup window, trimmed)
-//	P:{C:n}:cancelled HASH   id -> routes of its cancel, for the done ids that were
-//	                         cancelled rather than delivered (trimmed with done)
+//	P:{C:n}:ix        HASH   the id index's state: level, split, n (entries), tcur
+//	P:{C:n}:ix:<k>    HASH   fp -> done state, one small (listpack) sub-hash of the
+//	                         index: the done window (dedup), fp = 12 bytes of SHA-256(id)
+//	P:{C:n}:dn        ZSET   "<start>:<width>" -> end: the done window's time slices
+//	P:{C:n}:dn:<s>:<w> LIST  the fps remembered in that slice, for trimming it
+//	P:{C:n}:done      ZSET   layout 2's done window: id -> time delivered or cancelled
+//	P:{C:n}:cancelled HASH   layout 2's cancel routes of its done ids; both are read
+//	                         and trimmed while they exist (store_layout.go)
 //	P:{C:n}:owner     STRING "instance|token", PX lease TTL
 //	P:{C:n}:fence     STRING counter behind the fencing tokens (never expires)
 //	P:{C:n}:counts    HASH   "<state>:<route>" -> messages of that route pending, inflight,
@@ -102,10 +112,16 @@ type Store struct {
 	members    *membership.Redis
 	wakeCh     string
 	exact      countsExact
+	// layout is the Redis layout this store writes (store_layout.go: writing), forced
+	// when a test or benchmark chose it; v2 and v3 are the scripts that differ between
+	// the layouts. layoutsKey records each member's layout (compat.go).
+	layout     atomic.Int32
+	forced     atomic.Bool
+	v2, v3     byLayout
+	layoutsKey string
 
-	park, bury, claim, ack, retry, recover, cancel, reschedule, get, purgeDead *script
-	browse                                                                     *script
-	leaseAcquire, leaseRenew, leaseRelease                                     *script
+	claim, retry, recover, purgeDead, browse *script
+	leaseAcquire, leaseRenew, leaseRelease   *script
 }
 
 // New checks the recorded shard count (recording it on first start) and loads the
@@ -147,19 +163,20 @@ func New(ctx context.Context, rdb redis.UniversalClient, opt Options) (*Store, e
 		membersKey: membership.MembersKey(opt.Prefix, opt.Cluster),
 		members:    membership.New(rdb, opt.Prefix, opt.Cluster),
 		wakeCh:     fmt.Sprintf("%s:{%s}:wake", opt.Prefix, opt.Cluster),
+		layoutsKey: fmt.Sprintf("%s:{%s}:layouts", opt.Prefix, opt.Cluster),
+		v2:         newByLayout(layoutV2),
+		v3:         newByLayout(layoutV3),
 	}
 	for i := range s.keys {
 		base := fmt.Sprintf("%s:{%s:%d}:", opt.Prefix, opt.Cluster, i)
 		s.keys[i] = shardKeys{
 			due: base + "due", msg: base + "msg", inflight: base + "inflight", dead: base + "dead",
 			done: base + "done", cancelled: base + "cancelled", owner: base + "owner", fence: base + "fence",
-			counts: base + "counts",
+			counts: base + "counts", ix: base + "ix", dn: base + "dn",
 		}
 	}
-	mk := func(name, src string) *script { return &script{name: name, Script: redis.NewScript(src)} }
-	s.park, s.bury, s.claim = mk("park", lua.Park), mk("bury", lua.Bury), mk("claim", lua.Claim)
-	s.ack, s.retry, s.recover = mk("ack", lua.Ack), mk("retry", lua.Retry), mk("recover", lua.Recover)
-	s.cancel, s.reschedule, s.get = mk("cancel", lua.Cancel), mk("reschedule", lua.Reschedule), mk("get", lua.Get)
+	mk := newScript
+	s.claim, s.retry, s.recover = mk("claim", lua.Claim), mk("retry", lua.Retry), mk("recover", lua.Recover)
 	s.purgeDead = mk("purge_dead", lua.PurgeDead)
 	s.browse = mk("browse", lua.Browse)
 	s.leaseAcquire = mk("lease_acquire", lua.LeaseAcquire)
@@ -167,6 +184,9 @@ func New(ctx context.Context, rdb redis.UniversalClient, opt Options) (*Store, e
 	s.leaseRelease = mk("lease_release", lua.LeaseRelease)
 
 	if err := s.checkShards(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.initLayout(ctx); err != nil {
 		return nil, err
 	}
 	// Loading up front turns a broken script into a start-up error rather than a
@@ -185,9 +205,11 @@ func New(ctx context.Context, rdb redis.UniversalClient, opt Options) (*Store, e
 }
 
 func (s *Store) scripts() []*script {
-	return []*script{s.park, s.bury, s.claim, s.ack, s.retry, s.recover, s.cancel, s.reschedule,
-		s.get, s.purgeDead, s.browse, s.leaseAcquire, s.leaseRenew, s.leaseRelease, countsBackfillScript}
+	return append(append([]*script{s.claim, s.retry, s.recover, s.purgeDead, s.browse, s.leaseAcquire,
+		s.leaseRenew, s.leaseRelease, countsBackfillScript}, s.v2.all()...), s.v3.all()...)
 }
+
+func newScript(name, src string) *script { return &script{name: name, Script: redis.NewScript(src)} }
 
 func (s *Store) checkShards(ctx context.Context) error {
 	pipe := s.rdb.Pipeline()

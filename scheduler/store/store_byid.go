@@ -14,11 +14,6 @@ import (
 
 // By id: cancel, reschedule, get.
 
-func (s *Store) idKeys(id string) []string {
-	k := s.keys[s.ShardOf(id)]
-	return []string{k.due, k.msg, k.inflight, k.dead, k.done, k.cancelled, k.counts}
-}
-
 // Cancel removes the message id wherever it is (pending, in flight or dead) and
 // remembers it in done as cancelled, so a replay of its ingress record on its route does
 // not park it again. It returns the prior state: StatePending, StateInflight or
@@ -61,7 +56,8 @@ func (s *Store) Cancel(ctx context.Context, id string, now int64, opt CancelOpti
 				return st, "", fmt.Errorf("%w: %q has an unreadable envelope (%v)", ErrOtherRoute, id, derr)
 			}
 		}
-		v, err := s.eval(ctx, s.cancel, s.idKeys(id), id, now, remember, trimBefore, trimLimit, route, expected, tomb).Text()
+		c := s.cancelCall(id, now, remember, trimBefore, trimLimit, route, expected, tomb)
+		v, err := s.eval(ctx, c.sc, c.keys, c.args...).Text()
 		if err != nil {
 			return StateUnknown, "", fmt.Errorf("scheduler: cancel %q: %w", id, err)
 		}
@@ -104,7 +100,8 @@ func (s *Store) Reschedule(ctx context.Context, id string, due int64) (State, er
 		if err != nil {
 			return st, fmt.Errorf("scheduler: reschedule %q: %w", id, err)
 		}
-		v, err := s.eval(ctx, s.reschedule, s.idKeys(id), id, due, raw, score).Text()
+		c := s.rescheduleCall(id, due, raw, score)
+		v, err := s.eval(ctx, c.sc, c.keys, c.args...).Text()
 		if err != nil {
 			return StateUnknown, fmt.Errorf("scheduler: reschedule %q: %w", id, err)
 		}
@@ -112,7 +109,8 @@ func (s *Store) Reschedule(ctx context.Context, id string, due int64) (State, er
 			return State(v), nil
 		}
 	}
-	v, err := s.eval(ctx, s.reschedule, s.idKeys(id), id, due).Text()
+	c := s.rescheduleCall(id, due)
+	v, err := s.eval(ctx, c.sc, c.keys, c.args...).Text()
 	if err != nil {
 		return StateUnknown, fmt.Errorf("scheduler: reschedule %q: %w", id, err)
 	}
@@ -131,16 +129,17 @@ func (s *Store) RequeueDead(ctx context.Context, id string, due int64) error {
 		if st != StateDead {
 			return fmt.Errorf("%w: %q is not a dead letter (state %q)", ErrNotFound, id, st)
 		}
-		args := []any{id, due}
+		var rest []any
 		if e != nil {
 			e.Reason, e.Attempt, e.DueAt = "", 0, due
 			data, err := envelope.Encode(e)
 			if err != nil {
 				return fmt.Errorf("scheduler: encode envelope %q: %w", id, errors.Join(ErrInvalid, err))
 			}
-			args = append(args, data, deadAt)
+			rest = []any{data, deadAt}
 		}
-		v, err := s.eval(ctx, s.reschedule, s.idKeys(id), args...).Text()
+		c := s.rescheduleCall(id, due, rest...)
+		v, err := s.eval(ctx, c.sc, c.keys, c.args...).Text()
 		if err != nil {
 			return fmt.Errorf("scheduler: requeue %q: %w", id, err)
 		}
@@ -174,7 +173,8 @@ func (s *Store) Get(ctx context.Context, id string) (State, int64, *envelope.Env
 
 // getRaw is Get without decoding: raw is nil when there is no envelope.
 func (s *Store) getRaw(ctx context.Context, id string) (State, int64, []byte, error) {
-	vals, err := s.eval(ctx, s.get, s.idKeys(id), id).Slice()
+	c := s.getCall(id)
+	vals, err := s.eval(ctx, c.sc, c.keys, c.args...).Slice()
 	if err != nil {
 		return StateUnknown, 0, nil, fmt.Errorf("scheduler: get %q: %w", id, err)
 	}

@@ -115,19 +115,29 @@ func (s *Store) ackCalls(shard int, ids, routes []string, now int64) []call {
 		end := min(start+maxItemsPerCall, len(ids))
 		part := ids[start:end]
 		remember, trimBefore, trimLimit := s.trimArgs(now, len(part))
-		args := make([]any, 0, 5+2*len(part))
-		if routes == nil {
-			args = append(args, now, remember, trimBefore, trimLimit, 0)
-			for _, id := range part {
-				args = append(args, id)
+		l := s.writing()
+		v3 := l != layoutV2
+		withRoutes := 0
+		if routes != nil {
+			withRoutes = 1
+		}
+		args := make([]any, 0, 6+3*len(part))
+		args = append(args, now, remember, trimBefore, trimLimit, withRoutes)
+		keys := []string{k.msg, k.inflight, k.done, k.cancelled, k.counts}
+		if v3 {
+			args = append(args, s.doneSliceMs())
+			keys = append(keys, k.ix, k.dn)
+		}
+		for i, id := range part {
+			args = append(args, id)
+			if routes != nil {
+				args = append(args, routes[start+i])
 			}
-		} else {
-			args = append(args, now, remember, trimBefore, trimLimit, 1)
-			for i, id := range part {
-				args = append(args, id, routes[start+i])
+			if v3 {
+				args = append(args, fingerprint(id))
 			}
 		}
-		calls = append(calls, call{sc: s.ack, keys: []string{k.msg, k.inflight, k.done, k.cancelled, k.counts}, args: args})
+		calls = append(calls, call{sc: s.scriptsOf(l).ack, keys: keys, args: args})
 	}
 	return calls
 }
@@ -144,7 +154,7 @@ func (s *Store) Ack(ctx context.Context, shard int, ids []string, now int64) err
 	}
 	calls := s.ackCalls(shard, ids, nil, now)
 	if len(calls) == 1 {
-		if err := s.eval(ctx, s.ack, calls[0].keys, calls[0].args...).Err(); err != nil {
+		if err := s.eval(ctx, calls[0].sc, calls[0].keys, calls[0].args...).Err(); err != nil {
 			return fmt.Errorf("scheduler: ack: %w", err)
 		}
 		return nil

@@ -104,15 +104,19 @@ func (s *Store) ParkEach(ctx context.Context, envs []*envelope.Envelope) (prior 
 	}
 	var calls []call
 	var chunks [][]encoded
+	l := s.writing()
 	for gi, g := range groups {
 		k := s.keys[shards[gi]]
 		for _, ch := range chunk(g) {
-			args := make([]any, 0, 4*len(ch))
+			args := make([]any, 0, 5*len(ch))
 			for _, it := range ch {
 				e := envs[it.idx]
 				args = append(args, e.ID, e.DueAt, it.data, e.Route)
+				if l != layoutV2 {
+					args = append(args, fingerprint(e.ID))
+				}
 			}
-			calls = append(calls, call{sc: s.park, keys: []string{k.due, k.msg, k.inflight, k.dead, k.done, k.cancelled, k.counts}, args: args})
+			calls = append(calls, call{sc: s.scriptsOf(l).park, keys: parkKeys(k, l), args: args})
 			chunks = append(chunks, ch)
 		}
 	}
@@ -156,15 +160,19 @@ func (s *Store) Bury(ctx context.Context, envs []*envelope.Envelope, now int64) 
 	}
 	var calls []call
 	var chunks [][]encoded
+	l := s.writing()
 	for gi, g := range groups {
 		k := s.keys[shards[gi]]
 		for _, ch := range chunk(g) {
-			args := make([]any, 0, 1+3*len(ch))
+			args := make([]any, 0, 1+4*len(ch))
 			args = append(args, now)
 			for _, it := range ch {
 				args = append(args, envs[it.idx].ID, it.data, envs[it.idx].Route)
+				if l != layoutV2 {
+					args = append(args, fingerprint(envs[it.idx].ID))
+				}
 			}
-			calls = append(calls, call{sc: s.bury, keys: []string{k.due, k.msg, k.inflight, k.dead, k.done, k.cancelled, k.counts}, args: args})
+			calls = append(calls, call{sc: s.scriptsOf(l).bury, keys: parkKeys(k, l), args: args})
 			chunks = append(chunks, ch)
 		}
 	}

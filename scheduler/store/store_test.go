@@ -153,8 +153,9 @@ func TestStoreParkManyShardsAndChunks(t *testing.T) {
 	}
 }
 
-func TestStoreAckAndDoneTrim(t *testing.T) {
-	s, _, c := newTestStore(t, Options{DoneWindow: 10 * time.Second})
+// TestStoreAckAndDoneTrimV2: layout 2's done ZSET, trimmed by score.
+func TestStoreAckAndDoneTrimV2(t *testing.T) {
+	s, _, c := newV2Store(t, Options{DoneWindow: 10 * time.Second})
 	ctx := storeCtx(t)
 	a := idsOnShard(s, 0, 40, "a")
 	for _, id := range a {
@@ -272,7 +273,7 @@ func TestStoreRedisRestartNoScript(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Get after restart: %v", err)
 	}
-	if n := c.Do(ctx, "script", "exists", s.park.Hash()).Val(); fmt.Sprint(n) != "[0]" {
+	if n := c.Do(ctx, "script", "exists", s.v3.park.Hash()).Val(); fmt.Sprint(n) != "[0]" {
 		t.Fatalf("script cache survived the restart (%v): the NOSCRIPT path is not tested", n)
 	}
 	// Pipelined park across all shards: every EVALSHA meets NOSCRIPT and is re-sent.
@@ -378,7 +379,7 @@ func TestStoreKeysShareHashTag(t *testing.T) {
 	slots := map[int64]bool{}
 	for sh, k := range s.keys {
 		var slot int64 = -1
-		for _, key := range []string{k.due, k.msg, k.inflight, k.dead, k.done, k.cancelled, k.owner, k.fence} {
+		for _, key := range []string{k.due, k.msg, k.inflight, k.dead, k.done, k.cancelled, k.owner, k.fence, k.ix, k.ix + ":7", k.dn, k.dn + ":0:1024"} {
 			got, err := c.ClusterKeySlot(ctx, key).Result()
 			if err != nil {
 				t.Fatal(err)
@@ -395,11 +396,15 @@ func TestStoreKeysShareHashTag(t *testing.T) {
 	}
 	a, _ := c.ClusterKeySlot(ctx, s.membersKey).Result()
 	b, _ := c.ClusterKeySlot(ctx, s.metaKey).Result()
-	if a != b {
-		t.Fatalf("members and meta in slots %d and %d", a, b)
+	l, _ := c.ClusterKeySlot(ctx, s.layoutsKey).Result()
+	if a != b || a != l {
+		t.Fatalf("members, meta and layouts in slots %d, %d and %d", a, b, l)
 	}
 	// Scripts must not reference keys beyond KEYS: look for key-building in the sources.
+	// The one exception is the index helper (lua/index.lua), which appends to the
+	// shard's ix and dn keys; TestStoreIndexLayout checks its keys' slot.
 	for name, src := range lua.All() {
+		src = strings.ReplaceAll(src, lua.IndexHelper, "")
 		if strings.Contains(src, "..':'") || strings.Contains(src, ".. ':'") || strings.Contains(src, "'{'") {
 			t.Fatalf("script %s seems to build a key name", name)
 		}

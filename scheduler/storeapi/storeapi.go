@@ -12,8 +12,11 @@
 //   - Shards are 0 ≤ shard < Shards(); a message lives in shard ShardOf(id), forever.
 //   - A message is in one state at a time (State): pending (with its due time), in
 //     flight (with its lease deadline), dead (with the time dead-lettered), or, for
-//     the dedup window, delivered or cancelled (with the time it became so); each
-//     state's time is its score.
+//     the dedup window, delivered or cancelled (with the time it became so, in whole
+//     seconds: rounded down to the second); each state's time is its score.
+//   - The done window forgets by slice (DoneSliceMs): an id delivered or cancelled is
+//     remembered for at least the window after its last done state, and forgotten at
+//     most one slice later, once the bounded trim of an ack or cancel reaches it.
 //   - Errors are wrapped with %w and classified by internal/fault (errors.go): a
 //     transient error is worth retrying with backoff; anything else refuses the
 //     operation. ErrFenced means the caller's lease token is no longer the shard's.
@@ -149,8 +152,9 @@ type Delivery interface {
 	Claim(ctx context.Context, shard int, instance string, token int64, upTo, leaseDeadline int64, limit int) (items []*envelope.Envelope, nextDue int64, err error)
 	// Ack records claimed messages of shard as delivered at now: they leave in flight
 	// and are remembered for the done window (zero window: forgotten at once). Ids no
-	// longer in flight (recovered, cancelled, acked already) are ignored. Entries older
-	// than the window are forgotten on the way, a bounded number per call.
+	// longer in flight (recovered, cancelled, acked already) are ignored. Entries past
+	// the window (by slice, DoneSliceMs) are forgotten on the way, a bounded number per
+	// call.
 	Ack(ctx context.Context, shard int, ids []string, now int64) error
 	// AckMany is Ack for ids of any shards.
 	AckMany(ctx context.Context, ids []string, now int64) error

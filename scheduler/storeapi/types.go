@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"math/bits"
 	"strings"
 	"time"
 
@@ -37,6 +38,17 @@ func ShardOf(id string, shards int) int {
 	h := fnv.New32a()
 	_, _ = io.WriteString(h, id)
 	return int(h.Sum32() % uint32(shards))
+}
+
+// DoneSliceMs is the width of a done slice for a done window of windowMs: the least
+// 1000*2^k ms at or above windowMs/32. The done window forgets ids by slice: an id is
+// forgotten once the slice holding its time (whole seconds) ends a window in the past,
+// so it is remembered for at least the window and at most the window plus one slice
+// (plus the time the trim takes to reach it). Every store uses it (the Redis store's
+// layout 3, memstore) and the conformance suite states the bound with it.
+func DoneSliceMs(windowMs int64) int64 {
+	sec := max((windowMs/32+999)/1000, 1)
+	return 1000 << (64 - bits.LeadingZeros64(uint64(sec-1)))
 }
 
 // Member is a live instance and the time of its last heartbeat (unix ms).

@@ -56,14 +56,14 @@ func (s *Store) Cancel(ctx context.Context, id string, now int64, opt storeapi.C
 		}
 		// Another route's tombstone: this route's goes beside it.
 		if remember {
-			sh.done[id] = now
+			sh.done[id] = doneSecond(now)
 			sh.cancelled[id] = append(slices.Clone(routes), route)
 		}
 		trim(sh, trimBefore, trimLimit)
 		return storeapi.StateUnknown, route, after
 	}
 	if opt.Tombstone && remember {
-		sh.done[id] = now
+		sh.done[id] = doneSecond(now)
 		sh.cancelled[id] = []string{route}
 		trim(sh, trimBefore, trimLimit)
 	}
@@ -85,7 +85,7 @@ func (s *Store) cancelFound(sh *shard, id, route string, now int64) {
 				routes = append(slices.Clone(old), route)
 			}
 		}
-		sh.done[id] = now
+		sh.done[id] = doneSecond(now)
 		sh.cancelled[id] = routes
 	}
 	trim(sh, trimBefore, trimLimit)

@@ -264,10 +264,20 @@ func sortScored(out []scored) {
 	})
 }
 
-// trimArgs mirrors the Redis store's done-window arguments of ack and cancel.
+// trimArgs mirrors the Redis store's done-window arguments of ack and cancel, and its
+// layout 3's granularity: ids are forgotten by done slice (storeapi.DoneSliceMs wide),
+// once the slice holding their time ended a window ago, so trimBefore is the start of
+// the slice that holds now - window: the ids done before it are forgettable.
 func (s *Store) trimArgs(now int64, batch int) (remember bool, trimBefore int64, trimLimit int) {
-	return s.opt.DoneWindow > 0, now - s.opt.DoneWindow.Milliseconds(), max(2*batch, minTrim)
+	window := s.opt.DoneWindow.Milliseconds()
+	before := now - window
+	w := storeapi.DoneSliceMs(window)
+	return window > 0, before - ((before%w)+w)%w, max(2*batch, minTrim)
 }
+
+// doneSecond is the time a done entry keeps, as the Redis store's layout 3 does: whole
+// seconds (rounded down).
+func doneSecond(now int64) int64 { return now - ((now%1000)+1000)%1000 }
 
 // trim forgets up to limit done entries older than before, with their cancelled routes.
 func trim(sh *shard, before int64, limit int) {

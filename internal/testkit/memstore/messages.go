@@ -270,7 +270,7 @@ func (s *Store) ackCall(sh *shard, ids []string, now int64) {
 		delete(sh.msg, id)
 		delete(sh.cancelled, id)
 		if remember {
-			sh.done[id] = now
+			sh.done[id] = doneSecond(now)
 		}
 	}
 	trim(sh, trimBefore, trimLimit)

@@ -208,7 +208,7 @@ func caseCancelScopedToRoute(t *testing.T, newSubject func(Config) Subject) {
 	if st, _, err := s.Cancel(ctx, "y", t0+3, storeapi.CancelOptions{Route: "A", Tombstone: true}); err != nil || st != storeapi.StatePending {
 		t.Fatalf("route A's cancel of its message = %q %v", st, err)
 	}
-	wantState(t, s, "y", storeapi.StateCancelled, t0+3)
+	wantState(t, s, "y", storeapi.StateCancelled, doneSec(t0+3))
 	prior, _, err = s.ParkEach(ctx, []*envelope.Envelope{envOn("y", "A", t0), envOn("y", "B", t0)})
 	if err != nil {
 		t.Fatal(err)
@@ -297,23 +297,25 @@ func caseAckOverTombstoneAndTrim(t *testing.T, newSubject func(Config) Subject) 
 	if err := s.Ack(ctx, 0, []string{"t"}, t0+1); err != nil {
 		t.Fatal(err)
 	}
-	wantState(t, s, "t", storeapi.StateDelivered, t0+1)
+	wantState(t, s, "t", storeapi.StateDelivered, doneSec(t0+1))
 
 	if _, _, err := s.Cancel(ctx, "u", t0+2, storeapi.CancelOptions{Route: "B", Tombstone: true}); err != nil {
 		t.Fatal(err)
 	}
-	wantState(t, s, "u", storeapi.StateCancelled, t0+2)
-	// A minute later every entry above is past the window: the next ack trims them.
-	mustPark(t, s, env("late", t0+61_000))
-	if items, _ := mustClaim(t, s, 0, tok, t0+61_000, 10); len(items) != 1 {
+	wantState(t, s, "u", storeapi.StateCancelled, doneSec(t0+2))
+	// A minute and a done slice later every entry above is past the window: the next
+	// ack trims them.
+	late := t0 + time.Minute.Milliseconds() + storeapi.DoneSliceMs(time.Minute.Milliseconds()) + 10
+	mustPark(t, s, env("late", late-1000))
+	if items, _ := mustClaim(t, s, 0, tok, late-1000, 10); len(items) != 1 {
 		t.Fatalf("claimed %v", ids(items))
 	}
-	if err := s.Ack(ctx, 0, []string{"late"}, t0+62_010); err != nil {
+	if err := s.Ack(ctx, 0, []string{"late"}, late); err != nil {
 		t.Fatal(err)
 	}
 	wantState(t, s, "u", storeapi.StateUnknown, -1)
 	wantState(t, s, "t", storeapi.StateUnknown, -1)
-	wantState(t, s, "late", storeapi.StateDelivered, t0+62_010)
+	wantState(t, s, "late", storeapi.StateDelivered, doneSec(late))
 	if prior, _, err := s.ParkEach(ctx, []*envelope.Envelope{envOn("u", "B", t0)}); err != nil || prior[0] != storeapi.StateUnknown {
 		t.Fatalf("park over a trimmed tombstone = %q %v, want parked", prior, err)
 	}

@@ -176,13 +176,16 @@ func caseClaimFenced(t *testing.T, newSubject func(Config) Subject) {
 	}
 }
 
-// caseAckAndDoneTrim: acked ids are remembered for the done window and each ack forgets
-// at most max(2*batch, 16) entries past it; seen through Get (the Redis-layout version,
-// counting the done set, stays in scheduler/store).
+// caseAckAndDoneTrim: acked ids are remembered for at least the done window, forgotten
+// once the done slice holding their time (storeapi.DoneSliceMs wide) ended a window ago,
+// and each ack forgets at most max(2*batch, 16) of them; seen through Get (the
+// Redis-layout version, counting keys, stays in scheduler/store).
 func caseAckAndDoneTrim(t *testing.T, newSubject func(Config) Subject) {
-	s := newSubject(Config{Shards: 4, DoneWindow: 10 * time.Second}).Store
+	const window = 10 * time.Second
+	s := newSubject(Config{Shards: 4, DoneWindow: window}).Store
 	ctx := storeCtx(t)
 	const minTrim = 16
+	slice := storeapi.DoneSliceMs(window.Milliseconds())
 	a := idsOnShard(s, 0, 40, "a")
 	for _, id := range a {
 		mustPark(t, s, env(id, t0))
@@ -200,23 +203,30 @@ func caseAckAndDoneTrim(t *testing.T, newSubject func(Config) Subject) {
 		t.Fatalf("states after the ack %v, want 30 delivered and the 10 unacked in flight", n)
 	}
 	wantState(t, s, "never-claimed", storeapi.StateUnknown, -1)
-	// Within the window, the acked ids stay remembered (a replay is a duplicate).
+	// Within the window, the acked ids stay remembered (a replay is a duplicate); an ack
+	// a whole window later forgets none of them.
 	if p := mustPark(t, s, env(a[0], t0)); p[0] {
 		t.Fatal("acked id re-parked inside the done window")
 	}
-	// Past the window, each ack forgets at most max(2*batch, minTrim) old entries.
-	later := t0 + 10_001
-	if err := s.Ack(ctx, 0, []string{a[30]}, later); err != nil {
+	if err := s.Ack(ctx, 0, []string{a[30]}, t0+window.Milliseconds()); err != nil {
 		t.Fatal(err)
 	}
-	if n := countStates(t, s, a[:31]); n[storeapi.StateDelivered] != 30-minTrim+1 {
-		t.Fatalf("%d delivered after one bounded trim, want %d", n[storeapi.StateDelivered], 30-minTrim+1)
+	if n := countStates(t, s, a[:31]); n[storeapi.StateDelivered] != 31 {
+		t.Fatalf("%d of 31 delivered a window after the ack, want all", n[storeapi.StateDelivered])
 	}
-	if err := s.Ack(ctx, 0, a[31:], later); err != nil {
+	// A window and a slice later, each ack forgets at most max(2*batch, minTrim).
+	later := t0 + window.Milliseconds() + slice
+	if err := s.Ack(ctx, 0, []string{a[31]}, later); err != nil {
+		t.Fatal(err)
+	}
+	if n := countStates(t, s, a[:32]); n[storeapi.StateDelivered] != 32-minTrim {
+		t.Fatalf("%d delivered after one bounded trim, want %d", n[storeapi.StateDelivered], 32-minTrim)
+	}
+	if err := s.Ack(ctx, 0, a[32:], later); err != nil {
 		t.Fatal(err)
 	}
 	if n := countStates(t, s, a); n[storeapi.StateDelivered] != 10 || n[storeapi.StateUnknown] != 30 {
-		t.Fatalf("states %v, want only the 10 acked at %d remembered", n, later)
+		t.Fatalf("states %v, want only the 10 acked after t0 remembered", n)
 	}
 	// Forgotten ids may be parked again.
 	if p := mustPark(t, s, env(a[0], t0)); !p[0] {

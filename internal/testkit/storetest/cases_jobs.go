@@ -226,9 +226,9 @@ func caseCancelBatch(t *testing.T, newSubject func(Config) Subject) {
 		if res[i].Route != "orders" {
 			t.Fatalf("CancelBatch route of %s = %q", ids[i], res[i].Route)
 		}
-		wantState(t, s, ids[i], storeapi.StateCancelled, t0+10)
+		wantState(t, s, ids[i], storeapi.StateCancelled, doneSec(t0+10))
 	}
-	wantState(t, s, ids[3], storeapi.StateDelivered, t0+2)
+	wantState(t, s, ids[3], storeapi.StateDelivered, doneSec(t0+2))
 	wantState(t, s, ids[4], storeapi.StatePending, t0+60_000) // another route: left alone
 	wantState(t, s, ids[5], storeapi.StateUnknown, 0)         // no tombstone
 	// Applied again, it changes nothing.
@@ -241,7 +241,7 @@ func caseCancelBatch(t *testing.T, newSubject func(Config) Subject) {
 	if got := priors(res); !slices.Equal(got, want) {
 		t.Fatalf("CancelBatch again: priors = %v, want %v", got, want)
 	}
-	wantState(t, s, ids[0], storeapi.StateCancelled, t0+10)
+	wantState(t, s, ids[0], storeapi.StateCancelled, doneSec(t0+10))
 	wantCounts(t, s, "after the batch cancel", map[string]rc{"pay": {Pending: 1}})
 }
 

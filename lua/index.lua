@@ -1,0 +1,285 @@
+-- index: the id index and the done window of store layout 3, put in front of the
+-- scripts that read or write remembered ids by lua.go (Redis scripts cannot include one
+-- another). docs/ARCHITECTURE.md "Store layout" gives the reasons and the figures.
+--
+-- Keys (shard n, prefix P; every name below starts with a key passed in KEYS, so it
+-- carries the shard's hash tag {C:n} and lives in the same Redis Cluster slot):
+--   P:{C:n}:ix           HASH  level, split, n: the linear-hashing state of the index
+--                              (n = entries in all sub-hashes), and tcur = how far the
+--                              trim has read the oldest done slice ("<slice>|<offset>")
+--   P:{C:n}:ix:<k>       HASH  fp -> state, one sub-hash of the index; fp is 12 bytes
+--                              (96 bits) of SHA-256(id), computed by the caller
+--   P:{C:n}:dn           ZSET  "<start>:<width>" -> start + width: the done slices
+--   P:{C:n}:dn:<s>:<w>   LIST  the fps remembered during [s, s+w): one element per
+--                              call, the call's fps concatenated (12 bytes each)
+--
+-- A state (the value of an fp) is the integer time in unix seconds at which the id was
+-- delivered, or "c<seconds>|<routes>" when it was cancelled, routes being the cancels'
+-- routes as "<length>:<route>" entries (routes.lua). Sub-hashes stay small (below the
+-- default hash-max-listpack-entries 128), so Redis keeps each as one listpack: about
+-- 20 bytes per entry instead of ~70 for a field of a big hash.
+--
+-- Sub-hash of an fp: linear hashing over h, the fp's first 4 bytes as a 32-bit number.
+-- With L = level and S = split, k = h mod 2^L, or h mod 2^(L+1) when that is below S.
+-- Whenever n exceeds IX_TARGET entries per sub-hash on average, sub-hash S is split
+-- (its entries with h mod 2^(L+1) = S + 2^L move to that new sub-hash) and S advances;
+-- at most IX_SPLITS splits per call, each moving at most one sub-hash.
+local IX = { key = nil, dn = nil, level = 0, split = 0, m = 1, n = 0, n0 = 0, l0 = 0, s0 = 0 }
+local IX_TARGET = 48
+-- A new index starts with 2^IX_LEVEL0 sub-hashes, so that the first batches (up to a
+-- few hundred ids) spread over many and none outgrows a listpack before it is split:
+-- a sub-hash that once held more than 128 entries stays a (big) hash table.
+local IX_LEVEL0 = 6
+local IX_SPLITS = 16
+local FP = 12
+
+-- ixstart reads the index state of the shard: ixKey is P:{C:n}:ix, dnKey P:{C:n}:dn.
+local function ixstart(ixKey, dnKey)
+  IX.key, IX.dn, IX.names = ixKey, dnKey, {}
+  local v = redis.call('HMGET', ixKey, 'level', 'split', 'n')
+  IX.level = tonumber(v[1]) or IX_LEVEL0
+  IX.split = tonumber(v[2]) or 0
+  IX.m = 2 ^ IX.level
+  IX.n = tonumber(v[3]) or 0
+  IX.n0, IX.l0, IX.s0 = IX.n, IX.level, IX.split
+end
+
+local function fphash(fp)
+  local a, b, c, d = string.byte(fp, 1, 4)
+  return ((a * 256 + b) * 256 + c) * 256 + d
+end
+
+local function ixkey(k)
+  local name = IX.names[k]
+  if not name then
+    name = IX.key .. ':' .. string.format('%d', k)
+    IX.names[k] = name
+  end
+  return name
+end
+
+local function ixslot(fp)
+  local h = fphash(fp)
+  local k = h % IX.m
+  if k < IX.split then
+    k = h % (2 * IX.m)
+  end
+  return k
+end
+
+-- ixgroup groups fps by sub-hash: { {k, fps, positions}, ... } in first-seen order.
+-- Only worth its tables when the batch is dense (several fps per sub-hash).
+local function ixgroup(fps)
+  local by, order = {}, {}
+  for i = 1, #fps do
+    local k = ixslot(fps[i])
+    local g = by[k]
+    if not g then
+      g = { k, {}, {} }
+      by[k] = g
+      order[#order + 1] = g
+    end
+    g[2][#g[2] + 1] = fps[i]
+    g[3][#g[3] + 1] = i
+  end
+  return order
+end
+
+-- ixdense: whether fps share sub-hashes enough for one command per sub-hash to beat
+-- one command per fp.
+local function ixdense(fps)
+  return #fps >= 4 * (IX.m + IX.split)
+end
+
+-- ixget returns the state of each fp (false when it has none); an empty index (n
+-- counts its entries exactly) is not read at all.
+local function ixget(fps)
+  local out = {}
+  if IX.n == 0 then
+    return out
+  end
+  if not ixdense(fps) then
+    for i = 1, #fps do
+      out[i] = redis.call('HGET', ixkey(ixslot(fps[i])), fps[i])
+    end
+    return out
+  end
+  for _, g in ipairs(ixgroup(fps)) do
+    local v = redis.call('HMGET', ixkey(g[1]), unpack(g[2]))
+    for j = 1, #g[2] do
+      out[g[3][j]] = v[j]
+    end
+  end
+  return out
+end
+
+-- ixset stores states (vals[i] for fps[i]).
+local function ixset(fps, vals)
+  if not ixdense(fps) then
+    for i = 1, #fps do
+      IX.n = IX.n + redis.call('HSET', ixkey(ixslot(fps[i])), fps[i], vals[i])
+    end
+    return
+  end
+  for _, g in ipairs(ixgroup(fps)) do
+    local args = {}
+    for j = 1, #g[2] do
+      args[#args + 1] = g[2][j]
+      args[#args + 1] = vals[g[3][j]]
+    end
+    IX.n = IX.n + redis.call('HSET', ixkey(g[1]), unpack(args))
+  end
+end
+
+-- ixdel forgets fps.
+local function ixdel(fps)
+  if not ixdense(fps) then
+    for i = 1, #fps do
+      IX.n = IX.n - redis.call('HDEL', ixkey(ixslot(fps[i])), fps[i])
+    end
+    return
+  end
+  for _, g in ipairs(ixgroup(fps)) do
+    IX.n = IX.n - redis.call('HDEL', ixkey(g[1]), unpack(g[2]))
+  end
+end
+
+-- ixsplit splits sub-hashes while the index is fuller than IX_TARGET per sub-hash.
+local function ixsplit()
+  for _ = 1, IX_SPLITS do
+    local m = IX.m
+    if IX.n <= IX_TARGET * (m + IX.split) then
+      return
+    end
+    local old, newk = ixkey(IX.split), IX.split + m
+    local all = redis.call('HGETALL', old)
+    local mv, keep, gone = {}, {}, 0
+    for i = 1, #all, 2 do
+      local to = keep
+      if fphash(all[i]) % (2 * m) == newk then
+        to, gone = mv, gone + 1
+      end
+      to[#to + 1] = all[i]
+      to[#to + 1] = all[i + 1]
+    end
+    if gone > 0 then
+      -- Rebuilding the half that stays costs less than deleting the half that goes
+      -- from a listpack one field at a time (each a search and a move of the rest).
+      redis.call('HSET', ixkey(newk), unpack(mv))
+      redis.call('DEL', old)
+      if #keep > 0 then
+        redis.call('HSET', old, unpack(keep))
+      end
+    end
+    IX.split = IX.split + 1
+    if IX.split == m then
+      IX.level, IX.split, IX.m = IX.level + 1, 0, 2 * m
+    end
+  end
+end
+
+-- ixflush splits what needs splitting and saves the index state if it changed.
+local function ixflush()
+  ixsplit()
+  if IX.n ~= IX.n0 or IX.level ~= IX.l0 or IX.split ~= IX.s0 then
+    redis.call('HSET', IX.key, 'level', IX.level, 'split', IX.split, 'n', IX.n)
+    IX.n0, IX.l0, IX.s0 = IX.n, IX.level, IX.split
+  end
+end
+
+-- doneOf reads a state: its time (unix ms, whole seconds), and its cancels' routes
+-- (nil when delivered).
+local function doneOf(v)
+  if not v then
+    return nil, nil
+  end
+  if string.sub(v, 1, 1) == 'c' then
+    local bar = string.find(v, '|', 2, true)
+    return tonumber(string.sub(v, 2, bar - 1)) * 1000, string.sub(v, bar + 1)
+  end
+  return tonumber(v) * 1000, nil
+end
+
+-- doneAt is the state of an id delivered at now (unix ms, a string): the time in whole
+-- seconds, which a listpack keeps in 5 bytes (milliseconds would take 9).
+local function doneAt(now)
+  return string.format('%d', math.floor(tonumber(now) / 1000))
+end
+
+-- cancelledAt is the state of an id cancelled at now (unix ms) for routes.
+local function cancelledAt(now, routes)
+  return 'c' .. doneAt(now) .. '|' .. routes
+end
+
+-- dnrecord notes fps in the done slice of now (unix ms, a string): one RPUSH of them
+-- all to that slice's list. width is the slice width in ms (a string; whole seconds,
+-- so a slice holds exactly the states whose second falls in it).
+local function dnrecord(fps, now, width)
+  if #fps == 0 then
+    return
+  end
+  local w = tonumber(width)
+  local start = tonumber(now)
+  start = start - start % w
+  local member = string.format('%d', start) .. ':' .. width
+  redis.call('RPUSH', IX.dn .. ':' .. member, table.concat(fps))
+  redis.call('ZADD', IX.dn, string.format('%d', start + w), member)
+end
+
+-- dntrim forgets the ids of the done slices that ended at or before `before`: reading
+-- at most `limit` fps of the oldest slices (an element of a slice's list holds the fps
+-- of one call; tcur says how far into the head element the last trim read), it deletes
+-- those whose state is still one of that slice's time (a later cancel or ack of the
+-- same id wrote a later time, recorded in a later slice). Returns how many it forgot.
+local function dntrim(before, limit)
+  local forgot = 0
+  limit = tonumber(limit)
+  while limit > 0 do
+    local head = redis.call('ZRANGEBYSCORE', IX.dn, '-inf', before, 'LIMIT', 0, 1)
+    if #head == 0 then
+      break
+    end
+    local member = head[1]
+    local c = string.find(member, ':', 1, true)
+    local s = tonumber(string.sub(member, 1, c - 1))
+    local e = s + tonumber(string.sub(member, c + 1))
+    local skey = IX.dn .. ':' .. member
+    local off = 0
+    local cur = redis.call('HGET', IX.key, 'tcur')
+    if cur then
+      local bar = string.find(cur, '|', 1, true)
+      if string.sub(cur, 1, bar - 1) == member then
+        off = tonumber(string.sub(cur, bar + 1))
+      end
+    end
+    local elem = redis.call('LINDEX', skey, 0)
+    if not elem then
+      redis.call('ZREM', IX.dn, member)
+      redis.call('HDEL', IX.key, 'tcur')
+    else
+      local stop = math.min(#elem, off + FP * limit)
+      local fps = {}
+      for i = off + 1, stop - FP + 1, FP do
+        fps[#fps + 1] = string.sub(elem, i, i + FP - 1)
+      end
+      local vals = ixget(fps)
+      local del = {}
+      for i = 1, #fps do
+        local t = doneOf(vals[i])
+        if t and t >= s and t < e then
+          del[#del + 1] = fps[i]
+        end
+      end
+      ixdel(del)
+      forgot = forgot + #del
+      limit = limit - math.max(#fps, 1)
+      if stop >= #elem then
+        redis.call('LPOP', skey)
+        redis.call('HDEL', IX.key, 'tcur')
+      else
+        redis.call('HSET', IX.key, 'tcur', member .. '|' .. string.format('%d', stop))
+      end
+    end
+  end
+  return forgot
+end

@@ -1,0 +1,60 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+)
+
+// Compat mode: which layout the store writes while bridges of two releases share one
+// store (docs/OPERATIONS.md "Upgrading the store layout").
+//
+// Every instance records its layout in P:{C}:layouts (HASH instance -> layout) with each
+// heartbeat; a bridge of the release before layout 3 heartbeats without recording one.
+// A store writes layout 3 only while every member it knows of records layout 3: at New,
+// every member in P:{C}:members (they are pruned ten heartbeat ages after their last
+// heartbeat); afterwards, at each LiveMembers (the scheduler's ownership round), every
+// live member. Otherwise it writes layout 2 with that release's own scripts, so an older
+// instance sees every done id it must refuse. Both layouts are read whatever is written.
+
+// currentLayout is what this build records for itself.
+const currentLayout = layoutV3
+
+// WritingLayout is the store layout this store writes now: 3, or 2 while a member of an
+// older release is alive (compat mode).
+func (s *Store) WritingLayout() int { return s.writing() }
+
+// initLayout decides the layout at New from every recorded member.
+func (s *Store) initLayout(ctx context.Context) error {
+	pipe := s.rdb.Pipeline()
+	members := pipe.ZRange(ctx, s.membersKey, 0, -1)
+	layouts := pipe.HGetAll(ctx, s.layoutsKey)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("scheduler: read the members' layouts: %w", redisErr(err))
+	}
+	s.decideLayout(members.Val(), layouts.Val())
+	return nil
+}
+
+// decideLayout writes layout 3 when every one of names records at least layout 3 in
+// recorded, else layout 2; a forced layout stays.
+func (s *Store) decideLayout(names []string, recorded map[string]string) {
+	if s.forced.Load() {
+		return
+	}
+	l, older := currentLayout, ""
+	for _, name := range names {
+		if v, err := strconv.Atoi(recorded[name]); err != nil || v < layoutV3 {
+			l, older = layoutV2, name
+			break
+		}
+	}
+	if prev := s.layout.Swap(int32(l)); int(prev) != l && s.opt.Logger != nil {
+		if l == layoutV2 {
+			s.opt.Logger.Info("store layout: writing layout 2 (compat mode) while an instance of an older release is a member",
+				"member", older)
+		} else if prev != 0 {
+			s.opt.Logger.Info("store layout: writing layout 3, every member records it")
+		}
+	}
+}
