@@ -68,6 +68,10 @@ type DispatcherOptions struct {
 	Owned    func(env *envelope.Envelope) bool
 	Observer observe.Observer
 	Logger   *slog.Logger
+	// OnDelivered, if set, is told each batch the broker confirmed (one route, at the
+	// confirmed time; Kafka envelopes carry their Placed) after the completer has it:
+	// the delivery receipts (egress.Receipts). It must not wait for a broker.
+	OnDelivered func(route string, envs []*envelope.Envelope, confirmed time.Time)
 	// Clock tells the broker-confirmed time for delivery_lateness and times the
 	// max_rate waits and the shutdown drain (default clock.Real).
 	Clock clock.Clock
@@ -355,6 +359,9 @@ func (d *Dispatcher) publishRoute(ctx context.Context, route string, envs []*env
 		}
 		if !d.opt.AtMostOnce {
 			d.opt.Completer.Published(ctx, okEnvs)
+		}
+		if d.opt.OnDelivered != nil {
+			d.opt.OnDelivered(route, okEnvs, confirmed)
 		}
 	}
 	if len(failEnvs) > 0 {

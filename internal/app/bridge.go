@@ -58,6 +58,9 @@ type Bridge struct {
 	sched *scheduler.Scheduler         // set by Run before ingress starts (handle uses it)
 	dlq   map[string]egress.SideTarget // dead-letter publishers, by broker
 	side  *egress.SidePublisher        // their queue (nil without a dead-letter target)
+
+	receiptTargets map[string]egress.SideTarget // receipts publishers, by broker (receipts.go)
+	receipts       *egress.Receipts             // nil when no route has receipts
 }
 
 // New checks the configuration and builds a bridge. It does not connect to anything:
@@ -137,6 +140,11 @@ func (b *Bridge) Run(ctx context.Context) error {
 	} else if side != nil {
 		defer side.Stop() // before the sinks close: its last attempt still publishes
 	}
+	if side, err := b.startReceipts(); err != nil {
+		return err
+	} else if side != nil {
+		defer side.Stop()
+	}
 	sources, err := b.buildSources(conns)
 	if err != nil {
 		return err
@@ -150,6 +158,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 		Routes: routeSinks, Completer: sched, AtMostOnce: b.cfg.Delivery == config.DeliveryAtMostOnce,
 		Owned: sched.Owns, Observer: b.obs, Logger: b.log, Clock: b.clk,
 		PublishTimeout: PublishTimeout(sc.InflightLease, sc.Lookahead),
+		OnDelivered:    b.onDelivered(),
 	})
 	runner := b.newJobRunner(shardStore, sched)
 	b.mu.Lock()
@@ -250,7 +259,7 @@ func (b *Bridge) newScheduler(shardStore storeapi.Store) (*scheduler.Scheduler, 
 		Tick: sc.Tick, Lookahead: sc.Lookahead, ClaimBatch: sc.ClaimBatch, InflightLease: sc.InflightLease,
 		LeaseTTL: sc.LeaseTTL, SafetyScan: sc.SafetyScan, MaxInMemory: sc.MaxInMemory, MaxClockOffset: sc.MaxClockOffset,
 		MaxAttempts: b.cfg.Retry.MaxAttempts, BackoffInitial: b.cfg.Retry.Backoff.Initial, BackoffMax: b.cfg.Retry.Backoff.Max,
-		OnDead: b.offerDead, Observer: b.obs, Logger: b.log,
+		OnDead: b.offerDead, OnCancelled: b.receipts.Cancelled, Observer: b.obs, Logger: b.log,
 		AckInterval: b.ackInterval(),
 	})
 }
@@ -318,4 +327,5 @@ func (b *Bridge) offerDead(envs []*envelope.Envelope) {
 	if side != nil {
 		side.Offer(envs)
 	}
+	b.receipts.DeadLettered(envs)
 }
