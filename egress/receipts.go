@@ -39,13 +39,13 @@ type Receipt struct {
 	At    string `json:"at"`
 	DueAt string `json:"due_at,omitempty"`
 	// Delivered: when the broker confirmed, how late that was, and where it went.
-	PublishedAt string          `json:"published_at,omitempty"`
-	LatenessMs  *int64          `json:"lateness_ms,omitempty"`
-	Target      *ReceiptTarget  `json:"target,omitempty"`
-	Reason      string          `json:"reason,omitempty"`   // dead_lettered
-	Attempts    *int32          `json:"attempts,omitempty"` // dead_lettered: publish attempts made
-	Traceparent string          `json:"traceparent,omitempty"`
-	Correlation string          `json:"correlation_id,omitempty"`
+	PublishedAt string         `json:"published_at,omitempty"`
+	LatenessMs  *int64         `json:"lateness_ms,omitempty"`
+	Target      *ReceiptTarget `json:"target,omitempty"`
+	Reason      string         `json:"reason,omitempty"`   // dead_lettered
+	Attempts    *int32         `json:"attempts,omitempty"` // dead_lettered: publish attempts made
+	Traceparent string         `json:"traceparent,omitempty"`
+	Correlation string         `json:"correlation_id,omitempty"`
 }
 
 // ReceiptTarget is where a delivered message went. Partition and Offset are the ones

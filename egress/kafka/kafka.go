@@ -41,11 +41,11 @@
 package kafka
 
 import (
-	"maps"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"sync"
 	"sync/atomic"
