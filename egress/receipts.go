@@ -1,7 +1,6 @@
 package egress
 
 import (
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -196,10 +195,7 @@ func (r *Receipts) envelope(env *envelope.Envelope, rc Receipt) *envelope.Envelo
 	if rc.Correlation != "" {
 		hs = append(hs, envelope.Header{Key: HeaderCorrelationID, Value: rc.Correlation})
 	}
-	payload, err := json.Marshal(rc)
-	if err != nil { // cannot happen: only strings and numbers
-		payload = fmt.Appendf(nil, `{"v":1,"outcome":%q,"id":%q,"route":%q,"at":%q}`, rc.Outcome, rc.ID, rc.Route, rc.At)
-	}
+	payload := rc.AppendJSON(make([]byte, 0, 384))
 	return &envelope.Envelope{
 		ID: env.ID, Route: env.Route, Key: []byte(env.ID), RoutingKey: env.Route + "." + rc.Outcome,
 		Payload: payload, Headers: hs,
@@ -226,6 +222,8 @@ func headerText(env *envelope.Envelope, key string) (string, bool) {
 	return s, s != ""
 }
 
-func stamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }
+func stamp(t time.Time) string { return t.UTC().Format(stampLayout) }
+
+const stampLayout = "2006-01-02T15:04:05.000Z07:00"
 
 func stampMs(ms int64) string { return stamp(time.UnixMilli(ms)) }
