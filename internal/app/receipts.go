@@ -26,6 +26,12 @@ func (b *Bridge) receiptRoutes() (kafka map[string]string, amqp map[string]amqpo
 	return kafka, amqp
 }
 
+// ReceiptsMaxBacklog bounds the receipts waiting per receipts broker (and 64 MiB of
+// their JSON, egress.DefaultSideMaxBacklogBytes): a target down for 60 s loses none
+// up to about 1,600 outcomes per second; beyond, receipts are dropped, counted
+// (receipts_dropped_total{reason="full"}) and logged (docs/OPERATIONS.md "Receipts").
+const ReceiptsMaxBacklog = 100_000
+
 // startReceipts starts the receipts' queue (egress.SidePublisher, queue "receipts", one
 // target per broker that receives receipts) and the receipts maker when a route has
 // receipts (nil otherwise). buildSinks made the targets; Run stops the queue after the
@@ -35,7 +41,8 @@ func (b *Bridge) startReceipts() (*egress.SidePublisher, error) {
 		return nil, nil
 	}
 	side, err := egress.NewSidePublisher(egress.SideOptions{
-		Queue: observe.SideQueueReceipts, Targets: b.receiptTargets, Clock: b.clk, Observer: b.obs, Logger: b.log,
+		Queue: observe.SideQueueReceipts, Targets: b.receiptTargets, MaxBacklog: ReceiptsMaxBacklog,
+		Clock: b.clk, Observer: b.obs, Logger: b.log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("receipts: %w", err)
