@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -232,6 +233,13 @@ func TestReceiptsAMQPTargetDown(t *testing.T) {
 		}
 		for _, r := range fs.Records() {
 			out[headerOf(r, "x-message-id")] = true
+			due, err := strconv.ParseInt(headerOf(r, "x-delay-due-at"), 10, 64)
+			if err != nil {
+				t.Fatalf("x-delay-due-at: %v", err)
+			}
+			if r.Timestamp.UnixMilli() < due {
+				t.Errorf("%s published at %d, before its due time %d", headerOf(r, "x-message-id"), r.Timestamp.UnixMilli(), due)
+			}
 		}
 	}
 	if backlog := tb.obs.get("side_backlog amqp"); backlog == 0 {
