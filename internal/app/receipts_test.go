@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/delaybridge/delay-bridge/admin"
@@ -283,4 +284,121 @@ func TestReceiptsAMQPTargetDown(t *testing.T) {
 		t.Errorf("rd-cancel receipt: %+v", r)
 	}
 	waitUntil(t, "the receipts backlog to drain", 30*time.Second, func() bool { return tb.obs.get("side_backlog amqp") == 0 })
+}
+
+// TestReceiptsKafkaTargetDown: route a (RabbitMQ to RabbitMQ) sends receipts to Kafka,
+// whose only broker becomes unreachable for the outage (a proxy cuts its connections and
+// refuses new ones, as a stopped broker). Messages due throughout the outage are all
+// delivered while it lasts, none early; the receipts wait in the backlog; after the
+// broker is back every receipt — delivered, dead_lettered, cancelled — is on the
+// receipts topic and the backlog drains to 0.
+func TestReceiptsKafkaTargetDown(t *testing.T) {
+	outage := receiptsOutage(t)
+	rb := testkit.DialRabbit(t)
+	srcEx, srcQ := testkit.Uniq(t, "rk-src-x"), testkit.Uniq(t, "rk-src-q")
+	outEx, outQ := testkit.Uniq(t, "rk-out-x"), testkit.Uniq(t, "rk-out-q")
+	rb.DeleteAtCleanup([]string{srcQ, outQ}, []string{srcEx, outEx})
+	ch := rb.Channel()
+	if err := ch.ExchangeDeclare(outEx, "fanout", false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare(outQ, false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind(outQ, "", outEx, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	kaddr, _, proxy := testkit.StartKafkaBehindProxy(t, 2, "receipts")
+	rds := testkit.StartRedis(t)
+	env := &testEnv{redisAddr: rds.Addr(), kaddr: kaddr}
+	tb := env.runSet(t, []string{
+		"redis.addrs=" + rds.Addr(), "kafka.brokers=" + kaddr, "shards=4", "prefix=" + testkit.Uniq(t, "rk"),
+		"amqp.url=" + testkit.AMQPURL(),
+		"routes.0.name=a", "routes.0.from.amqp.queue=" + srcQ, "routes.0.from.amqp.exchange=" + srcEx,
+		"routes.0.to.amqp.exchange=" + outEx, "routes.0.receipts.kafka.topic=receipts",
+	})
+	valid := testkit.ReceiptSchema(t)
+	ctx := context.Background()
+
+	const n = 40
+	proxy.SetDown(true)
+	proxy.Cut()
+	downAt := time.Now()
+	publish := func(id string, delay any) {
+		t.Helper()
+		if err := ch.PublishWithContext(ctx, srcEx, "k", false, false, amqp.Publishing{Body: []byte("m"),
+			Headers: amqp.Table{"x-delay": delay, "x-message-id": id, "traceparent": traceparent}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n {
+		publish(fmt.Sprintf("rk-%02d", i), (time.Duration(i) * (outage - time.Second) / n).Milliseconds())
+	}
+	publish("rk-bad", "soon")
+	publish("rk-cancel", int64(3_600_000))
+	waitUntil(t, "rk-cancel parked", 30*time.Second, func() bool { return tb.state(t, "rk-cancel") == "pending" })
+	if _, err := tb.Cancel(ctx, "rk-cancel"); err != nil {
+		t.Fatal(err)
+	}
+
+	deliveries, err := ch.Consume(outQ, "", true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	deadline := time.After(outage + 60*time.Second)
+	for len(out) < n {
+		select {
+		case d := <-deliveries:
+			id := fmt.Sprint(d.Headers["x-message-id"])
+			out[id] = true
+			if due, ok := d.Headers["x-delay-due-at"].(int64); !ok || time.Now().UnixMilli() < due {
+				t.Errorf("%s: delivered before its due time %v", id, d.Headers["x-delay-due-at"])
+			}
+		case <-deadline:
+			t.Fatalf("%d of %d messages delivered while the receipts broker was down", len(out), n)
+		}
+	}
+	if backlog := tb.obs.get("side_backlog kafka"); backlog == 0 {
+		t.Errorf("receipts backlog while the broker is down = 0, want the waiting receipts")
+	}
+	if rest := outage - time.Since(downAt); rest > 0 {
+		time.Sleep(rest)
+	}
+	t.Logf("all %d messages delivered while the receipts broker was down; back after %s (backlog %d)",
+		n, time.Since(downAt).Round(time.Millisecond), tb.obs.get("side_backlog kafka"))
+	proxy.SetDown(false)
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(kaddr), kgo.ConsumeTopics("receipts"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	got := map[string]receipt{}
+	rctx, cancel := context.WithTimeout(ctx, 120*time.Second)
+	defer cancel()
+	for len(got) < n+2 {
+		fs := cl.PollFetches(rctx)
+		if rctx.Err() != nil {
+			t.Fatalf("%d of %d receipts after the broker came back (backlog %d)", len(got), n+2, tb.obs.get("side_backlog kafka"))
+		}
+		for _, r := range fs.Records() {
+			rc := receiptOf(t, valid, r.Value)
+			got[rc.ID] = rc
+		}
+	}
+	for i := range n {
+		id := fmt.Sprintf("rk-%02d", i)
+		if r := got[id]; r.Outcome != "delivered" || r.Target == nil || r.Target.Broker != "amqp" || r.Target.Exchange != outEx || r.Traceparent != traceparent {
+			t.Errorf("%s receipt: %+v", id, r)
+		}
+	}
+	if r := got["rk-bad"]; r.Outcome != "dead_lettered" {
+		t.Errorf("rk-bad receipt: %+v", r)
+	}
+	if r := got["rk-cancel"]; r.Outcome != "cancelled" {
+		t.Errorf("rk-cancel receipt: %+v", r)
+	}
+	waitUntil(t, "the receipts backlog to drain", 30*time.Second, func() bool { return tb.obs.get("side_backlog kafka") == 0 })
 }
