@@ -332,12 +332,28 @@ type IngressStatus struct {
 	State  string    `json:"state"`
 	Detail string    `json:"detail,omitempty"`
 	Since  time.Time `json:"since,omitzero"`
-	// Partitions are the Kafka partitions assigned to this instance.
+	// Partitions are the Kafka partitions this instance owns (their leases).
 	Partitions []int `json:"partitions,omitempty"`
-	// Lag: Kafka end offset minus committed offset over the assigned partitions; AMQP
+	// PartitionStates: each owned Kafka partition as its owner sees it.
+	PartitionStates []PartitionStatus `json:"partition_states,omitempty"`
+	// Lag: Kafka end offset minus committed offset over the owned partitions; AMQP
 	// queue depth; -1 unknown.
-	Lag      int64 `json:"lag"`
-	Rebuilds int   `json:"rebuilds"` // consumers rebuilt by the stall watchdog
+	Lag int64 `json:"lag"`
+	// Rebuilds: AMQP consumers rebuilt by the stall watchdog; Kafka partition readers
+	// reset (offset out of range) or replaced (stall).
+	Rebuilds int `json:"rebuilds"`
+}
+
+// PartitionStatus is one owned Kafka partition: state owned (lease held, reader being
+// set up), fetching, lagging (lag without progress) or unreachable.
+type PartitionStatus struct {
+	Partition int       `json:"partition"`
+	State     string    `json:"state"`
+	Detail    string    `json:"detail,omitempty"`
+	Since     time.Time `json:"since,omitzero"`
+	Lag       int64     `json:"lag"`       // end offset minus committed; -1 unknown
+	Committed int64     `json:"committed"` // last committed (or started from) by this owner; -1 unknown
+	Resets    int       `json:"resets"`
 }
 
 // EgressStatus is a route's target broker as GET /v1/routes shows it.

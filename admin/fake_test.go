@@ -24,6 +24,7 @@ type fakeBackend struct {
 	failWith   error         // returned by every call when set
 	block      chan struct{} // Stats waits on it when set
 	notReady   error
+	scheds     map[string]*ScheduleInfo // fake_schedules_test.go
 }
 
 func newFake() *fakeBackend {

@@ -116,6 +116,7 @@ func NewServer(opts Options) *Server {
 	s.handle("POST /v1/jobs", s.handleCreateJob)
 	s.handle("GET /v1/jobs", s.handleListJobs)
 	s.handle("GET /v1/jobs/{id}", s.handleGetJob)
+	s.handleSchedules()
 	s.handle("GET /v1/openapi.json", handleOpenAPI)
 	s.handle("GET /ui/", handleConsole)
 	s.handle("GET /{$}", func(w http.ResponseWriter, r *http.Request) {

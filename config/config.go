@@ -23,6 +23,7 @@ type Config struct {
 	Retry      RetryConfig      `koanf:"retry"`
 	Delivery   string           `koanf:"delivery"` // at-least-once | at-most-once
 	Routes     []Route          `koanf:"routes"`
+	Schedules  []Schedule       `koanf:"schedules"`
 	DeadLetter DeadLetterConfig `koanf:"dead_letter"`
 	Admin      AdminConfig      `koanf:"admin"`
 	Log        LogConfig        `koanf:"log"`
@@ -59,9 +60,9 @@ type SASLConfig struct {
 type KafkaConfig struct {
 	Brokers []string `koanf:"brokers"`
 	GroupID string   `koanf:"group_id"`
-	// SessionTimeout is how long the group coordinator waits for a silent consumer
-	// (a killed bridge) before moving its partitions to the others; the rebalance
-	// timeout is half of it, the heartbeat a tenth.
+	// SessionTimeout is unused: the delay topics' partitions are owned by lease
+	// (scheduler.lease_ttl), not through consumer group membership. Kept, and still
+	// validated, so configurations of earlier releases load unchanged.
 	SessionTimeout time.Duration `koanf:"session_timeout"`
 	SASL           SASLConfig    `koanf:"sasl"`
 	TLS            TLSConfig     `koanf:"tls"`
@@ -100,6 +101,11 @@ type SchedulerConfig struct {
 	// MaxClockOffset is how far this instance's clock may disagree with Redis's (TIME,
 	// measured at every ownership round) before it stops claiming messages.
 	MaxClockOffset time.Duration `koanf:"max_clock_offset"`
+	// ScheduleHorizon is how far ahead the recurring schedules' occurrences are parked;
+	// ScheduleInterval how often the planner looks (docs/CONTRACT.md "Recurring
+	// schedules").
+	ScheduleHorizon  time.Duration `koanf:"schedule_horizon"`
+	ScheduleInterval time.Duration `koanf:"schedule_interval"`
 }
 
 type LimitsConfig struct {
@@ -191,8 +197,9 @@ func Default() Config {
 		Scheduler: SchedulerConfig{
 			Tick: time.Millisecond, Lookahead: 2 * time.Second, ClaimBatch: 1000,
 			InflightLease: 30 * time.Second, LeaseTTL: 3 * time.Second, SafetyScan: time.Second,
-			MaxClockOffset: 500 * time.Millisecond,
-			MaxInMemory:    100000, DoneWindow: 10 * time.Minute,
+			MaxClockOffset:  500 * time.Millisecond,
+			ScheduleHorizon: time.Minute, ScheduleInterval: time.Second,
+			MaxInMemory: 100000, DoneWindow: 10 * time.Minute,
 		},
 		Limits:   LimitsConfig{MaxDelay: 8760 * time.Hour, MaxPayloadBytes: 1 << 20},
 		Retry:    RetryConfig{MaxAttempts: 10, Backoff: BackoffConfig{Initial: time.Second, Max: 5 * time.Minute}},

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strconv"
@@ -68,6 +69,14 @@ func yamlNode(v reflect.Value) *yaml.Node {
 			n.Content = append(n.Content, yamlNode(v.Index(i)))
 		}
 		return n
+	case v.Kind() == reflect.Map: // string -> string (schedules' headers), keys sorted
+		n := &yaml.Node{Kind: yaml.MappingNode, Style: yaml.FlowStyle}
+		keys := v.MapKeys()
+		slices.SortFunc(keys, func(a, b reflect.Value) int { return strings.Compare(a.String(), b.String()) })
+		for _, k := range keys {
+			n.Content = append(n.Content, scalar("!!str", k.String()), yamlNode(v.MapIndex(k)))
+		}
+		return n
 	case v.CanInt():
 		return scalar("", strconv.FormatInt(v.Int(), 10))
 	case v.CanFloat():
@@ -103,6 +112,17 @@ func cloneRoutes(rs []Route) []Route {
 		r.From = cloneEndpoint(r.From)
 		r.To = cloneEndpoint(r.To)
 		out[i] = r
+	}
+	return out
+}
+
+func cloneSchedules(ss []Schedule) []Schedule {
+	if ss == nil {
+		return nil
+	}
+	out := slices.Clone(ss)
+	for i := range out {
+		out[i].Headers = maps.Clone(out[i].Headers)
 	}
 	return out
 }

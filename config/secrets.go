@@ -349,6 +349,7 @@ func Redacted(c Config) Config {
 	c.AMQP.URL = maskURL(c.AMQP.URL)
 	// Do not share the routes' backing array and endpoint pointers with the caller.
 	c.Routes = cloneRoutes(c.Routes)
+	c.Schedules = cloneSchedules(c.Schedules)
 	c.Redis.Addrs = maskAll(c.Redis.Addrs)
 	c.Kafka.Brokers = maskAll(c.Kafka.Brokers)
 	return c

@@ -48,6 +48,7 @@ func (c *Config) Validate() error {
 		p.add("delivery", "must be %q or %q, got %q", DeliveryAtLeastOnce, DeliveryAtMostOnce, c.Delivery)
 	}
 	use := validateRoutes(c.Routes, &p)
+	c.validateSchedules(&p)
 	use.kafka = use.kafka || c.DeadLetter.Kafka.Topic != ""
 	use.amqp = use.amqp || c.DeadLetter.AMQP.Exchange != ""
 	if use.kafka {
@@ -120,6 +121,12 @@ func (s SchedulerConfig) validate(p *problems) {
 	}
 	if s.DoneWindow < 0 {
 		p.add("scheduler.done_window", "must be >= 0, got %s", s.DoneWindow)
+	}
+	if s.ScheduleInterval < 10*time.Millisecond || s.ScheduleInterval > time.Minute {
+		p.add("scheduler.schedule_interval", "must be in [10ms, 1m], got %s", s.ScheduleInterval)
+	}
+	if s.ScheduleHorizon < 2*s.ScheduleInterval || s.ScheduleHorizon > 24*time.Hour {
+		p.add("scheduler.schedule_horizon", "must be at least twice scheduler.schedule_interval and at most 24h, got %s", s.ScheduleHorizon)
 	}
 	if s.MaxClockOffset < 10*time.Millisecond || s.MaxClockOffset > time.Minute {
 		p.add("scheduler.max_clock_offset", "must be in [10ms, 1m], got %s", s.MaxClockOffset)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -98,15 +100,30 @@ func (rp *readyProbe) snapshot() []readyChange {
 	return append([]readyChange(nil), rp.changes...)
 }
 
-// TestKafkaGroupChurnHeals: two bridges share a Kafka route (one consumer group); one is
-// killed with SIGKILL and restarted every 3 s, five times, under a steady stream of
-// 200 msgs/s. The consumer group churns through rebalances with a dead member each time.
-// Afterwards every record must reach the target (none lost, none early, duplicates only
-// within the kill windows), and /readyz must have answered 503 on some instance while
-// its ingress was not consuming (polled throughout). The log gives the time to heal
-// after the last restart: until both instances are ready again, and until every record
-// arrived.
-func TestKafkaGroupChurnHeals(t *testing.T) {
+// TestKafkaKillChurn is the kill -9 loop of issue 18: two bridges share a Kafka route
+// (its four partitions owned by lease, like the shards); one is killed with SIGKILL and
+// restarted at once every 3 s, five times, under a steady stream of 200 msgs/s with
+// delays of 0.2–2 s. Asserted: every record reaches the target (lost 0), none early,
+// every duplicate falls in a kill window (a message the victim had published but not
+// acknowledged; an ingress replay after a failover is suppressed by the idempotent
+// park, so it adds none), and /readyz answered 503 naming the ingress while partitions
+// waited for a dead member's leases (polled throughout). Logged, never asserted: the
+// lateness after the due time (p50, p99, max: the issue's targets are p99 <= 4 s and
+// max <= 6 s), and the time to heal after the last restart.
+func TestKafkaKillChurn(t *testing.T) {
+	kafkaChurn(t, "kill -9", func(p *bridgeProc) { p.kill() }, true)
+}
+
+// TestKafkaRollingRestartChurn is the same loop with SIGTERM (a rolling restart): the
+// victim commits what it parked, releases its partitions and shards and leaves; it is
+// started again at once. Asserted as above except the 503s (a graceful handover may
+// be quicker than the probe); the issue's target for the lateness is p99 <= 0.5 s.
+func TestKafkaRollingRestartChurn(t *testing.T) {
+	kafkaChurn(t, "SIGTERM", func(p *bridgeProc) { p.stop() }, false)
+}
+
+// kafkaChurn runs the loop of TestKafkaKillChurn, ending the victim with end.
+func kafkaChurn(t *testing.T, what string, end func(*bridgeProc), want503 bool) {
 	const ttl = time.Second
 	c := startHACluster(t, 4, ttl)
 	a := c.start("cu-a")
@@ -120,11 +137,11 @@ func TestKafkaGroupChurnHeals(t *testing.T) {
 	var lastRestart time.Time
 	for k := 0; k < 5; k++ {
 		killed := time.Now()
-		victim.kill()
+		end(victim)
 		victim.launch() // restarted at once, not waited for: it is killed again 3 s later
 		lastRestart = time.Now()
 		time.Sleep(time.Until(killed.Add(3 * time.Second)))
-		faults = append(faults, fault{what: fmt.Sprintf("SIGKILL+restart #%d", k+1), start: killed, end: time.Now().Add(ttl)})
+		faults = append(faults, fault{what: fmt.Sprintf("%s+restart #%d", what, k+1), start: killed, end: time.Now().Add(ttl)})
 	}
 	t.Logf("churn: 5 kills done; the stream keeps running 5 s more")
 	time.Sleep(5 * time.Second)
@@ -155,6 +172,7 @@ func TestKafkaGroupChurnHeals(t *testing.T) {
 	got := c.target.snapshot()
 	dups := ledger(t, sentMsgs, got, "orders.delay")
 	perKill := c.checkDuplicates(t, got, faults, 2*ttl+time.Second)
+	late := lateness(got)
 
 	var lines []string
 	ingress503 := 0
@@ -175,13 +193,35 @@ func TestKafkaGroupChurnHeals(t *testing.T) {
 				states = append(states, strings.TrimSpace(line))
 			}
 		}
-		t.Logf("%s ingress states and rebuilds:\n  %s", name, strings.Join(states, "\n  "))
+		t.Logf("%s ingress states, partitions acquired and released:\n  %s", name, strings.Join(states, "\n  "))
 	}
 	t.Logf("readiness changes:\n  %s", strings.Join(lines, "\n  "))
-	if ingress503 == 0 {
+	if want503 && ingress503 == 0 {
 		t.Errorf("/readyz never answered 503 naming a failing ingress check on either instance during the churn")
 	}
-	t.Logf("churn heal: %d messages, %d duplicates (per kill %v), %d readiness 503s naming ingress; after the last restart: both ready from %s on (first both-ready poll %s), every record on the target after %s (stream ended %s after it)",
-		len(sentMsgs), dups, perKill, ingress503, readyForGood.Sub(lastRestart).Round(time.Millisecond), readyAt.Sub(lastRestart).Round(time.Millisecond),
+	t.Logf("%s churn: %d messages, lost 0, early 0 (ledger), %d duplicates (per kill %v); lateness after due p50 %s p99 %s max %s (issue 18 targets: kill -9 p99 <= 4s, max <= 6s; SIGTERM p99 <= 0.5s); %d readiness 503s naming ingress; after the last restart: both ready from %s on (first both-ready poll %s), every record on the target after %s (stream ended %s after it)",
+		what, len(sentMsgs), dups, perKill, percentile(late, 0.5), percentile(late, 0.99), percentile(late, 1), ingress503,
+		readyForGood.Sub(lastRestart).Round(time.Millisecond), readyAt.Sub(lastRestart).Round(time.Millisecond),
 		allAt.Sub(lastRestart).Round(time.Millisecond), streamEnd.Sub(lastRestart).Round(time.Millisecond))
+}
+
+// lateness is, sorted, each message's first arrival after its due time (x-delay-due-at).
+func lateness(got []arrival) []time.Duration {
+	first := map[string]time.Duration{}
+	for _, a := range got {
+		due, err := strconv.ParseInt(a.headers["x-delay-due-at"], 10, 64)
+		if err != nil {
+			continue
+		}
+		id := a.headers["x-message-id"]
+		if _, seen := first[id]; !seen {
+			first[id] = a.at.Sub(time.UnixMilli(due))
+		}
+	}
+	out := make([]time.Duration, 0, len(first))
+	for _, d := range first {
+		out = append(out, d)
+	}
+	slices.Sort(out)
+	return out
 }

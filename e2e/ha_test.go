@@ -366,27 +366,20 @@ func haLeaseTTL(t *testing.T) time.Duration {
 	return d
 }
 
-// startVictim starts a bridge that takes part in shard ownership like the others but
-// consumes an idle topic in a consumer group of its own. Killing a Kafka consumer with
-// SIGKILL stalls its group's partitions until the broker's session timeout (kafka-go's
-// 30 s) evicts it, which would measure Kafka, not the bridge's failover; the victim's
-// ingress is kept out of the shared group so the stream keeps flowing through the
-// survivors. Its scheduler, leases and egress are the same as everyone's.
-//
-// A fresh group per start: a consumer restarted after SIGKILL would otherwise wait in
-// JoinGroup for its dead predecessor (up to the rebalance timeout), and a SIGTERM
-// meanwhile blocks shutdown on it.
+// startVictim starts a bridge like the others (shards and the route's Kafka
+// partitions alike), to be killed and restarted. Its partitions are owned by lease as
+// its shards are, so a SIGKILL stalls them only until its leases expire (about the
+// lease TTL), not for a consumer group's session timeout as before issue 18, when the
+// victim had to consume an idle topic in a group of its own.
 func (c *haCluster) startVictim(instance string) *bridgeProc {
 	c.t.Helper()
-	return c.startWith(instance, "idle.delay", testkit.Uniq(c.t, c.group+"-"+instance))
+	return c.start(instance)
 }
 
-// restartVictim starts a victim again under the same instance name, with a fresh
-// consumer group for its idle source (see startVictim).
+// restartVictim starts a victim again under the same instance name and admin address.
 func (c *haCluster) restartVictim(instance string, p *bridgeProc) {
 	c.t.Helper()
-	// Same admin address as before, so the process is the same from the outside.
-	p.cfg, _ = c.config(instance, "idle.delay", testkit.Uniq(c.t, c.group+"-"+instance), p.admin)
+	p.cfg, _ = c.config(instance, "orders.delay", c.group, p.admin)
 	p.start()
 }
 

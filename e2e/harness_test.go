@@ -72,6 +72,8 @@ type bridgeProc struct {
 	done  chan struct{}
 	// argv replaces `bridge run -c cfg` (the harness's own test runs other programs).
 	argv []string
+	// env is added to the test's environment for the process (KEY=value).
+	env []string
 	// killing is set (under mu) while the test kills the process itself; exits records
 	// every exit the test did not cause (under mu), checked by problems.
 	killing bool
@@ -144,6 +146,15 @@ func startBridgeArgv(t *testing.T, cfgPath, admin string, argv []string) *bridge
 	return p
 }
 
+// startBridgeEnv is startBridge with env (KEY=value) added to the process's environment.
+func startBridgeEnv(t *testing.T, cfgPath, admin string, env []string) *bridgeProc {
+	t.Helper()
+	p := newBridge(t, nil, cfgPath, admin)
+	p.env = env
+	p.start()
+	return p
+}
+
 // newBridge returns a bridge process not launched yet, running argv (nil: this tree's
 // binary with cfgPath), stopped and checked for problems at cleanup.
 func newBridge(t *testing.T, argv []string, cfgPath, admin string) *bridgeProc {
@@ -179,6 +190,9 @@ func (p *bridgeProc) launch() {
 		argv = []string{bridgeBin, "run", "-c", p.cfg}
 	}
 	p.cmd = exec.Command(argv[0], argv[1:]...)
+	if p.env != nil {
+		p.cmd.Env = append(os.Environ(), p.env...)
+	}
 	w := logBuf{&p.mu, p.log}
 	p.cmd.Stdout, p.cmd.Stderr = w, w
 	if err := p.cmd.Start(); err != nil {

@@ -75,6 +75,9 @@ type DispatcherOptions struct {
 	// Clock tells the broker-confirmed time for delivery_lateness and times the
 	// max_rate waits and the shutdown drain (default clock.Real).
 	Clock clock.Clock
+	// Tracer, when set, gives each publish attempt a trace span and publishes the
+	// message with that span's context (Tracer); nil = tracing off.
+	Tracer Tracer
 }
 
 // Dispatcher takes batches fired by the wheel and publishes them through the route's
@@ -322,26 +325,14 @@ func (d *Dispatcher) publishRoute(ctx context.Context, route string, envs []*env
 	}
 	// Ownership is checked after the rate limiter's wait, right before publishing: a
 	// throttled message whose shard moved meanwhile is left to the new owner.
-	if envs = d.owned(route, rs.Broker, envs); len(envs) == 0 {
+	if envs, ats = d.owned(route, rs.Broker, envs, ats); len(envs) == 0 {
 		return
 	}
 	if d.opt.AtMostOnce {
 		d.opt.Completer.Published(ctx, envs)
 	}
-	pctx, cancel := context.WithTimeout(ctx, d.opt.PublishTimeout)
-	start := d.opt.Clock.Now()
-	errs := rs.Sink.Publish(pctx, envs)
-	confirmed := d.opt.Clock.Now()
+	errs, start, confirmed := d.publish(ctx, rs, envs, ats)
 	took := confirmed.Sub(start)
-	cancel()
-	if len(errs) != len(envs) {
-		// A sink breaking its contract must not lose messages: fail them all.
-		bad := fmt.Errorf("sink returned %d results for %d messages", len(errs), len(envs))
-		errs = make([]error, len(envs))
-		for i := range errs {
-			errs[i] = bad
-		}
-	}
 	var okEnvs, failEnvs []*envelope.Envelope
 	var failErrs []error
 	for i, err := range errs {
@@ -369,6 +360,43 @@ func (d *Dispatcher) publishRoute(ctx context.Context, route string, envs []*env
 	}
 }
 
+// publish hands envs to the route's sink, bounded by PublishTimeout, and returns one
+// error per message (a sink breaking its contract fails them all: retried, never lost),
+// with the times the publish started and was answered. With a Tracer, each message
+// is published as a copy carrying its span's trace context, and the span ends here.
+func (d *Dispatcher) publish(ctx context.Context, rs RouteSink, envs []*envelope.Envelope, ats []int64) (errs []error, start, confirmed time.Time) {
+	pctx, cancel := context.WithTimeout(ctx, d.opt.PublishTimeout)
+	defer cancel()
+	start = d.opt.Clock.Now()
+	send, ends := envs, []func(time.Time, error){}
+	if d.opt.Tracer != nil {
+		send, ends = make([]*envelope.Envelope, len(envs)), make([]func(time.Time, error), len(envs))
+		for i, env := range envs {
+			c := *env
+			c.Headers, ends[i] = d.opt.Tracer.Start(env, rs.Broker, time.Unix(0, ats[i]), start)
+			send[i] = &c
+		}
+	}
+	errs = rs.Sink.Publish(pctx, send)
+	confirmed = d.opt.Clock.Now()
+	if d.opt.Tracer != nil {
+		for i := range envs { // where the copy landed is where the message did (receipts)
+			envs[i].Placed = send[i].Placed
+		}
+	}
+	if len(errs) != len(envs) {
+		bad := fmt.Errorf("sink returned %d results for %d messages", len(errs), len(envs))
+		errs = make([]error, len(envs))
+		for i := range errs {
+			errs[i] = bad
+		}
+	}
+	for i, end := range ends {
+		end(confirmed, errs[i])
+	}
+	return errs, start, confirmed
+}
+
 // throttle waits, on the dispatcher's clock, until lim grants n messages, taking
 // tokens in chunks no larger than the burst.
 func (d *Dispatcher) throttle(ctx context.Context, lim *rate.Limiter, n int) {
@@ -385,15 +413,17 @@ func (d *Dispatcher) throttle(ctx context.Context, lim *rate.Limiter, n int) {
 
 // owned keeps the messages this instance may still publish (see Owned); the others are
 // handed to the completer's Dropped and counted as failed attempts for reason fenced.
-func (d *Dispatcher) owned(route, broker string, envs []*envelope.Envelope) []*envelope.Envelope {
+// ats (the fire times, index for index) are filtered alike.
+func (d *Dispatcher) owned(route, broker string, envs []*envelope.Envelope, ats []int64) ([]*envelope.Envelope, []int64) {
 	if d.opt.Owned == nil {
-		return envs
+		return envs, ats
 	}
-	kept := envs[:0:0]
+	kept, keptAts := envs[:0:0], ats[:0:0]
 	var dropped []*envelope.Envelope
-	for _, env := range envs {
+	for i, env := range envs {
 		if d.opt.Owned(env) {
 			kept = append(kept, env)
+			keptAts = append(keptAts, ats[i])
 		} else {
 			dropped = append(dropped, env)
 		}
@@ -402,7 +432,7 @@ func (d *Dispatcher) owned(route, broker string, envs []*envelope.Envelope) []*e
 		d.opt.Observer.PublishFailed(route, broker, observe.FailFenced, len(dropped))
 		d.opt.Completer.Dropped(dropped)
 	}
-	return kept
+	return kept, keptAts
 }
 
 // failed counts failed publish attempts by reason and hands them to the completer, or,

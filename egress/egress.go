@@ -5,6 +5,7 @@ package egress
 
 import (
 	"context"
+	"time"
 
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/fault"
@@ -69,4 +70,15 @@ func FailReason(err error) string {
 // last publish, no broker call of its own) and safe for concurrent use.
 type HealthChecker interface {
 	Healthy() error
+}
+
+// Tracer follows publish attempts with trace spans (internal/tracing implements it with
+// OpenTelemetry; a nil DispatcherOptions.Tracer costs nothing per message).
+type Tracer interface {
+	// Start opens the span of one publish attempt of env to broker, fired by the wheel
+	// at fired and handed to the sink at sent. It returns the headers to publish env
+	// with (env's own, with the trace context replaced by the new span's; env is not
+	// changed) and end, called once with the broker's answer for env (nil: confirmed)
+	// and its time.
+	Start(env *envelope.Envelope, broker string, fired, sent time.Time) (headers []envelope.Header, end func(at time.Time, err error))
 }

@@ -25,7 +25,8 @@ type Item struct {
 // Handler makes a batch durable. It returns nil only once every item is safely in Redis
 // (parked, dead-lettered or cancelled). An error means nothing may be acknowledged; the
 // source hands the whole batch again later (parking is idempotent by id, so a partial
-// success followed by a replay never duplicates).
+// success followed by a replay never duplicates). It may be called concurrently (a Kafka
+// source calls it from one worker per owned partition).
 //
 // A Handler must not modify the items, nor the envelopes they point to: a failed batch
 // is handed again as the same items, parsed once (see Loop); a handler that needs a
@@ -38,7 +39,9 @@ type Handler func(ctx context.Context, items []Item) error
 //   - Run consumes until ctx is cancelled (then returns nil) or an unrecoverable error
 //     occurs (returned, marked fault.Permanent). Broker disconnects are not
 //     unrecoverable: Run reconnects with backoff by itself.
-//   - Batches are handed to h in source order, one at a time.
+//   - Batches are handed to h in source order, one at a time — for a Kafka source,
+//     per partition: its partitions' workers call h concurrently, so h must be safe
+//     for concurrent use (ordering across partitions was never promised by Kafka).
 //   - A record is acknowledged to the broker (offset commit, basic.ack) only after h
 //     returned nil for the batch holding it. When h fails, Run backs off and hands the
 //     same items again (or gives the batch back to the broker to be delivered again);
@@ -88,13 +91,17 @@ func call(ctx context.Context, clk clock.Clock, h Handler, items []Item) (return
 const (
 	// StateStarting: Run has not yet connected or joined for the first time.
 	StateStarting = "starting"
-	// StateConsuming: joined (Kafka group member with its assignment, AMQP consumer
-	// registered) and making progress, or caught up. The only ready state.
+	// StateConsuming: consuming and making progress, or caught up (Kafka: every partition
+	// this instance should own is owned and read, or it owns none; AMQP: consumer
+	// registered). The only ready state.
 	StateConsuming = "consuming"
-	// StateJoining: (re)joining the consumer group or re-registering the consumer.
+	// StateJoining: Kafka: waiting for the leases of partitions this instance should
+	// own (held by another instance until it releases them or they expire); AMQP:
+	// re-registering the consumer.
 	StateJoining = "joining"
-	// StateStalled: joined but not making progress while there is lag (the watchdog
-	// rebuilds the consumer after ingress.stall_timeout).
+	// StateStalled: not making progress while there is lag (Kafka: an owned partition
+	// is lagging; its reader is replaced after ingress.stall_timeout; AMQP: the watchdog
+	// rebuilds the consumer).
 	StateStalled = "stalled"
 	// StateUnreachable: the broker cannot be reached (or refuses the queue/topic).
 	StateUnreachable = "unreachable"
@@ -105,18 +112,54 @@ const (
 // Health is a snapshot of one source's state.
 type Health struct {
 	State string `json:"state"` // one of the State* constants
-	// Detail says why, when State is not StateConsuming ("" otherwise).
+	// Detail says why, when State is not StateConsuming (for Kafka also while
+	// consuming on standby during an upgrade, or after a reset).
 	Detail string `json:"detail,omitempty"`
 	// Since is when State began.
 	Since time.Time `json:"since"`
-	// Partitions are the Kafka partitions assigned to this instance (nil for AMQP).
+	// Partitions are the Kafka partitions this instance owns (nil for AMQP).
 	Partitions []int `json:"partitions,omitempty"`
+	// PartitionStates is the state of each owned Kafka partition (nil for AMQP).
+	PartitionStates []PartitionHealth `json:"partition_states,omitempty"`
 	// Lag is how many records the source is behind: for Kafka the sum over assigned
 	// partitions of end offset minus committed offset; for AMQP the queue depth (ready
 	// messages). -1 when unknown.
 	Lag int64 `json:"lag"`
-	// Rebuilds counts the times the watchdog tore down and rebuilt the consumer.
+	// Rebuilds counts the times the consumer was torn down and built again (AMQP: the
+	// watchdog; Kafka: a partition reader reset after an offset out of range or replaced
+	// after a stall).
 	Rebuilds int `json:"rebuilds"`
+}
+
+// Kafka partition states (PartitionHealth.State).
+const (
+	// PartitionOwned: the lease is held; the reader is being set up (committed offset).
+	PartitionOwned = "owned"
+	// PartitionFetching: the reader is reading: caught up, or making progress.
+	PartitionFetching = "fetching"
+	// PartitionLagging: records to read and no progress outside the handler for a
+	// third of ingress.stall_timeout (at least 1s).
+	PartitionLagging = "lagging"
+	// PartitionUnreachable: the brokers do not answer this partition's reader or the
+	// offset calls.
+	PartitionUnreachable = "unreachable"
+)
+
+// PartitionHealth is one owned Kafka partition as its owner sees it.
+type PartitionHealth struct {
+	Partition int    `json:"partition"`
+	State     string `json:"state"` // one of the Partition* constants
+	Detail    string `json:"detail,omitempty"`
+	// Since is when State began.
+	Since time.Time `json:"since"`
+	// Lag is the partition's end offset minus the offset committed (or started from),
+	// -1 unknown.
+	Lag int64 `json:"lag"`
+	// Committed is the last offset committed by this owner (or the one it started
+	// from), -1 unknown.
+	Committed int64 `json:"committed"`
+	// Resets counts the reader's resets (offset out of range) and replacements (stall).
+	Resets int `json:"resets"`
 }
 
 // HealthReporter is implemented by sources that report their state. Health must be

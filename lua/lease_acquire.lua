@@ -1,4 +1,4 @@
--- lease_acquire: take a shard's lease if it is free, with a new fencing token.
+-- lease_acquire: take a lease (a shard's, or a Kafka source partition's) if it is free, with a new fencing token.
 --
 -- KEYS[1] owner  STRING "instance|token", expires after the lease TTL
 -- KEYS[2] fence  STRING counter; INCR gives each new holder a larger token, so a claim

@@ -1,4 +1,4 @@
--- lease_release: give a shard's lease up, only if the caller still holds it, so a late
+-- lease_release: give a lease (shard or Kafka source partition) up, only if the caller still holds it, so a late
 -- release cannot free a lease another instance has since taken.
 --
 -- KEYS[1] owner  STRING "instance|token"

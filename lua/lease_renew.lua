@@ -1,4 +1,4 @@
--- lease_renew: extend a shard's lease, only for its current holder.
+-- lease_renew: extend a lease (shard or Kafka source partition), only for its current holder.
 --
 -- KEYS[1] owner  STRING "instance|token"
 -- ARGV[1] "instance|token" the caller holds

@@ -1,7 +1,7 @@
 // Package lua holds the Redis Lua scripts of the shard store, one operation per file,
 // embedded into the binary. Each file starts with a comment stating its KEYS, ARGV and
-// return value; the shard store (scheduler/store*.go) is the only caller and the
-// contract's Go side.
+// return value; the shard store (scheduler/store*.go) is the contract's Go side, and
+// package membership runs the lease_* scripts on Kafka partition leases too.
 //
 // Conventions every script keeps, because the store relies on them:
 //   - every key is passed in KEYS, never built inside the script, and all keys of one
@@ -81,6 +81,12 @@ var (
 	LeaseRenew string
 	//go:embed lease_release.lua
 	LeaseRelease string
+	//go:embed schedule_put.lua
+	SchedulePut string
+	//go:embed schedule_delete.lua
+	ScheduleDelete string
+	//go:embed schedule_plan.lua
+	SchedulePlan string
 )
 
 // All returns every script by name (the file name without ".lua"), for callers that
@@ -106,5 +112,8 @@ func All() map[string]string {
 		"lease_acquire":   LeaseAcquire,
 		"lease_renew":     LeaseRenew,
 		"lease_release":   LeaseRelease,
+		"schedule_put":    SchedulePut,
+		"schedule_delete": ScheduleDelete,
+		"schedule_plan":   SchedulePlan,
 	}
 }

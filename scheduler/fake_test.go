@@ -13,6 +13,7 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/fault"
 	"github.com/delaybridge/delay-bridge/internal/testkit/memstore"
+	"github.com/delaybridge/delay-bridge/membership"
 	"github.com/delaybridge/delay-bridge/scheduler"
 	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
@@ -33,7 +34,7 @@ func TestOwnershipSplitsAndTakesOverOnLeave(t *testing.T) {
 	w := newWorld(t, 8)
 	a := w.start(w.options("a"), nil)
 	b := w.start(w.options("b"), nil)
-	owners := scheduler.Owners([]string{"a", "b"}, 8)
+	owners := membership.Owners([]string{"a", "b"}, 8)
 	w.drive("a and b split the shards", 10*time.Second, func() bool {
 		return slices.Equal(a.s.OwnedShards(), shardsOf(owners, "a")) && slices.Equal(b.s.OwnedShards(), shardsOf(owners, "b"))
 	})

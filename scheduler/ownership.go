@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/delaybridge/delay-bridge/internal/clock"
+	"github.com/delaybridge/delay-bridge/membership"
 	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
@@ -146,10 +147,10 @@ func (s *Scheduler) assign(members []string) []bool {
 	key := strings.Join(members, "\x00")
 	if s.assignOut == nil || key != s.assignKey {
 		ms := append([]string(nil), members...)
-		if !contains(ms, s.opt.Instance) {
+		if !membership.Contains(ms, s.opt.Instance) {
 			ms = append(ms, s.opt.Instance)
 		}
-		s.assignKey, s.assignOut = key, Owners(ms, s.store.Shards())
+		s.assignKey, s.assignOut = key, membership.Owners(ms, s.store.Shards())
 	}
 	out := make([]bool, len(s.assignOut))
 	for i, o := range s.assignOut {

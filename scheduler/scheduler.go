@@ -185,6 +185,17 @@ func (s *Scheduler) OwnedShards() []int {
 	return out
 }
 
+// OwnsShard reports whether this instance holds shard's lease now (not handing it
+// over) and the lease is surely still valid: the recurring schedules' planner plans
+// the schedules whose id falls in such a shard.
+func (s *Scheduler) OwnsShard(shard int) bool {
+	s.mu.Lock()
+	st := s.shards[shard]
+	held := st != nil && !st.leaving
+	s.mu.Unlock()
+	return held && s.leaseValid(st)
+}
+
 func (s *Scheduler) state(shard int) *shardState {
 	s.mu.Lock()
 	defer s.mu.Unlock()

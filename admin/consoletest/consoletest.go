@@ -48,6 +48,7 @@ func Run(t *testing.T, c Config) {
 	cancelOne(t, b, api, seeded[3])
 	bulkJob(t, b, api, c, seeded)
 	deadLetters(t, b, api)
+	schedulesPage(t, b, api, c)
 }
 
 // seed schedules the scenario's messages through the API and returns the ids on Route,

@@ -51,7 +51,10 @@ function routeRow(name, rs, statCounts, lat) {
     h('td', { class: 'num dead' }, c && c.dead ? h('a', { href: '#/dead?route=' + encodeURIComponent(name) }, String(c.dead)) : num(c && c.dead)),
     h('td', {}, when(rs && rs.next_due)),
     h('td', { class: 'ingress' }, ing ? [badge(ing.state, ing.state === 'consuming' ? 'good' : 'bad'), ' ', h('small', {}, ing.source)] : '—',
-      ing && ing.detail ? h('div', { class: 'small muted' }, ing.detail) : ''),
+      ing && ing.detail ? h('div', { class: 'small muted' }, ing.detail) : '',
+      ing && ing.partition_states && ing.partition_states.length
+        ? h('div', { class: 'small muted partitions' }, 'partitions: ' + ing.partition_states.map((p) => `${p.partition} ${p.state}${p.lag > 0 ? ' (lag ' + p.lag + ')' : ''}`).join(', '))
+        : ''),
     h('td', { class: 'num lag' }, ing ? (ing.lag < 0 ? '?' : String(ing.lag)) : '—'),
     h('td', { class: 'egress' }, rs ? [badge(rs.egress.reachable ? 'reachable' : 'unreachable', rs.egress.reachable ? 'good' : 'bad'), ' ', h('small', {}, `${rs.egress.broker}:${rs.egress.target}`)] : '—'),
     h('td', { class: 'num p50' }, lat && lat.count ? fmtMs(lat.p50_ms) : '—'),

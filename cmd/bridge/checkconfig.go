@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/delaybridge/delay-bridge/config"
+	"github.com/delaybridge/delay-bridge/internal/app"
 )
 
 func init() { addCommand(newCheckConfigCmd) }
@@ -26,7 +27,11 @@ func addConfigFlags(fs *pflag.FlagSet) configFlags {
 }
 
 func (c configFlags) load() (config.Config, error) {
-	return config.Load(config.LoadOptions{File: *c.file, Env: environ(), Set: *c.set})
+	cfg, err := config.Load(config.LoadOptions{File: *c.file, Env: environ(), Set: *c.set})
+	if err == nil {
+		err = app.CheckSchedules(cfg) // the schedules' specs: config, a leaf, has no cron parser
+	}
+	return cfg, err
 }
 
 // configFileCompletion completes -c with YAML files.

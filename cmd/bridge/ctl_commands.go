@@ -19,7 +19,7 @@ import (
 // ctlCommands build the ctl subcommands, in the order the usage text lists them.
 var ctlCommands = []func(o *ctlOpts) *cobra.Command{
 	ctlGet, ctlLs, ctlCancel, ctlReschedule, ctlSchedule, ctlStats, ctlRoutes, ctlCharts, ctlDead, ctlRequeue, ctlPurgeDead,
-	ctlJobs, ctlReady,
+	ctlJobs, ctlSchedules, ctlReady,
 }
 
 func ctlGet(o *ctlOpts) *cobra.Command {

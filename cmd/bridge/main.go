@@ -23,6 +23,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	_ "time/tzdata" // the tz database, for CRON_TZ= in schedules: the image is FROM scratch
 
 	"github.com/spf13/cobra"
 )

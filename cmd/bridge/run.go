@@ -114,7 +114,8 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	for _, r := range cfg.Routes {
 		history.Declare(r.Name)
 	}
-	b, err := app.New(cfg, app.Options{Logger: logger, Clock: processClock(), Observer: chartseries.Observe(metrics, history), Series: history})
+	b, err := app.New(cfg, app.Options{Logger: logger, Clock: processClock(), Observer: chartseries.Observe(metrics, history), Series: history,
+		Version: buildVersion()})
 	if err != nil {
 		return fmt.Errorf("building the bridge: %w", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delaybridge/delay-bridge/egress"
 	kafkaout "github.com/delaybridge/delay-bridge/egress/kafka"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/testkit"
@@ -61,5 +62,63 @@ func TestPublishPlacesEachRecord(t *testing.T) {
 	}
 	if dead.Placed != nil {
 		t.Errorf("a dead-letter copy was placed: %+v", *dead.Placed)
+	}
+}
+
+// headersTracer is an egress.Tracer that opens no span: the dispatcher then publishes
+// copies of the messages, as with tracing on.
+type headersTracer struct{}
+
+func (headersTracer) Start(env *envelope.Envelope, _ string, _, _ time.Time) ([]envelope.Header, func(time.Time, error)) {
+	return append([]envelope.Header(nil), env.Headers...), func(time.Time, error) {}
+}
+
+// nopCompleter takes the dispatcher's outcomes and does nothing with them.
+type nopCompleter struct{}
+
+func (nopCompleter) Published(context.Context, []*envelope.Envelope)       {}
+func (nopCompleter) Failed(context.Context, []*envelope.Envelope, []error) {}
+func (nopCompleter) Dropped([]*envelope.Envelope)                          {}
+func (nopCompleter) Unpublished([]*envelope.Envelope)                      {}
+
+// TestDispatcherPlacesWithTracing: with a Tracer the dispatcher publishes copies; the
+// delivered messages it reports (OnDelivered: the receipts) still carry the partition
+// and offset their copies were appended at.
+func TestDispatcherPlacesWithTracing(t *testing.T) {
+	target := testkit.Uniq(t, "traced")
+	addr, _ := startCluster(t, 1, 3, []string{target})
+	s := newSink(t, addr, map[string]string{"r": target}, kafkaout.Options{})
+	got := make(chan []*envelope.Envelope, 1)
+	d := egress.NewDispatcher(egress.DispatcherOptions{
+		Routes:    map[string]egress.RouteSink{"r": {Sink: s, Broker: envelope.BrokerKafka}},
+		Completer: nopCompleter{}, Tracer: headersTracer{},
+		OnDelivered: func(_ string, envs []*envelope.Envelope, _ time.Time) { got <- envs },
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); d.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	msgs := make([]*envelope.Envelope, 30)
+	for i := range msgs {
+		msgs[i] = env(strconv.Itoa(i), "r", []byte(fmt.Sprint("key-", i)))
+	}
+	d.Submit(msgs)
+	var delivered []*envelope.Envelope
+	for len(delivered) < len(msgs) {
+		select {
+		case envs := <-got:
+			delivered = append(delivered, envs...)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d of %d delivered", len(delivered), len(msgs))
+		}
+	}
+	at := map[string]string{}
+	for _, rec := range newReader(t, addr, target).records(t, len(msgs), 30*time.Second) {
+		at[string(rec.Value[len("p-"):])] = fmt.Sprintf("%d/%d", rec.Partition, rec.Offset)
+	}
+	for _, e := range delivered {
+		if e.Placed == nil || fmt.Sprintf("%d/%d", e.Placed.Partition, e.Placed.Offset) != at[e.ID] {
+			t.Fatalf("message %s: placed %+v, on the broker at %s", e.ID, e.Placed, at[e.ID])
+		}
 	}
 }

@@ -1,40 +1,58 @@
-// Package kafka is the Kafka delay source (import it as kafkain): a consumer-group
-// reader (segmentio/kafka-go) for one route's delay topic that hands batches of parsed
-// records to an ingress.Handler and commits offsets only after the handler succeeded.
+// Package kafka is the Kafka delay source (import it as kafkain): one route's delay
+// topic, its partitions owned like the scheduler's shards and read by kafka-go
+// partition readers, batches of parsed records handed to an ingress.Handler, offsets
+// committed to the consumer group only after the handler succeeded.
 //
-// Batching. Run fetches one record (blocking), then keeps fetching until BatchSize
-// records are in hand or BatchWait has passed since the first, converts every record
-// with ingress.Parse and hands the batch to the handler.
+// Ownership (owner.go). No consumer group membership: the bridge's instances split the
+// topic's partitions themselves, the way Flink's and Spark's Kafka sources do. Every
+// LeaseTTL/3 the source heartbeats its instance into the members set, reads the live
+// members and the topic's partitions (metadata: partitions added later are picked up),
+// renews the leases it holds, computes the partitions this instance should own by
+// rendezvous hashing with bounded loads over the live members (membership.OwnersOf,
+// salted with route and topic), stops and releases the ones it should no longer own
+// and acquires the ones it should: one lease per partition, with a fencing token
+// (membership.PartitionLease keys). A member killed without releasing is noticed when
+// its heartbeat ages out and its leases expire: its partitions are read again within
+// about the lease TTL. While the consumer group still has members (instances of a
+// release that consumed through the group, during a rolling upgrade), the source stands
+// by and reads nothing (see docs/OPERATIONS.md, "Upgrading").
 //
-// Acknowledgement. Every batch goes through ingress.Loop: offsets are committed
-// synchronously (CommitInterval 0) after the handler returned nil, for the last record
-// of each partition in the batch. When the handler fails, the loop backs off (20ms
-// doubling up to 1s, ±20%, on Config.Clock, aborted by ctx) and hands the same items
-// again; Run fetches nothing beyond a failed batch. Records of a batch that never
-// succeeded stay uncommitted and are consumed again by whichever group member owns their
-// partition next (after a restart or a rebalance). Parking is idempotent by id, so such
-// replays never duplicate.
+// Reading (partition.go). The owner of a partition fetches the group's committed offset
+// (OffsetFetch; the first offset when there is none) and reads from there with a
+// kafka-go Reader for that one partition (no GroupID). Batching: one record (blocking),
+// then more until BatchSize records or BatchWait has passed since the first. Every batch
+// goes through ingress.Loop: the handler parks it; then the lease is renewed with its
+// fencing token and, only if it is still held, the next offset is committed to the
+// group (OffsetCommit with generation -1, as any client without group membership does),
+// so `kafka-consumer-groups --describe` shows the group's lag. A fenced owner (lease
+// expired or taken) commits nothing and parks nothing more for that partition; the new
+// owner resumes from the committed offset and replays what was parked but not
+// committed, which the idempotent park suppresses (the default id is stable). When the
+// handler fails, the loop backs off (20ms doubling up to 1s, ±20%, on Config.Clock) and
+// hands the same items again; nothing beyond a failed batch is fetched.
+//
+// An offset out of range (the topic was deleted and recreated, or truncated; or
+// retention removed records before they were read) is reported, logged at info and
+// counted, and the partition's reader resets to the partition's first offset. The
+// reader's read position beyond the partition's end offset (kafka-go would wait there
+// silently) is detected by the source's own offset poll and handled the same way.
 //
 // Record → Item. Raw.Headers carry Kafka header values as Go strings (the bytes
 // unchanged; a string value marks Kafka origin to egress), Raw.BaseTime is the record
-// timestamp (x-delay counts from it), and the default id is "topic/partition/offset",
-// stable across redeliveries.
+// timestamp (x-delay counts from it), and the default id is
+// ingress.KafkaRecordID (topic/partition/offset/hash), stable across redeliveries.
 //
 // Reader settings (docs/CONTRACT.md §8): MinBytes 1 with MaxWait 250ms (a long poll: the
-// broker answers as soon as a record arrives) and ReadBackoffMin/Max 1ms/5ms (kafka-go's
-// defaults add 40–260ms of latency to a caught-up consumer), StartOffset FirstOffset for
-// a new group, partition changes watched.
+// broker answers as soon as a record arrives) and ReadBackoffMin/Max 1ms/5ms.
 //
-// Health and the watchdog (health.go, watchdog.go): the source reports its state
-// (ingress.Health) from the reader's group events, its commits and a lag poll every
-// Config.StallTimeout/5, and rebuilds the reader (close, NewReader) when it has been out
-// of the group, or without progress while there is lag, for StallTimeout: kafka-go
-// readers can stay stuck after rebalances. A reader whose position is past its
-// partition's end (the topic was deleted and recreated under it) is rebuilt at once.
+// Health (health.go): a state per owned partition (owned, fetching, lagging,
+// unreachable) from the owner's own readers, commits, leases and offset polls — no log
+// text, no reflection — summed up into the route's ingress.Health. A partition lagging
+// without progress (outside the handler) for StallTimeout gets a new reader.
 //
-// Time: every wait (batch window, backoffs, watchdog) is on Config.Clock, and so is the
-// receive time of each record. Network timeouts (commit, lag poll, preflight) bound I/O
-// and are left to the network's own clock.
+// Time: every wait (ownership rounds, batch window, backoffs) is on Config.Clock, and so
+// is the receive time of each record. Network timeouts bound I/O and are left to the
+// network's own clock.
 //
 // Metrics: the source counts received records once per fetched batch (a batch handed
 // again after a handler failure is not counted twice); the Handler (internal/app)
@@ -42,8 +60,12 @@
 package kafka
 
 import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -52,22 +74,20 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/fault"
 	"github.com/delaybridge/delay-bridge/internal/observe"
+	"github.com/delaybridge/delay-bridge/membership"
 )
 
 // Defaults for Config.
 const (
-	DefaultBatchSize      = 1000
-	DefaultBatchWait      = 2 * time.Millisecond
-	DefaultStallTimeout   = 15 * time.Second
-	DefaultSessionTimeout = 10 * time.Second
+	DefaultBatchSize    = 1000
+	DefaultBatchWait    = 2 * time.Millisecond
+	DefaultStallTimeout = 15 * time.Second
+	DefaultLeaseTTL     = 3 * time.Second
 )
 
 const (
 	minBackoff = 20 * time.Millisecond
 	maxBackoff = time.Second
-	// commitTimeout bounds one offset commit. It runs on a context detached from Run's, so
-	// a batch the handler accepted just before shutdown is still committed.
-	commitTimeout = 3 * time.Second
 )
 
 // Config is one source: where to consume and how. internal/app builds it from the
@@ -76,11 +96,18 @@ const (
 type Config struct {
 	// Conn reaches the brokers (brokers, TLS, SASL).
 	Conn Conn
-	// GroupID is the consumer group (kafka.group_id). Required.
+	// GroupID is the consumer group (kafka.group_id) the offsets are committed to, for
+	// progress and monitoring; the source never joins it. Required.
 	GroupID string
-	// SessionTimeout is the group session timeout (kafka.session_timeout); the
-	// rebalance timeout is half of it, the heartbeat a tenth. Default 10s.
-	SessionTimeout time.Duration
+	// Membership is where the partitions' owners are decided: the live members and
+	// the partition leases (membership.Redis in the bridge). Required.
+	Membership Membership
+	// Instance is this bridge instance's member name (the scheduler heartbeats the same
+	// name). Required; the leases are held as Instance#<random incarnation>.
+	Instance string
+	// LeaseTTL is the partition leases' TTL and the age after which a member whose
+	// heartbeat stopped is no longer live (scheduler.lease_ttl); default 3s.
+	LeaseTTL time.Duration
 	// Topic is the route's delay topic (from.kafka.topic). Required.
 	Topic string
 	// Rules are the route's parsing limits; Rules.Route names the route.
@@ -89,9 +116,9 @@ type Config struct {
 	BatchSize int
 	// BatchWait is how long a batch stays open after its first record; default 2ms.
 	BatchWait time.Duration
-	// StallTimeout is how long the consumer may stay out of the group, or joined without
-	// progress while it has lag, before the watchdog rebuilds it (ingress.stall_timeout);
-	// default DefaultStallTimeout.
+	// StallTimeout is how long an owned partition may have lag without progress
+	// (outside the handler) before its reader is replaced (ingress.stall_timeout); it is
+	// reported lagging after a third of it. Default DefaultStallTimeout.
 	StallTimeout time.Duration
 	// Clock is every wait and the receive time; default clock.Real.
 	Clock  clock.Clock
@@ -120,8 +147,8 @@ func (c Config) withDefaults() Config {
 	if c.StallTimeout <= 0 {
 		c.StallTimeout = DefaultStallTimeout
 	}
-	if c.SessionTimeout <= 0 {
-		c.SessionTimeout = DefaultSessionTimeout
+	if c.LeaseTTL <= 0 {
+		c.LeaseTTL = DefaultLeaseTTL
 	}
 	return c
 }
@@ -133,8 +160,13 @@ func (c Config) Validate() error {
 		return fault.Permanent(fmt.Errorf("ingress/kafka: route %q: from.kafka.topic is required", c.Rules.Route))
 	case c.GroupID == "":
 		return fault.Permanent(fmt.Errorf("ingress/kafka: kafka.group_id is required"))
-	case c.BatchSize <= 0 || c.BatchWait <= 0 || c.StallTimeout <= 0 || c.SessionTimeout <= 0:
-		return fault.Permanent(fmt.Errorf("ingress/kafka: route %q: batch size, batch wait, stall and session timeouts must be > 0", c.Rules.Route))
+	case c.BatchSize <= 0 || c.BatchWait <= 0 || c.StallTimeout <= 0 || c.LeaseTTL < 3*time.Millisecond:
+		return fault.Permanent(fmt.Errorf("ingress/kafka: route %q: batch size, batch wait and stall timeout must be > 0, the lease TTL at least 3ms", c.Rules.Route))
+	case c.Membership == nil:
+		return fault.Permanent(fmt.Errorf("ingress/kafka: route %q: no membership (Membership)", c.Rules.Route))
+	}
+	if err := membership.CheckInstance(c.Instance); err != nil {
+		return fmt.Errorf("ingress/kafka: route %q: %w", c.Rules.Route, err)
 	}
 	if c.Conn == nil {
 		return fault.Permanent(fmt.Errorf("ingress/kafka: route %q: no Kafka connection (Conn)", c.Rules.Route))
@@ -145,11 +177,24 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// Membership is what the source needs of the bridge's membership (membership.Redis
+// implements it): heartbeats and live members, and leases on partition keys.
+type Membership interface {
+	Heartbeat(ctx context.Context, instance string, now int64) error
+	Live(ctx context.Context, now int64, maxAge time.Duration) ([]membership.Member, error)
+	PartitionLease(route, topic string, partition int) membership.LeaseKey
+	Acquire(ctx context.Context, keys []membership.LeaseKey, holder string, ttl time.Duration) ([]int64, error)
+	Renew(ctx context.Context, holder string, held []membership.Held, ttl time.Duration) ([]bool, error)
+	Release(ctx context.Context, holder string, h membership.Held) error
+}
+
 // Source consumes one route's delay topic. It implements ingress.Source.
 type Source struct {
 	cfg    Config
 	dialer *kafka.Dialer
 	log    *slog.Logger
+	holder string // lease holder: Instance#incarnation
+	epoch  time.Time
 	// maxBytes is the reader's fetch limit. It is not a record size limit: a broker
 	// returns the first record batch whole even when it is larger (KIP-74), so an
 	// oversized payload still arrives to be dead-lettered. It must stay small: kafka-go
@@ -159,11 +204,16 @@ type Source struct {
 	// 16 MiB, 750k at 1 MiB).
 	maxBytes int
 	health   *tracker
+	// For tests (export_test.go): beforeCommit is called before a commit is sent;
+	// abandon makes Run return without releasing its leases, as a killed process does.
+	beforeCommit func(partition int)
+	abandon      atomic.Bool
 }
 
 var (
 	_ ingress.Source         = (*Source)(nil)
 	_ ingress.HealthReporter = (*Source)(nil)
+	_ Membership             = (*membership.Redis)(nil)
 )
 
 // New returns a source for cfg (defaults filled, then validated: errors are permanent).
@@ -177,10 +227,13 @@ func New(cfg Config) (*Source, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ingress/kafka: %w", err)
 	}
-	s := &Source{cfg: cfg, dialer: dialer, maxBytes: 1 << 20}
+	var inc [4]byte
+	_, _ = rand.Read(inc[:])
+	s := &Source{cfg: cfg, dialer: dialer, maxBytes: 1 << 20, holder: cfg.Instance + "#" + hex.EncodeToString(inc[:]),
+		epoch: cfg.Clock.Now()}
 	s.log = cfg.Logger.With("source", s.Name(), "route", cfg.Rules.Route)
-	s.health = newTracker(cfg.Rules.Route, cfg.Topic, cfg.Observer, s.log, cfg.Clock, cfg.StallTimeout)
-	rc := s.readerConfig()
+	s.health = newTracker(cfg.Rules.Route, cfg.Observer, s.log, cfg.Clock, cfg.StallTimeout)
+	rc := s.readerConfig(0)
 	if err := rc.Validate(); err != nil {
 		return nil, fault.Permanent(fmt.Errorf("ingress/kafka: route %q: %w", cfg.Rules.Route, err))
 	}
@@ -190,11 +243,15 @@ func New(cfg Config) (*Source, error) {
 // Health returns the last state the source published (see package doc, Health).
 func (s *Source) Health() ingress.Health { return s.health.snapshot() }
 
-// GroupID is the consumer group the source joins.
+// GroupID is the consumer group the offsets are committed to.
 func (s *Source) GroupID() string { return s.cfg.GroupID }
 
 // Name is "kafka:<topic>".
 func (s *Source) Name() string { return "kafka:" + s.cfg.Topic }
+
+// mono is the time in ms since the source was built, on the monotonic clock when the
+// clock has one: lease validity is judged with it.
+func (s *Source) mono() int64 { return s.cfg.Clock.Now().Sub(s.epoch).Milliseconds() }
 
 // readerMaxWait is how long the broker may hold a fetch that finds nothing new. With
 // MinBytes 1 the broker answers as soon as a record arrives, so a longer wait adds no
@@ -202,15 +259,17 @@ func (s *Source) Name() string { return "kafka:" + s.cfg.Topic }
 // 270 times a second when caught up, and a response later than kafka-go's read deadline
 // (MaxWait; the broker is asked to wait three quarters of it) made it close the
 // connection and dial, list offsets and seek again: 19 % of the bridge's CPU at 1k msgs/s (docs/BENCHMARKS.md, issue 11). A
-// reader being stopped (rebalance, Close) may wait for its fetch up to this long.
+// reader being stopped (handover, Close) may wait for its fetch up to this long.
 const readerMaxWait = 250 * time.Millisecond
 
-func (s *Source) readerConfig() kafka.ReaderConfig {
-	session := s.cfg.SessionTimeout
+// readerConfig is the reader of one partition: no GroupID (the source owns the
+// partition through its lease and commits offsets itself), an offset out of range
+// returned as an error rather than retried forever.
+func (s *Source) readerConfig(partition int) kafka.ReaderConfig {
 	return kafka.ReaderConfig{
 		Brokers:               s.cfg.Conn.Addrs(),
-		GroupID:               s.cfg.GroupID,
 		Topic:                 s.cfg.Topic,
+		Partition:             partition,
 		Dialer:                s.dialer,
 		QueueCapacity:         s.cfg.BatchSize,
 		MinBytes:              1,
@@ -218,21 +277,7 @@ func (s *Source) readerConfig() kafka.ReaderConfig {
 		MaxWait:               readerMaxWait,
 		ReadBackoffMin:        time.Millisecond,
 		ReadBackoffMax:        5 * time.Millisecond,
-		CommitInterval:        0, // synchronous commits, issued after the handler succeeded
-		StartOffset:           kafka.FirstOffset,
-		WatchPartitionChanges: true,
-		JoinGroupBackoff:      time.Second,
-		// kafka-go's 30 s defaults leave a killed bridge's partitions unread for 30 s.
-		// The rebalance timeout is half the session timeout and the heartbeat a tenth:
-		// a coordinator that lets a rebalance run as long as the session can expire the
-		// session of a live member waiting in JoinGroup (kfake does; the member's join
-		// then hangs until kafka-go's own deadline, session + 5 s, and it joins anew,
-		// which restarts the rebalance), and killed members that never rejoin are
-		// dropped when the rebalance timeout ends. A tenth of the session as heartbeat
-		// lets members notice a rebalance, and rejoin, well within it.
-		SessionTimeout:    session,
-		RebalanceTimeout:  session / 2,
-		HeartbeatInterval: session / 10,
+		OffsetOutOfRangeError: true,
 		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
 			s.log.Debug("kafka-go: " + fmt.Sprintf(msg, args...))
 		}),

@@ -2,7 +2,6 @@ package kafka_test
 
 import (
 	"context"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,35 +15,35 @@ import (
 // of a one-partition topic; the topic is deleted and recreated under it and 10 new
 // records are produced (offsets 0–9, below the reader's position 20). kafka-go alone
 // keeps its old position and waits there (the records below it would never be read);
-// the source notices its position is past the partition's end, reports it (not
-// consuming, an info line naming the recreated topic, a rebuild) and a new reader reads
-// the new topic from its start. The stall timeout is far beyond the test, so the stall
-// watchdog is not what heals it.
+// the source finds its position beyond the partition's end (its own offset poll, or
+// the reader's offset-out-of-range error), says so (a reset counted on the partition,
+// the route's detail, an info line naming the recreated topic) and reads the new topic
+// from its start. The stall timeout is far beyond the test, so a stall replacement is
+// not what heals it.
 func TestTopicRecreatedUnderRunningSource(t *testing.T) {
-	e := newHealthEnvStall(t, 1, 10*time.Minute)
+	e := newEnv(t, 1)
+	e.stall = 10 * time.Minute
 	e.produce(t, 20, 1, "old")
-	e.run(t)
+	a := e.start(t, "a", nil)
 	waitFor(t, "the 20 records of the first topic handled and committed", func() bool {
-		h := e.src.Health()
+		h := a.src.Health()
 		return e.unique() == 20 && h.State == ingress.StateConsuming && h.Lag == 0
 	})
-	consumingBefore, _ := e.obs.events()
 
-	recreateTopic(t, e.kc.ListenAddrs()[0], e.topic)
+	recreateTopic(t, e.addr(), e.topic)
 	e.produce(t, 10, 1, "new")
 	waitFor(t, "the 10 records of the recreated topic handled", func() bool { return e.unique() == 30 })
 
-	h := e.src.Health()
-	if h.Rebuilds < 1 {
-		t.Errorf("health %+v: want a rebuild after the topic was recreated", h)
+	h := a.src.Health()
+	if h.Rebuilds < 1 || len(h.PartitionStates) != 1 || h.PartitionStates[0].Resets < 1 {
+		t.Errorf("health %+v: want a reset of partition 0 after the topic was recreated", h)
 	}
-	// Every change of state reaches the Observer (the states poll can miss a short one).
-	if consuming, _ := e.obs.events(); !slices.Contains(consuming[len(consumingBefore):], false) {
-		t.Errorf("ingress_consuming after the recreation %v: want false while the reader was stuck", consuming[len(consumingBefore):])
+	if !strings.Contains(h.Detail, "recreated") {
+		t.Errorf("route detail %q: want the reset named", h.Detail)
 	}
 	logs := e.logs.String()
-	if !strings.Contains(logs, "kafka ingress watchdog: rebuilding the consumer") || !strings.Contains(logs, "deleted and recreated") {
-		t.Errorf("no info line for the rebuild naming the recreated topic:\n%s", logs)
+	if !strings.Contains(logs, "the partition's reader") || !strings.Contains(logs, "deleted and recreated") {
+		t.Errorf("no info line for the reset naming the recreated topic:\n%s", logs)
 	}
 }
 

@@ -73,6 +73,7 @@ type Runtime struct {
 	Sinks   map[string]egress.Sink      // by broker
 	Routes  map[string]egress.RouteSink // by route name
 	Conns   []Conn
+	Planner interface{ Kick() } // the recurring schedules' planner, told to plan at once
 }
 
 // Backend implements admin.Backend (and admin.RouteLister) over a running bridge.

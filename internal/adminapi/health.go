@@ -149,6 +149,11 @@ func (b *Backend) routeStatuses() []admin.RouteStatus {
 					Source: sources[i].Name(), State: h.State, Detail: h.Detail, Since: h.Since,
 					Partitions: h.Partitions, Lag: h.Lag, Rebuilds: h.Rebuilds,
 				}
+				for _, p := range h.PartitionStates {
+					st.Ingress.PartitionStates = append(st.Ingress.PartitionStates, admin.PartitionStatus{
+						Partition: p.Partition, State: p.State, Detail: p.Detail, Since: p.Since,
+						Lag: p.Lag, Committed: p.Committed, Resets: p.Resets})
+				}
 			}
 		}
 		st.Egress = egressStatus(r, routes[r.Name])

@@ -27,6 +27,7 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/series"
 	"github.com/delaybridge/delay-bridge/scheduler"
 	"github.com/delaybridge/delay-bridge/scheduler/jobs"
+	"github.com/delaybridge/delay-bridge/scheduler/schedules"
 	"github.com/delaybridge/delay-bridge/scheduler/store"
 	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
@@ -40,6 +41,8 @@ type Options struct {
 	// closes its intervals and writes them to Redis for the cluster view. The caller
 	// feeds it through the Observer (series.Observe).
 	Series *series.Recorder
+	// Version is the bridge's version, reported as service.version on its traces.
+	Version string
 }
 
 // Bridge is one running instance.
@@ -51,8 +54,9 @@ type Bridge struct {
 	rdb   redis.UniversalClient
 	rules map[string]ingress.Rules
 
-	series *series.Recorder // the charts' ring (series.go); nil = none
-	api    *adminapi.Backend
+	series  *series.Recorder // the charts' ring (series.go); nil = none
+	version string
+	api     *adminapi.Backend
 
 	mu    sync.Mutex
 	sched *scheduler.Scheduler         // set by Run before ingress starts (handle uses it)
@@ -67,6 +71,12 @@ type Bridge struct {
 // Run does, and waits for Redis and the brokers to become reachable.
 func New(cfg config.Config, opts Options) (*Bridge, error) {
 	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if err := checkTracing(); err != nil {
+		return nil, err
+	}
+	if err := CheckSchedules(cfg); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	if opts.Logger == nil {
@@ -87,7 +97,7 @@ func New(cfg config.Config, opts Options) (*Bridge, error) {
 		return nil, err
 	}
 	b := &Bridge{cfg: cfg, log: opts.Logger, obs: opts.Observer, clk: opts.Clock, rdb: rdb, rules: map[string]ingress.Rules{},
-		series: opts.Series}
+		series: opts.Series, version: opts.Version}
 	for _, r := range cfg.Routes {
 		b.rules[r.Name] = ingress.Rules{
 			Route: r.Name, MaxDelay: cfg.Limits.MaxDelay, MaxPayloadBytes: cfg.Limits.MaxPayloadBytes, AllowTargets: r.AllowTargets,
@@ -153,26 +163,32 @@ func (b *Bridge) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	tracer, stopTracing, err := b.startTracing(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopTracing() // after the scheduler's stop below: every span has ended
 	sc := b.cfg.Scheduler
 	disp := egress.NewDispatcher(egress.DispatcherOptions{
-		Routes: routeSinks, Completer: sched, AtMostOnce: b.cfg.Delivery == config.DeliveryAtMostOnce,
+		Routes: routeSinks, Completer: slotCounter{Completer: sched, obs: b.obs}, AtMostOnce: b.cfg.Delivery == config.DeliveryAtMostOnce,
 		Owned: sched.Owns, Observer: b.obs, Logger: b.log, Clock: b.clk,
-		PublishTimeout: PublishTimeout(sc.InflightLease, sc.Lookahead),
-		OnDelivered:    b.onDelivered(),
+		PublishTimeout: PublishTimeout(sc.InflightLease, sc.Lookahead), Tracer: tracer,
+		OnDelivered: b.onDelivered(),
 	})
 	runner := b.newJobRunner(shardStore, sched)
+	planner := b.newPlanner(shardStore, sched)
 	b.mu.Lock()
 	b.sched = sched
 	b.mu.Unlock()
 	b.api.Attach(adminapi.Runtime{
 		Store: shardStore, Sched: sched, Jobs: runner, Sources: sources, Sinks: sinks, Routes: routeSinks,
-		Conns: conns.states(),
+		Conns: conns.states(), Planner: planner,
 	})
 
 	schedCtx, stopSched := context.WithCancel(context.WithoutCancel(ctx))
 	schedDone := make(chan error, 1)
 	go func() { schedDone <- sched.Run(schedCtx, disp) }()
-	stopJobs := b.startBackground(schedCtx, shardStore, runner)
+	stopJobs := b.startBackground(schedCtx, shardStore, runner, planner)
 
 	errc, stopIngress := b.startIngress(ctx, sources)
 	var runErr error
@@ -197,19 +213,23 @@ func (b *Bridge) Run(ctx context.Context) error {
 // startBackground runs the background work that stops with ingress, before the
 // scheduler: the bulk jobs (one stopped mid-way is resumed from its cursor by another
 // instance once its heartbeat is stale), counting a store written by an older bridge,
-// and the charts' intervals (series.go). stop cancels them and waits for all three.
-func (b *Bridge) startBackground(ctx context.Context, shardStore storeapi.Store, runner *jobs.Runner) (stop func()) {
+// the charts' intervals (series.go) and the schedules' planner (schedules.go). stop
+// cancels them and waits for all four.
+func (b *Bridge) startBackground(ctx context.Context, shardStore storeapi.Store, runner *jobs.Runner, planner *schedules.Planner) (stop func()) {
 	jobsCtx, cancel := context.WithCancel(ctx)
 	jobsDone := make(chan struct{})
 	go func() { defer close(jobsDone); _ = runner.Run(jobsCtx) }()
 	countsDone := make(chan struct{})
 	go func() { defer close(countsDone); b.backfillCounts(jobsCtx, shardStore) }()
 	seriesDone := b.runSeries(jobsCtx, shardStore)
+	plannerDone := make(chan struct{})
+	go func() { defer close(plannerDone); b.runSchedules(jobsCtx, shardStore, planner) }()
 	return func() {
 		cancel()
 		<-jobsDone
 		<-countsDone
 		<-seriesDone
+		<-plannerDone
 	}
 }
 

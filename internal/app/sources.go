@@ -9,6 +9,7 @@ import (
 	kafkain "github.com/delaybridge/delay-bridge/ingress/kafka"
 	"github.com/delaybridge/delay-bridge/internal/fault"
 	"github.com/delaybridge/delay-bridge/internal/kafkaconn"
+	"github.com/delaybridge/delay-bridge/membership"
 )
 
 // kafkaConn is kafka.* as the Kafka connection helper takes it: the TLS files read
@@ -29,15 +30,18 @@ func kafkaConn(c config.KafkaConfig) (kafkaconn.Config, error) {
 }
 
 // kafkaSource is the Kafka source of route r (from.kafka), from kafka.*, the route's
-// parsing rules and ingress.*.
+// parsing rules and ingress.*; its partitions are owned through the bridge's
+// membership (the members the scheduler heartbeats, scheduler.lease_ttl).
 func (b *Bridge) kafkaSource(r config.Route) (*kafkain.Source, error) {
 	conn, err := kafkaConn(b.cfg.Kafka)
 	if err != nil {
 		return nil, err
 	}
 	return kafkain.New(kafkain.Config{
-		Conn: conn, GroupID: b.cfg.Kafka.GroupID, SessionTimeout: b.cfg.Kafka.SessionTimeout,
-		Topic: r.From.Kafka.Topic, Rules: b.rules[r.Name],
+		Conn: conn, GroupID: b.cfg.Kafka.GroupID,
+		Membership: membership.New(b.rdb, b.cfg.Prefix, b.cfg.Cluster), Instance: b.cfg.Instance,
+		LeaseTTL: b.cfg.Scheduler.LeaseTTL,
+		Topic:    r.From.Kafka.Topic, Rules: b.rules[r.Name],
 		StallTimeout: b.cfg.Ingress.StallTimeout, Clock: b.clk, Logger: b.log, Observer: b.obs,
 	})
 }

@@ -52,6 +52,7 @@ var constraints = map[string]constraint{
 	"routes[].max_rate":                {minimum: num(0)},
 	"routes[].on_invalid":              {enum: []string{"", config.OnInvalidDeadLetter, config.OnInvalidDeliver}},
 	"routes[].from.amqp.exchange_type": {enum: []string{"", "direct", "topic", "fanout", "headers"}},
+	"schedules[]":                      {required: []string{"id", "route", "spec"}},
 	"log.level":                        {enum: []string{"debug", "info", "warn", "error"}, caseless: true},
 	"log.format":                       {enum: []string{"json", "text"}},
 }
@@ -118,6 +119,9 @@ func schemaOf(t reflect.Type, path string, used map[string]bool) (*Obj, error) {
 			return nil, err
 		}
 		s.Set("items", items)
+	case t.Kind() == reflect.Map && t.Key().Kind() == reflect.String && t.Elem().Kind() == reflect.String:
+		s.Set("type", "object")
+		s.Set("additionalProperties", (&Obj{}).Set("type", "string"))
 	case t.Kind() == reflect.String:
 		s.Set("type", "string")
 	case t.Kind() == reflect.Bool:

@@ -68,6 +68,7 @@ type Metrics struct {
 	lateness, requestedDelay, delivery    *prometheus.HistogramVec
 	egressWait                            *prometheus.HistogramVec
 	publishDuration, scriptDuration       *prometheus.HistogramVec
+	slots                                 *prometheus.CounterVec
 	counts                                *countsCollector
 	sides                                 map[string]*sideMetrics // by queue (side.go)
 	ready                                 *readyCollector
@@ -130,6 +131,8 @@ func NewMetrics(reg prometheus.Registerer, version string, logger *slog.Logger) 
 			"Duration of one publish batch until the broker confirmed it.", LatencyBuckets, "route", "broker"),
 		scriptDuration: histogram("redis_script_duration_seconds",
 			"Duration of one Redis script call.", ScriptBuckets, "script"),
+		slots: counter("schedule_slots_total",
+			"Slots of recurring schedules by outcome: parked, late (catch-up), missed, no_route, published.", "schedule", "outcome"),
 		counts: newCountsCollector(logger),
 		sides:  newSides(),
 		ready:  newReadyCollector(),
@@ -140,7 +143,7 @@ func NewMetrics(reg prometheus.Registerer, version string, logger *slog.Logger) 
 	all := []prometheus.Collector{
 		m.received, m.parked, m.fired, m.published, m.deadLettered, m.invalid, m.shardsOwned, m.clockOffset,
 		m.duplicate, m.cancelled, m.rescheduled, m.dropped, m.publishFailures, m.retries,
-		m.ingressConsuming, m.ingressLag, m.delivery,
+		m.ingressConsuming, m.ingressLag, m.delivery, m.slots,
 		m.lateness, m.egressWait, m.requestedDelay, m.publishDuration, m.scriptDuration, m.counts, m.ready, buildInfo,
 	}
 	for _, q := range observe.SideQueues {
@@ -221,6 +224,16 @@ func (m *Metrics) ScriptDuration(script string, took time.Duration) {
 	m.scriptDuration.WithLabelValues(script).Observe(took.Seconds())
 }
 func (m *Metrics) ShardsOwned(n int) { m.shardsOwned.Set(float64(n)) }
+
+// ScheduleSlots implements observe.Observer. A schedule's first count creates all its
+// outcome series at 0 (schedules are few; a deleted schedule's series stay until
+// restart).
+func (m *Metrics) ScheduleSlots(schedule, outcome string, n int) {
+	for _, o := range observe.SlotOutcomes {
+		m.slots.WithLabelValues(schedule, o)
+	}
+	m.slots.WithLabelValues(schedule, outcome).Add(float64(n))
+}
 
 // ClockOffset implements observe.Observer.
 func (m *Metrics) ClockOffset(d time.Duration) { m.clockOffset.Set(d.Seconds()) }

@@ -116,7 +116,22 @@ type Observer interface {
 	// IngressLag sets how many records a route's ingress is behind (Kafka: log end
 	// minus committed offset over its assigned partitions; AMQP: queue depth).
 	IngressLag(route string, lag int64)
+	// ScheduleSlots counts n slots of a recurring schedule with an outcome (Slot*).
+	ScheduleSlots(schedule, outcome string, n int)
 }
+
+// Outcomes of a recurring schedule's slot (ScheduleSlots), each counted once per slot
+// and planner decision, except SlotPublished, counted per broker-confirmed publish.
+const (
+	SlotParked    = "parked"    // parked ahead of its time
+	SlotLate      = "late"      // parked after its time (catch-up: one or all), fires at once
+	SlotMissed    = "missed"    // passed while no bridge planned it, skipped by the catch-up policy
+	SlotNoRoute   = "no_route"  // not parked: the schedule's route is not configured
+	SlotPublished = "published" // the occurrence was published (broker-confirmed)
+)
+
+// SlotOutcomes lists every slot outcome (the series a schedule has from its first count).
+var SlotOutcomes = []string{SlotParked, SlotLate, SlotMissed, SlotNoRoute, SlotPublished}
 
 // Nop discards everything.
 type Nop struct{}
@@ -145,3 +160,4 @@ func (Nop) SideBacklog(string, string, int)              {}
 func (Nop) SidePublished(string, string, int)            {}
 func (Nop) SideFailed(string, string, int)               {}
 func (Nop) SideDropped(string, string, string, int)      {}
+func (Nop) ScheduleSlots(string, string, int)            {}

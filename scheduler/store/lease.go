@@ -3,11 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
-	"sort"
-	"strconv"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
@@ -140,21 +136,20 @@ func (s *Store) ReleaseLease(ctx context.Context, shard int, instance string, to
 	return nil
 }
 
-// Heartbeat records that instance is alive at now (unix ms).
+// Heartbeat records that instance is alive at now (unix ms) in the members set
+// (membership.Redis, which Kafka ingress reads too).
 func (s *Store) Heartbeat(ctx context.Context, instance string, now int64) error {
 	if err := storeapi.CheckInstance(instance); err != nil {
 		return err
 	}
-	if err := s.rdb.ZAdd(ctx, s.membersKey, redis.Z{Score: float64(now), Member: instance}).Err(); err != nil {
-		return fmt.Errorf("scheduler: heartbeat: %w", redisErr(err))
+	if err := s.members.Heartbeat(ctx, instance, now); err != nil {
+		return fmt.Errorf("scheduler: %w", redisErr(err))
 	}
 	return nil
 }
 
 // Members returns, sorted by name, the instances whose last heartbeat is within maxAge
-// of now. Entries ten times older than that are deleted on the way, so instances that
-// went away without Leave (a crashed pod with a generated name) do not pile up, while
-// one with a lagging clock is not evicted by the next reader.
+// of now (see LiveMembers).
 func (s *Store) Members(ctx context.Context, now int64, maxAge time.Duration) ([]string, error) {
 	live, err := s.LiveMembers(ctx, now, maxAge)
 	if err != nil {
@@ -171,27 +166,22 @@ func (s *Store) Members(ctx context.Context, now int64, maxAge time.Duration) ([
 // when the next one ages out (Heartbeat + maxAge): a member that stopped heartbeating
 // is noticed at that moment rather than at the caller's next periodic look.
 func (s *Store) LiveMembers(ctx context.Context, now int64, maxAge time.Duration) ([]Member, error) {
-	age := maxAge.Milliseconds()
-	pipe := s.rdb.Pipeline()
-	pipe.ZRemRangeByScore(ctx, s.membersKey, "-inf", "("+strconv.FormatInt(now-10*age, 10))
-	live := pipe.ZRangeByScoreWithScores(ctx, s.membersKey, &redis.ZRangeBy{Min: strconv.FormatInt(now-age, 10), Max: "+inf"})
-	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, fmt.Errorf("scheduler: members: %w", redisErr(err))
+	live, err := s.members.Live(ctx, now, maxAge)
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: %w", redisErr(err))
 	}
-	out := make([]Member, 0, len(live.Val()))
-	for _, z := range live.Val() {
-		name, _ := z.Member.(string)
-		out = append(out, Member{Name: name, Heartbeat: int64(z.Score)})
+	out := make([]Member, len(live))
+	for i, m := range live {
+		out[i] = Member{Name: m.Name, Heartbeat: m.Heartbeat}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
 }
 
 // Leave removes instance from the members at once (graceful shutdown), so the others
 // take its shards over without waiting for its heartbeat to age out.
 func (s *Store) Leave(ctx context.Context, instance string) error {
-	if err := s.rdb.ZRem(ctx, s.membersKey, instance).Err(); err != nil {
-		return fmt.Errorf("scheduler: leave: %w", redisErr(err))
+	if err := s.members.Leave(ctx, instance); err != nil {
+		return fmt.Errorf("scheduler: %w", redisErr(err))
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/observe"
 	"github.com/delaybridge/delay-bridge/lua"
+	"github.com/delaybridge/delay-bridge/membership"
 	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
@@ -98,6 +99,7 @@ type Store struct {
 	keys       []shardKeys
 	metaKey    string
 	membersKey string
+	members    *membership.Redis
 	wakeCh     string
 	exact      countsExact
 
@@ -142,7 +144,8 @@ func New(ctx context.Context, rdb redis.UniversalClient, opt Options) (*Store, e
 		keys:       make([]shardKeys, opt.Shards),
 		exact:      countsExact{shards: make([]atomic.Bool, opt.Shards)},
 		metaKey:    fmt.Sprintf("%s:{%s}:meta", opt.Prefix, opt.Cluster),
-		membersKey: fmt.Sprintf("%s:{%s}:members", opt.Prefix, opt.Cluster),
+		membersKey: membership.MembersKey(opt.Prefix, opt.Cluster),
+		members:    membership.New(rdb, opt.Prefix, opt.Cluster),
 		wakeCh:     fmt.Sprintf("%s:{%s}:wake", opt.Prefix, opt.Cluster),
 	}
 	for i := range s.keys {
@@ -216,6 +219,4 @@ func (s *Store) shardKeys(shard int) (shardKeys, error) {
 }
 
 // OwnerValue is the owner key's value for an instance holding a shard with a token.
-func OwnerValue(instance string, token int64) string {
-	return instance + "|" + strconv.FormatInt(token, 10)
-}
+func OwnerValue(instance string, token int64) string { return membership.OwnerValue(instance, token) }

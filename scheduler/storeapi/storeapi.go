@@ -46,6 +46,7 @@ type Store interface {
 	Jobs
 	Batches
 	History
+	Schedules
 }
 
 // Sharding is the fixed shard layout.

@@ -53,9 +53,10 @@ const (
 	OpMembers      = "members"
 	OpLeave        = "leave"
 	OpTime         = "time"
-	OpPublish      = "publish" // PublishWake, PublishCancel
-	OpBrowse       = "browse"  // Browse, CountRange, EdgeScore
-	OpJobs         = "jobs"    // the job records: CreateJob, GetJob, ListJobs, ActiveJobs, ClaimJob, SaveJob, CancelJob
+	OpPublish      = "publish"   // PublishWake, PublishCancel
+	OpBrowse       = "browse"    // Browse, CountRange, EdgeScore
+	OpJobs         = "jobs"      // the job records: CreateJob, GetJob, ListJobs, ActiveJobs, ClaimJob, SaveJob, CancelJob
+	OpSchedules    = "schedules" // the schedules: PutSchedule, GetSchedule, ListSchedules, DeleteSchedule, SaveSchedulePlan
 )
 
 // ErrInjected is the error FailNext and LoseReplyNext use when given none; it is
@@ -108,6 +109,7 @@ type Store struct {
 	listed  map[string]int64      // job id -> created: the listing, trimmed on create
 	active  map[string]bool       // queued and running job ids
 	history map[string]*history   // instance -> its charts intervals (series.go), made on first write
+	sched   schedules             // schedules.go
 
 	hookMu  sync.Mutex
 	hook    Hook

@@ -1,4 +1,4 @@
-package scheduler
+package membership
 
 import (
 	"fmt"
@@ -69,5 +69,30 @@ func TestOwnersEvenSplitDeterministicFewMoves(t *testing.T) {
 	}
 	if got := Owners(nil, 4); !slices.Equal(got, []string{"", "", "", ""}) {
 		t.Errorf("no members: %q", got)
+	}
+}
+
+// TestOwnersOfSaltedSetsSplitEvenlyAndDiffer: OwnersOf("") is Owners (the shards'
+// assignment is unchanged); a salted set splits as evenly, and two routes' partitions
+// are not assigned alike.
+func TestOwnersOfSaltedSetsSplitEvenlyAndDiffer(t *testing.T) {
+	members := []string{"pod-a", "pod-b", "pod-c"}
+	if !slices.Equal(OwnersOf("", members, 64), Owners(members, 64)) {
+		t.Fatal(`OwnersOf("") differs from Owners`)
+	}
+	a, b := OwnersOf("orders\x00orders.delay", members, 12), OwnersOf("billing\x00billing.delay", members, 12)
+	for _, owners := range [][]string{a, b} {
+		count := map[string]int{}
+		for _, o := range owners {
+			count[o]++
+		}
+		for _, m := range members {
+			if count[m] != 4 {
+				t.Fatalf("split %v: want 4 partitions each", count)
+			}
+		}
+	}
+	if slices.Equal(a, b) {
+		t.Errorf("two routes' partitions assigned alike: %v", a)
 	}
 }

@@ -1,4 +1,9 @@
-package scheduler
+// Package membership is what the scheduler (shards) and Kafka ingress (source
+// partitions) share to split work over the bridge's instances without a leader: the
+// live members (a Redis sorted set of heartbeats), rendezvous hashing with bounded loads
+// over them, and leases with fencing tokens (an owner key "holder|token" with a TTL and
+// a counter that only grows). See docs/ARCHITECTURE.md ("Membership") and docs/HA.md.
+package membership
 
 import (
 	"hash/fnv"
@@ -10,7 +15,7 @@ import (
 // whether listed or not): Owners, seen from one member.
 func Assign(members []string, instance string, shards int) []bool {
 	ms := append([]string(nil), members...)
-	if !contains(ms, instance) {
+	if !Contains(ms, instance) {
 		ms = append(ms, instance)
 	}
 	owners := Owners(ms, shards)
@@ -31,7 +36,12 @@ func Assign(members []string, instance string, shards int) []bool {
 // one to three more shards (measured for 16 and 64 shards and up to 7 members) — plain
 // rendezvous hashing moves only the member's share but splits 16 shards over 3 members
 // as unevenly as 8/4/4. Duplicate names count once; an empty list owns nothing ("").
-func Owners(members []string, shards int) []string {
+func Owners(members []string, shards int) []string { return OwnersOf("", members, shards) }
+
+// OwnersOf is Owners for n items of a named set (salt): the same rule, with every
+// weight also hashing salt, so that different sets (the partitions of two routes) are
+// not split alike. OwnersOf("", m, n) is Owners(m, n).
+func OwnersOf(salt string, members []string, shards int) []string {
 	ms := append([]string(nil), members...)
 	sort.Strings(ms)
 	ms = slices.Compact(ms)
@@ -48,7 +58,7 @@ func Owners(members []string, shards int) []string {
 	pairs := make([]pair, 0, n*shards)
 	for sh := 0; sh < shards; sh++ {
 		for m := range ms {
-			pairs = append(pairs, pair{w: weight(ms[m], sh), shard: int32(sh), member: int32(m)})
+			pairs = append(pairs, pair{w: weight(ms[m], salt, sh), shard: int32(sh), member: int32(m)})
 		}
 	}
 	sort.Slice(pairs, func(i, j int) bool {
@@ -83,7 +93,8 @@ func Owners(members []string, shards int) []string {
 	return out
 }
 
-func contains(list []string, s string) bool {
+// Contains reports whether list holds s.
+func Contains(list []string, s string) bool {
 	for _, x := range list {
 		if x == s {
 			return true
@@ -92,10 +103,16 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-func weight(member string, shard int) uint64 {
+func weight(member, salt string, shard int) uint64 {
 	h := fnv.New64a()
 	h.Write([]byte(member))
-	h.Write([]byte{0, byte(shard >> 8), byte(shard)})
+	if salt == "" {
+		h.Write([]byte{0, byte(shard >> 8), byte(shard)}) // the shards' weights, unchanged
+	} else {
+		h.Write([]byte{1})
+		h.Write([]byte(salt))
+		h.Write([]byte{0, byte(shard >> 24), byte(shard >> 16), byte(shard >> 8), byte(shard)})
+	}
 	x := h.Sum64()
 	// fnv's low bits mix poorly for near-identical inputs; finish with splitmix64.
 	x ^= x >> 30

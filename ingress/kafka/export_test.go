@@ -1,0 +1,11 @@
+package kafka
+
+// Abandon makes s's Run return without releasing its partition leases, as a process
+// killed with SIGKILL leaves them: they expire after the lease TTL.
+func Abandon(s *Source) { s.abandon.Store(true) }
+
+// BeforeCommit sets a hook called after the lease check and before each offset commit.
+func BeforeCommit(s *Source, f func(partition int)) { s.beforeCommit = f }
+
+// Holder is the name s holds its partition leases under.
+func Holder(s *Source) string { return s.holder }
