@@ -145,16 +145,11 @@ func (b *Bridge) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if side, err := b.startDeadLetterCopies(); err != nil {
+	stopSides, err := b.startSides()
+	if err != nil {
 		return err
-	} else if side != nil {
-		defer side.Stop() // before the sinks close: its last attempt still publishes
 	}
-	if side, err := b.startReceipts(); err != nil {
-		return err
-	} else if side != nil {
-		defer side.Stop()
-	}
+	defer stopSides() // before the sinks close: their last attempt still publishes
 	sources, err := b.buildSources(conns)
 	if err != nil {
 		return err
@@ -168,11 +163,10 @@ func (b *Bridge) Run(ctx context.Context) error {
 		return err
 	}
 	defer stopTracing() // after the scheduler's stop below: every span has ended
-	sc := b.cfg.Scheduler
 	disp := egress.NewDispatcher(egress.DispatcherOptions{
 		Routes: routeSinks, Completer: slotCounter{Completer: sched, obs: b.obs}, AtMostOnce: b.cfg.Delivery == config.DeliveryAtMostOnce,
 		Owned: sched.Owns, Observer: b.obs, Logger: b.log, Clock: b.clk,
-		PublishTimeout: PublishTimeout(sc.InflightLease, sc.Lookahead), Tracer: tracer,
+		PublishTimeout: PublishTimeout(b.cfg.Scheduler.InflightLease, b.cfg.Scheduler.Lookahead), Tracer: tracer,
 		OnDelivered: b.onDelivered(),
 	})
 	runner := b.newJobRunner(shardStore, sched)

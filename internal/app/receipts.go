@@ -32,6 +32,31 @@ func (b *Bridge) receiptRoutes() (kafka map[string]string, amqp map[string]amqpo
 // (receipts_dropped_total{reason="full"}) and logged (docs/OPERATIONS.md "Receipts").
 const ReceiptsMaxBacklog = 100_000
 
+// startSides starts the side publishers: the dead-letter copies' and the receipts'
+// queues (each only when configured). stop stops the receipts', then the copies'; Run
+// calls it after ingress, the jobs and the scheduler (who offer to them) stopped and
+// before the sinks close.
+func (b *Bridge) startSides() (stop func(), err error) {
+	dl, err := b.startDeadLetterCopies()
+	if err != nil {
+		return nil, err
+	}
+	rc, err := b.startReceipts()
+	if err != nil {
+		if dl != nil {
+			dl.Stop()
+		}
+		return nil, err
+	}
+	return func() {
+		for _, side := range []*egress.SidePublisher{rc, dl} {
+			if side != nil {
+				side.Stop()
+			}
+		}
+	}, nil
+}
+
 // startReceipts starts the receipts' queue (egress.SidePublisher, queue "receipts", one
 // target per broker that receives receipts) and the receipts maker when a route has
 // receipts (nil otherwise). buildSinks made the targets; Run stops the queue after the
