@@ -153,6 +153,11 @@ type Route struct {
 	AllowTargets []string `koanf:"allow_targets"`
 	// OnInvalid: "dead_letter" (default) or "deliver" (publish at once).
 	OnInvalid string `koanf:"on_invalid"`
+	// Receipts, when set, publishes one receipt per outcome of this route's messages
+	// (delivered, dead_lettered, cancelled) to a Kafka topic ({kafka: {topic}}) or an
+	// AMQP exchange ({amqp: {exchange, routing_key}}); off by default (docs/CONTRACT.md
+	// "Receipts").
+	Receipts *Endpoint `koanf:"receipts"`
 }
 
 type DeadLetterConfig struct {

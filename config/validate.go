@@ -20,6 +20,19 @@ func (p *problems) add(key, format string, args ...any) {
 // an unused one are not checked.
 type brokers struct{ kafka, amqp bool }
 
+// receiptsNeedBrokers names the routes whose Kafka receipts have no broker to go to
+// (kafka.brokers says so too, but not that receipts are why).
+func (c *Config) receiptsNeedBrokers(p *problems) {
+	if len(c.Kafka.Brokers) > 0 {
+		return
+	}
+	for i, r := range c.Routes {
+		if r.Receipts != nil && r.Receipts.Kafka != nil {
+			p.add(fmt.Sprintf("routes[%d].receipts.kafka", i), "needs a Kafka cluster: kafka.brokers is empty")
+		}
+	}
+}
+
 // Validate checks every key and returns all problems at once, each naming its key. It
 // fills the defaults that depend on other keys: a route's on_invalid, an AMQP source's
 // exchange_type and binding_key.
@@ -40,6 +53,7 @@ func (c *Config) Validate() error {
 	use.amqp = use.amqp || c.DeadLetter.AMQP.Exchange != ""
 	if use.kafka {
 		c.Kafka.validate(&p)
+		c.receiptsNeedBrokers(&p)
 	}
 	if use.amqp {
 		c.AMQP.validate(&p)

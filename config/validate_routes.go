@@ -42,8 +42,32 @@ func validateRoutes(routes []Route, p *problems) brokers {
 		if r.OnInvalid != OnInvalidDeadLetter && r.OnInvalid != OnInvalidDeliver {
 			p.add(key+".on_invalid", "must be %q or %q, got %q", OnInvalidDeadLetter, OnInvalidDeliver, r.OnInvalid)
 		}
+		if r.Receipts != nil {
+			r.validateReceipts(key+".receipts", &use, p)
+		}
 	}
 	return use
+}
+
+// validateReceipts checks routes[i].receipts: one broker, a topic (not one of the
+// route's own: receipts would loop or mix with the messages) or an exchange with an
+// optional routing key, nothing else.
+func (r *Route) validateReceipts(key string, use *brokers, p *problems) {
+	e := r.Receipts
+	e.validate(key, use, p)
+	if k := e.Kafka; k != nil && k.Topic != "" {
+		if (r.From.Kafka != nil && r.From.Kafka.Topic == k.Topic) || (r.To.Kafka != nil && r.To.Kafka.Topic == k.Topic) {
+			p.add(key+".kafka.topic", "must differ from the route's own topics, got %q", k.Topic)
+		}
+	}
+	if a := e.AMQP; a != nil {
+		if a.Exchange == "" {
+			p.add(key+".amqp.exchange", "is required (the default exchange cannot be checked)")
+		}
+		if a.Queue != "" || a.ExchangeType != "" || a.BindingKey != "" || a.Declare {
+			p.add(key+".amqp", "takes only exchange and routing_key (queue, exchange_type, binding_key and declare belong to a route's from/to)")
+		}
+	}
 }
 
 // validate checks that exactly one broker is named at key and notes it in use.

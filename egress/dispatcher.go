@@ -68,6 +68,10 @@ type DispatcherOptions struct {
 	Owned    func(env *envelope.Envelope) bool
 	Observer observe.Observer
 	Logger   *slog.Logger
+	// OnDelivered, if set, is told each batch the broker confirmed (one route, at the
+	// confirmed time; Kafka envelopes carry their Placed) after the completer has it:
+	// the delivery receipts (egress.Receipts). It must not wait for a broker.
+	OnDelivered func(route string, envs []*envelope.Envelope, confirmed time.Time)
 	// Clock tells the broker-confirmed time for delivery_lateness and times the
 	// max_rate waits and the shutdown drain (default clock.Real).
 	Clock clock.Clock
@@ -347,6 +351,9 @@ func (d *Dispatcher) publishRoute(ctx context.Context, route string, envs []*env
 		if !d.opt.AtMostOnce {
 			d.opt.Completer.Published(ctx, okEnvs)
 		}
+		if d.opt.OnDelivered != nil {
+			d.opt.OnDelivered(route, okEnvs, confirmed)
+		}
 	}
 	if len(failEnvs) > 0 {
 		d.failed(ctx, route, rs.Broker, failEnvs, failErrs)
@@ -372,6 +379,11 @@ func (d *Dispatcher) publish(ctx context.Context, rs RouteSink, envs []*envelope
 	}
 	errs = rs.Sink.Publish(pctx, send)
 	confirmed = d.opt.Clock.Now()
+	if d.opt.Tracer != nil {
+		for i := range envs { // where the copy landed is where the message did (receipts)
+			envs[i].Placed = send[i].Placed
+		}
+	}
 	if len(errs) != len(envs) {
 		bad := fmt.Errorf("sink returned %d results for %d messages", len(errs), len(envs))
 		errs = make([]error, len(envs))

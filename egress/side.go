@@ -138,13 +138,31 @@ func NewSidePublisher(opt SideOptions) (*SidePublisher, error) {
 // Offer queues envs for every target and returns at once; it never blocks on a
 // broker. What does not fit in a target's backlog is dropped, counted and logged.
 func (p *SidePublisher) Offer(envs []*envelope.Envelope) {
+	p.offer(p.targets, envs)
+}
+
+// OfferTo is Offer for one target only (the receipts: each route's go to its own
+// broker); an unknown target (a wiring error) drops them with an error log.
+func (p *SidePublisher) OfferTo(target string, envs []*envelope.Envelope) {
+	for _, t := range p.targets {
+		if t.name == target {
+			p.offer([]*sideTarget{t}, envs)
+			return
+		}
+	}
+	if len(envs) > 0 {
+		p.log.Error("side copies offered to an unknown target; dropped", "target", target, "n", len(envs))
+	}
+}
+
+func (p *SidePublisher) offer(targets []*sideTarget, envs []*envelope.Envelope) {
 	if len(envs) == 0 {
 		return
 	}
 	p.mu.Lock()
 	stopped := p.stopped
 	p.mu.Unlock()
-	for _, t := range p.targets {
+	for _, t := range targets {
 		if stopped {
 			p.drop(t, observe.SideDropShutdown, len(envs), "offered after the publisher stopped")
 			continue

@@ -231,6 +231,9 @@ func (s *Scheduler) Cancel(ctx context.Context, id string, opt storeapi.CancelOp
 	switch prior {
 	case storeapi.StatePending, storeapi.StateInflight, storeapi.StateDead:
 		s.obs.Cancelled(route, 1)
+		if s.opt.OnCancelled != nil {
+			s.opt.OnCancelled(route, []string{id})
+		}
 	}
 	if prior == storeapi.StateInflight && !s.CancelLocal(id) {
 		if err := s.BroadcastCancel(ctx, id); err != nil {

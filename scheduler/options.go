@@ -47,6 +47,10 @@ type Options struct {
 	// runs on a dispatcher worker or the ingress handler's goroutine, so it must not
 	// wait for a broker (the bridge queues the copies: egress.SidePublisher).
 	OnDead func([]*envelope.Envelope)
+	// OnCancelled, if set, receives the ids Cancel just cancelled (they were pending, in
+	// flight or dead), for the cancelled receipts. Like OnDead it must not wait for a
+	// broker.
+	OnCancelled func(route string, ids []string)
 
 	Observer observe.Observer // default observe.Nop
 	Logger   *slog.Logger     // default slog.Default()

@@ -83,6 +83,7 @@ type Sink struct {
 	conn   Conn
 	routes map[string]Route
 	dead   string // dead-letter mode: every message goes to this exchange
+	plain  bool   // receipts mode: the message's own headers, nothing added (NewReceipts)
 	opts   Options
 	log    *slog.Logger
 
@@ -108,6 +109,10 @@ var (
 // errors marked fault.Permanent. conn is shared and owned by the caller: close it
 // after Close.
 func New(ctx context.Context, conn Conn, routes map[string]Route, opts Options) (*Sink, error) {
+	return newRouted(ctx, conn, routes, opts, false)
+}
+
+func newRouted(ctx context.Context, conn Conn, routes map[string]Route, opts Options, plain bool) (*Sink, error) {
 	for name, r := range routes {
 		if err := r.Validate(); err != nil {
 			return nil, fmt.Errorf("egress/amqp: route %q: %w", name, err)
@@ -117,7 +122,7 @@ func New(ctx context.Context, conn Conn, routes map[string]Route, opts Options) 
 	if err != nil {
 		return nil, err
 	}
-	s.routes = maps.Clone(routes)
+	s.routes, s.plain = maps.Clone(routes), plain
 	for name, r := range s.routes {
 		if err := s.checkExchange(ctx, r.Exchange, r.Declare); err != nil {
 			return nil, fmt.Errorf("egress/amqp: route %q: %w", name, err)
@@ -145,6 +150,15 @@ func NewDeadLetter(ctx context.Context, conn Conn, exchange string, opts Options
 	}
 	s.start()
 	return s, nil
+}
+
+// NewReceipts returns a sink of delivery receipts (egress.Receipts): each receipt goes
+// to routes[its route] (receipts.amqp: the exchange must exist; routing key the route's
+// routing_key, else the receipt's own, which is the message id), with exactly the
+// receipt's headers and properties — nothing added. Failures are classified as for
+// New.
+func NewReceipts(ctx context.Context, conn Conn, routes map[string]Route, opts Options) (*Sink, error) {
+	return newRouted(ctx, conn, routes, opts, true)
 }
 
 func newSink(conn Conn, opts Options) (*Sink, error) {

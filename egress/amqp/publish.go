@@ -167,6 +167,9 @@ func (s *Sink) prepare(ctx context.Context, env *envelope.Envelope) (outgoing, e
 // headers is the outgoing header table: egress.OutgoingHeaders with attempt, x-delay
 // as the plugin writes it, and on a dead-letter sink x-delay-dead-reason.
 func (s *Sink) headers(env *envelope.Envelope, attempt int32) (amqp.Table, error) {
+	if s.plain {
+		return Table(env.Headers)
+	}
 	hs := egress.OutgoingHeaders(env, attempt) // a fresh slice: changing it leaves env alone
 	for i := range hs {
 		if hs[i].Key == envelope.HeaderDelay {

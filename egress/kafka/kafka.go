@@ -45,6 +45,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -143,7 +144,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []*envelope.Envelope) []error {
 		return "", fault.Permanent(fmt.Errorf("kafka: route %q has no kafka target and the message names none", env.Route))
 	}, func(env *envelope.Envelope) []envelope.Header {
 		return egress.OutgoingHeaders(env, env.Attempt+1)
-	})
+	}, true)
 }
 
 // Close stops the health probe, waits for the publishes in flight (each request at
@@ -185,7 +186,7 @@ func (d *DeadLetters) Publish(ctx context.Context, envs []*envelope.Envelope) []
 	}, func(env *envelope.Envelope) []envelope.Header {
 		h := egress.OutgoingHeaders(env, env.Attempt)
 		return append(h, envelope.Header{Key: HeaderDeadReason, Value: env.Reason})
-	})
+	}, false)
 }
 
 // PublishDead publishes envs and returns the failures joined (nil when all arrived).
@@ -199,8 +200,32 @@ func (d *DeadLetters) PublishDead(ctx context.Context, envs []*envelope.Envelope
 	return errors.Join(failed...)
 }
 
-// publish builds the records and writes them; errs has one slot per message.
-func (s *Sink) publish(ctx context.Context, msgs []*envelope.Envelope, topicOf func(*envelope.Envelope) (string, error), headersOf func(*envelope.Envelope) []envelope.Header) []error {
+// Receipts returns a publisher of delivery receipts (egress.Receipts) through this
+// sink: each receipt goes to topics[its route], key = the message id, headers exactly
+// the receipt's (traceparent, x-correlation-id), nothing added.
+func (s *Sink) Receipts(topics map[string]string) *Receipts {
+	return &Receipts{s: s, topics: maps.Clone(topics)}
+}
+
+// Receipts publishes receipts to each route's receipts topic.
+type Receipts struct {
+	s      *Sink
+	topics map[string]string
+}
+
+// Publish returns one error per receipt, like egress.Sink.Publish.
+func (r *Receipts) Publish(ctx context.Context, envs []*envelope.Envelope) []error {
+	return r.s.publish(ctx, envs, func(env *envelope.Envelope) (string, error) {
+		if t, ok := r.topics[env.Route]; ok {
+			return t, nil
+		}
+		return "", fault.Permanent(fmt.Errorf("kafka: route %q has no receipts topic", env.Route))
+	}, func(env *envelope.Envelope) []envelope.Header { return env.Headers }, false)
+}
+
+// publish builds the records and writes them; errs has one slot per message. With
+// place, each confirmed message's envelope gets its Placed (partition and offset).
+func (s *Sink) publish(ctx context.Context, msgs []*envelope.Envelope, topicOf func(*envelope.Envelope) (string, error), headersOf func(*envelope.Envelope) []envelope.Header, place bool) []error {
 	errs := make([]error, len(msgs))
 	if len(msgs) == 0 {
 		return errs
@@ -229,6 +254,10 @@ func (s *Sink) publish(ctx context.Context, msgs []*envelope.Envelope, topicOf f
 			continue
 		}
 		rec := record{topic: topic, key: kafkaKey(env), value: env.Payload, headers: kafkaHeaders(headersOf(env)), slot: i}
+		if place {
+			env.Placed = nil
+			rec.placed = &env.Placed
+		}
 		if size := recordSize(&rec); size > s.batchBytes {
 			errs[i] = classify(topic, kafka.MessageTooLargeError{Message: kafka.Message{Topic: topic, Key: rec.key, Value: rec.value, Headers: rec.headers}})
 			continue

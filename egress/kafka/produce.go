@@ -14,6 +14,7 @@ import (
 	"github.com/segmentio/kafka-go/protocol"
 	"github.com/segmentio/kafka-go/protocol/produce"
 
+	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/fault"
 )
 
@@ -24,6 +25,9 @@ type record struct {
 	value   []byte
 	headers []kafka.Header
 	slot    int
+	// placed, when set, receives the partition and offset the broker assigned
+	// (Sink.Publish sets it to the envelope's Placed; copies to side targets do not).
+	placed **envelope.Placement
 }
 
 // partBatch is the records of one partition in one publish, in batch order.
@@ -197,7 +201,10 @@ func (s *Sink) send(ctx context.Context, recs []record, batches []partBatch, idx
 	res := r.(*produce.Response)
 	for _, i := range idx {
 		b := &batches[i]
-		err := answerFor(res, b.topic, b.partition)
+		base, err := answerFor(res, b.topic, b.partition)
+		if err == nil {
+			place(recs, b, base)
+		}
 		if kerr, ok := err.(kafka.Error); ok {
 			if (kerr == kafka.MessageSizeTooLarge || kerr == kafka.RecordListTooLarge) && len(b.recs) > 1 {
 				b.tooLarge = true // one of them may be the culprit: oneByOne finds it
@@ -215,9 +222,20 @@ func (s *Sink) send(ctx context.Context, recs []record, batches []partBatch, idx
 	}
 }
 
-// answerFor is the broker's result for one partition of a produce request: nil, a
-// kafka.Error, or unknown outcome when the answer leaves the partition out.
-func answerFor(res *produce.Response, topic string, partition int32) error {
+// place records where the broker appended b's records: the partition's base offset
+// plus each record's index in the batch (the records were sent in b.recs order).
+func place(recs []record, b *partBatch, base int64) {
+	for j, k := range b.recs {
+		if p := recs[k].placed; p != nil {
+			*p = &envelope.Placement{Partition: b.partition, Offset: base + int64(j)}
+		}
+	}
+}
+
+// answerFor is the broker's result for one partition of a produce request (with the
+// base offset it assigned on success): nil, a kafka.Error, or unknown outcome when the
+// answer leaves the partition out.
+func answerFor(res *produce.Response, topic string, partition int32) (int64, error) {
 	for i := range res.Topics {
 		if res.Topics[i].Topic != topic {
 			continue
@@ -225,13 +243,13 @@ func answerFor(res *produce.Response, topic string, partition int32) error {
 		for _, p := range res.Topics[i].Partitions {
 			if p.Partition == partition {
 				if p.ErrorCode != 0 {
-					return kafka.Error(p.ErrorCode)
+					return 0, kafka.Error(p.ErrorCode)
 				}
-				return nil
+				return p.BaseOffset, nil
 			}
 		}
 	}
-	return fmt.Errorf("the broker's answer leaves out partition %d: %w", partition, fault.ErrUnknownOutcome)
+	return 0, fmt.Errorf("the broker's answer leaves out partition %d: %w", partition, fault.ErrUnknownOutcome)
 }
 
 // oneByOne writes again, one request per record and in order, the records of a

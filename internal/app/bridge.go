@@ -62,6 +62,9 @@ type Bridge struct {
 	sched *scheduler.Scheduler         // set by Run before ingress starts (handle uses it)
 	dlq   map[string]egress.SideTarget // dead-letter publishers, by broker
 	side  *egress.SidePublisher        // their queue (nil without a dead-letter target)
+
+	receiptTargets map[string]egress.SideTarget // receipts publishers, by broker (receipts.go)
+	receipts       *egress.Receipts             // nil when no route has receipts
 }
 
 // New checks the configuration and builds a bridge. It does not connect to anything:
@@ -142,11 +145,11 @@ func (b *Bridge) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if side, err := b.startDeadLetterCopies(); err != nil {
+	stopSides, err := b.startSides()
+	if err != nil {
 		return err
-	} else if side != nil {
-		defer side.Stop() // before the sinks close: its last attempt still publishes
 	}
+	defer stopSides() // before the sinks close: their last attempt still publishes
 	sources, err := b.buildSources(conns, shardStore)
 	if err != nil {
 		return err
@@ -160,11 +163,11 @@ func (b *Bridge) Run(ctx context.Context) error {
 		return err
 	}
 	defer stopTracing() // after the scheduler's stop below: every span has ended
-	sc := b.cfg.Scheduler
 	disp := egress.NewDispatcher(egress.DispatcherOptions{
 		Routes: routeSinks, Completer: slotCounter{Completer: sched, obs: b.obs}, AtMostOnce: b.cfg.Delivery == config.DeliveryAtMostOnce,
 		Owned: sched.Owns, Observer: b.obs, Logger: b.log, Clock: b.clk,
-		PublishTimeout: PublishTimeout(sc.InflightLease, sc.Lookahead), Tracer: tracer,
+		PublishTimeout: PublishTimeout(b.cfg.Scheduler.InflightLease, b.cfg.Scheduler.Lookahead), Tracer: tracer,
+		OnDelivered: b.onDelivered(),
 	})
 	runner := b.newJobRunner(shardStore, sched)
 	planner := b.newPlanner(shardStore, sched)
@@ -270,7 +273,7 @@ func (b *Bridge) newScheduler(shardStore storeapi.Store) (*scheduler.Scheduler, 
 		Tick: sc.Tick, Lookahead: sc.Lookahead, ClaimBatch: sc.ClaimBatch, InflightLease: sc.InflightLease,
 		LeaseTTL: sc.LeaseTTL, SafetyScan: sc.SafetyScan, MaxInMemory: sc.MaxInMemory, MaxClockOffset: sc.MaxClockOffset,
 		MaxAttempts: b.cfg.Retry.MaxAttempts, BackoffInitial: b.cfg.Retry.Backoff.Initial, BackoffMax: b.cfg.Retry.Backoff.Max,
-		OnDead: b.offerDead, Observer: b.obs, Logger: b.log,
+		OnDead: b.offerDead, OnCancelled: b.receipts.Cancelled, Observer: b.obs, Logger: b.log,
 		AckInterval: b.ackInterval(),
 	})
 }
@@ -339,4 +342,5 @@ func (b *Bridge) offerDead(envs []*envelope.Envelope) {
 	if side != nil {
 		side.Offer(envs)
 	}
+	b.receipts.DeadLettered(envs)
 }

@@ -82,8 +82,10 @@ func (b *Bridge) buildSinks(ctx context.Context, conns *connections) (map[string
 	}
 	sinks := map[string]egress.Sink{}
 	b.dlq = map[string]egress.SideTarget{}
+	b.receiptTargets = map[string]egress.SideTarget{}
+	rcKafka, rcAMQP := b.receiptRoutes()
 	dlTopic := b.cfg.DeadLetter.Kafka.Topic
-	if len(kafkaRoutes) > 0 || dlTopic != "" {
+	if len(kafkaRoutes) > 0 || dlTopic != "" || len(rcKafka) > 0 {
 		conn, err := kafkaConn(b.cfg.Kafka)
 		if err != nil {
 			return nil, nil, fmt.Errorf("kafka sink: %w", err)
@@ -97,9 +99,12 @@ func (b *Bridge) buildSinks(ctx context.Context, conns *connections) (map[string
 		if dlTopic != "" {
 			b.dlq[envelope.BrokerKafka] = ks.DeadLetters(dlTopic)
 		}
+		if len(rcKafka) > 0 {
+			b.receiptTargets[envelope.BrokerKafka] = ks.Receipts(rcKafka)
+		}
 	}
 	dlExchange := b.cfg.DeadLetter.AMQP.Exchange
-	if len(amqpRoutes) > 0 || dlExchange != "" {
+	if len(amqpRoutes) > 0 || dlExchange != "" || len(rcAMQP) > 0 {
 		// amqp091-go drops a connection after 1.5 heartbeats without a frame from the
 		// broker, and the confirms of what it carried with it: a stalled broker would
 		// then apply writes that are retried meanwhile. The egress connection therefore
@@ -124,6 +129,14 @@ func (b *Bridge) buildSinks(ctx context.Context, conns *connections) (map[string
 			}
 			sinks["amqp-dead-letter"] = ds
 			b.dlq[envelope.BrokerAMQP] = ds
+		}
+		if len(rcAMQP) > 0 {
+			rs, err := amqpout.NewReceipts(ctx, m, rcAMQP, amqpout.Options{Logger: b.log, Clock: b.clk})
+			if err != nil {
+				return sinks, nil, fmt.Errorf("receipts: %w", err)
+			}
+			sinks["amqp-receipts"] = rs
+			b.receiptTargets[envelope.BrokerAMQP] = rs
 		}
 	}
 	routes := map[string]egress.RouteSink{}

@@ -92,6 +92,12 @@ func (e *testEnv) run(t *testing.T, extra ...string) *testBridge {
 		"routes.0.name=a", "routes.0.from.kafka.topic=a.delay", "routes.0.to.kafka.topic=a.out",
 		"routes.1.name=b", "routes.1.from.kafka.topic=b.delay", "routes.1.to.kafka.topic=b.out",
 	}, extra...)
+	return e.runSet(t, set)
+}
+
+// runSet starts a bridge configured by set alone (config keys, as --set takes them).
+func (e *testEnv) runSet(t *testing.T, set []string) *testBridge {
+	t.Helper()
 	cfg, err := config.Load(config.LoadOptions{Env: []string{}, Set: set})
 	if err != nil {
 		t.Fatal(err)

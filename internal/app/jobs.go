@@ -25,6 +25,7 @@ func (b *Bridge) newJobRunner(shardStore storeapi.Store, sched interface {
 				}
 			}
 		},
-		OnWake: sched.Wake,
+		OnWake:      sched.Wake,
+		OnCancelled: b.receipts.Cancelled,
 	})
 }

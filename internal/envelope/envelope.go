@@ -79,6 +79,18 @@ type Envelope struct {
 	// recovered message is put back due "now", which must not fire it before DueAt).
 	// Zero means DueAt.
 	FireAt int64
+
+	// Placed is where the Kafka sink's broker appended the message (partition and
+	// offset), set when the broker confirmed it; nil otherwise (AMQP, not yet published,
+	// or a sink that does not know). Not encoded: the delivery receipt reads it.
+	Placed *Placement
+}
+
+// Placement is a Kafka record's position: its partition and the offset the broker
+// assigned.
+type Placement struct {
+	Partition int32
+	Offset    int64
 }
 
 // FireTime is FireAt, or DueAt when FireAt is unset.

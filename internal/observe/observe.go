@@ -39,10 +39,11 @@ var FailReasons = []string{FailTimeout, FailUnreachable, FailRejected, FailUnrou
 // name their series after the queue (<queue>_backlog, <queue>_published_total, ...).
 const (
 	SideQueueDeadLetters = "dead_letter_copies" // copies of dead letters to dead_letter.kafka.topic / .amqp.exchange
+	SideQueueReceipts    = "receipts"           // receipts to routes[].receipts (egress.Receipts)
 )
 
 // SideQueues lists every side queue (metrics create their series at start).
-var SideQueues = []string{SideQueueDeadLetters}
+var SideQueues = []string{SideQueueDeadLetters, SideQueueReceipts}
 
 // Reasons for SideDropped: why a copy was given up (the original is kept).
 const (

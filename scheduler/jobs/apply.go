@@ -78,6 +78,7 @@ func (ex *execution) count(ctx context.Context, batch []storeapi.BatchItem, res 
 	var inflight []string
 	minDue := map[int]int64{}
 	perRoute := map[string]int{}
+	cancelled := map[string][]string{} // by route: the cancelled receipts
 	now := ex.now()
 	for i, r := range res {
 		ex.prog.Matched++
@@ -98,6 +99,7 @@ func (ex *execution) count(ctx context.Context, batch []storeapi.BatchItem, res 
 		perRoute[r.Route]++
 		switch ex.job.Spec.Kind {
 		case storeapi.JobCancel:
+			cancelled[r.Route] = append(cancelled[r.Route], batch[i].ID)
 			if r.Prior == storeapi.StateInflight {
 				inflight = append(inflight, batch[i].ID)
 			}
@@ -116,6 +118,9 @@ func (ex *execution) count(ctx context.Context, batch []storeapi.BatchItem, res 
 		switch ex.job.Spec.Kind {
 		case storeapi.JobCancel:
 			ex.r.opt.Observer.Cancelled(route, n)
+			if ex.r.opt.OnCancelled != nil {
+				ex.r.opt.OnCancelled(route, cancelled[route])
+			}
 		case storeapi.JobReschedule:
 			ex.r.opt.Observer.Rescheduled(route, n)
 		}

@@ -56,6 +56,9 @@ type Options struct {
 	// OnInflightCancelled is told the ids of in-flight messages a cancel job removed,
 	// so that whichever wheel holds them drops them. Default: PublishCancel each.
 	OnInflightCancelled func(ctx context.Context, ids []string)
+	// OnCancelled, if set, is told the ids a cancel job cancelled, per route (for the
+	// cancelled receipts). It must not wait for a broker.
+	OnCancelled func(route string, ids []string)
 	// Observer counts what cancel and reschedule jobs changed (Cancelled,
 	// Rescheduled per route), as the single-id operations do. Default observe.Nop.
 	Observer observe.Observer
