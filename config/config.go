@@ -25,8 +25,11 @@ type Config struct {
 	Routes     []Route          `koanf:"routes"`
 	Schedules  []Schedule       `koanf:"schedules"`
 	DeadLetter DeadLetterConfig `koanf:"dead_letter"`
-	Admin      AdminConfig      `koanf:"admin"`
-	Log        LogConfig        `koanf:"log"`
+	// ReceiptsBacklog bounds the receipts waiting per receipts broker (docs/CONTRACT.md
+	// "Receipts", docs/OPERATIONS.md "Receipts").
+	ReceiptsBacklog ReceiptsBacklogConfig `koanf:"receipts_backlog"`
+	Admin           AdminConfig           `koanf:"admin"`
+	Log             LogConfig             `koanf:"log"`
 }
 
 type TLSConfig struct {
@@ -167,6 +170,14 @@ type DeadLetterConfig struct {
 	} `koanf:"amqp"`
 }
 
+// ReceiptsBacklogConfig bounds the receipts queued per receipts broker (Kafka, AMQP) while
+// it is slow or down: MaxMessages receipts and MaxBytes of their JSON. A receipt that
+// does not fit is dropped and counted (receipts_dropped_total{reason="full"}).
+type ReceiptsBacklogConfig struct {
+	MaxMessages int `koanf:"max_messages"`
+	MaxBytes    int `koanf:"max_bytes"`
+}
+
 type AdminConfig struct {
 	Listen string `koanf:"listen"`
 	Token  string `koanf:"token"`
@@ -201,11 +212,12 @@ func Default() Config {
 			ScheduleHorizon: time.Minute, ScheduleInterval: time.Second,
 			MaxInMemory: 100000, DoneWindow: 10 * time.Minute,
 		},
-		Limits:   LimitsConfig{MaxDelay: 8760 * time.Hour, MaxPayloadBytes: 1 << 20},
-		Retry:    RetryConfig{MaxAttempts: 10, Backoff: BackoffConfig{Initial: time.Second, Max: 5 * time.Minute}},
-		Delivery: DeliveryAtLeastOnce,
-		Admin:    AdminConfig{Listen: "127.0.0.1:8089"},
-		Log:      LogConfig{Level: "info", Format: "json"},
+		Limits:          LimitsConfig{MaxDelay: 8760 * time.Hour, MaxPayloadBytes: 1 << 20},
+		Retry:           RetryConfig{MaxAttempts: 10, Backoff: BackoffConfig{Initial: time.Second, Max: 5 * time.Minute}},
+		Delivery:        DeliveryAtLeastOnce,
+		ReceiptsBacklog: ReceiptsBacklogConfig{MaxMessages: 100_000, MaxBytes: 64 << 20},
+		Admin:           AdminConfig{Listen: "127.0.0.1:8089"},
+		Log:             LogConfig{Level: "info", Format: "json"},
 	}
 }
 

@@ -72,3 +72,41 @@ func TestReceiptsLoad(t *testing.T) {
 		t.Fatalf("receipts by default = %+v, %v; want off", c.Routes[0].Receipts, err)
 	}
 }
+
+// TestReceiptsBacklog: receipts_backlog defaults to 100,000 receipts and 64 MiB per
+// receipts broker, loads from the file, the environment and flags, and refuses a bound
+// that is not positive, naming the key.
+func TestReceiptsBacklog(t *testing.T) {
+	c, err := load(t, "", nil, minimalRoute...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.ReceiptsBacklog; got.MaxMessages != 100_000 || got.MaxBytes != 64<<20 {
+		t.Fatalf("receipts_backlog by default = %+v, want 100000 and 64 MiB", got)
+	}
+	file := writeFile(t, "receipts_backlog: { max_messages: 600000, max_bytes: 268435456 }\n")
+	c, err = load(t, file, nil, minimalRoute...)
+	if err != nil || c.ReceiptsBacklog.MaxMessages != 600_000 || c.ReceiptsBacklog.MaxBytes != 256<<20 {
+		t.Fatalf("receipts_backlog from the file = %+v, %v", c.ReceiptsBacklog, err)
+	}
+	c, err = load(t, "", []string{"DELAYBRIDGE_RECEIPTS_BACKLOG__MAX_MESSAGES=7"}, append(minimalRoute, "receipts_backlog.max_bytes=9000")...)
+	if err != nil || c.ReceiptsBacklog.MaxMessages != 7 || c.ReceiptsBacklog.MaxBytes != 9000 {
+		t.Fatalf("receipts_backlog from env and flag = %+v, %v", c.ReceiptsBacklog, err)
+	}
+
+	cases := []struct {
+		name, set, key, want string
+	}{
+		{"zero messages", "receipts_backlog.max_messages=0", "receipts_backlog.max_messages", "must be > 0, got 0"},
+		{"negative messages", "receipts_backlog.max_messages=-5", "receipts_backlog.max_messages", "must be > 0, got -5"},
+		{"zero bytes", "receipts_backlog.max_bytes=0", "receipts_backlog.max_bytes", "must be > 0, got 0"},
+		{"negative bytes", "receipts_backlog.max_bytes=-1", "receipts_backlog.max_bytes", "must be > 0, got -1"},
+		{"not a number", "receipts_backlog.max_bytes=64MiB", "receipts_backlog.max_bytes", "want an integer"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := load(t, "", nil, append(append([]string{}, minimalRoute...), c.set)...)
+			mustFieldError(t, err, c.key, "", c.want)
+		})
+	}
+}

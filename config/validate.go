@@ -59,6 +59,7 @@ func (c *Config) Validate() error {
 		c.AMQP.validate(&p)
 	}
 	c.validateCredentials(use.amqp, &p)
+	c.ReceiptsBacklog.validate(&p)
 	c.Admin.validate(&p)
 	c.Log.validate(&p)
 	return errors.Join(p...)
@@ -151,6 +152,15 @@ func (r RetryConfig) validate(p *problems) {
 	}
 	if r.Backoff.Max < r.Backoff.Initial {
 		p.add("retry.backoff.max", "must be >= retry.backoff.initial, got %s", r.Backoff.Max)
+	}
+}
+
+func (r ReceiptsBacklogConfig) validate(p *problems) {
+	if r.MaxMessages <= 0 {
+		p.add("receipts_backlog.max_messages", "must be > 0, got %d", r.MaxMessages)
+	}
+	if r.MaxBytes <= 0 {
+		p.add("receipts_backlog.max_bytes", "must be > 0, got %d", r.MaxBytes)
 	}
 }
 

@@ -26,12 +26,6 @@ func (b *Bridge) receiptRoutes() (kafka map[string]string, amqp map[string]amqpo
 	return kafka, amqp
 }
 
-// ReceiptsMaxBacklog bounds the receipts waiting per receipts broker (and 64 MiB of
-// their JSON, egress.DefaultSideMaxBacklogBytes): a target down for 60 s loses none
-// up to about 1,600 outcomes per second; beyond, receipts are dropped, counted
-// (receipts_dropped_total{reason="full"}) and logged (docs/OPERATIONS.md "Receipts").
-const ReceiptsMaxBacklog = 100_000
-
 // startSides starts the side publishers: the dead-letter copies' and the receipts'
 // queues (each only when configured). stop stops the receipts', then the copies'; Run
 // calls it after ingress, the jobs and the scheduler (who offer to them) stopped and
@@ -58,15 +52,17 @@ func (b *Bridge) startSides() (stop func(), err error) {
 }
 
 // startReceipts starts the receipts' queue (egress.SidePublisher, queue "receipts", one
-// target per broker that receives receipts) and the receipts maker when a route has
-// receipts (nil otherwise). buildSinks made the targets; Run stops the queue after the
+// target per broker that receives receipts, each bounded by receipts_backlog: beyond it
+// receipts are dropped, counted as receipts_dropped_total{reason="full"} and logged) and
+// the receipts maker when a route has receipts (nil otherwise). buildSinks made the targets; Run stops the queue after the
 // scheduler and ingress, which are the ones offering to it, and before the sinks close.
 func (b *Bridge) startReceipts() (*egress.SidePublisher, error) {
 	if len(b.receiptTargets) == 0 {
 		return nil, nil
 	}
 	side, err := egress.NewSidePublisher(egress.SideOptions{
-		Queue: observe.SideQueueReceipts, Targets: b.receiptTargets, MaxBacklog: ReceiptsMaxBacklog,
+		Queue: observe.SideQueueReceipts, Targets: b.receiptTargets,
+		MaxBacklog: b.cfg.ReceiptsBacklog.MaxMessages, MaxBacklogBytes: b.cfg.ReceiptsBacklog.MaxBytes,
 		Clock: b.clk, Observer: b.obs, Logger: b.log,
 	})
 	if err != nil {

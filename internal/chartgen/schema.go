@@ -45,6 +45,8 @@ var constraints = map[string]constraint{
 	"scheduler.claim_batch":            {minimum: num(1), maximum: num(100000)},
 	"limits.max_payload_bytes":         {minimum: num(1)},
 	"retry.max_attempts":               {minimum: num(1)},
+	"receipts_backlog.max_messages":    {minimum: num(1)},
+	"receipts_backlog.max_bytes":       {minimum: num(1)},
 	"routes[]":                         {required: []string{"name", "from", "to"}},
 	"routes[].name":                    {pattern: `.`},
 	"routes[].from":                    {oneKey: true},
