@@ -102,17 +102,7 @@ func offerAll(t *testing.T, p *egress.SidePublisher) {
 func TestSideCopiesRabbitMQFrozen(t *testing.T) {
 	rb := testkit.DialRabbit(t)
 	ex, q := testkit.Uniq(t, "side-dlx"), testkit.Uniq(t, "side-dlq")
-	rb.DeleteAtCleanup([]string{q}, []string{ex})
-	ch := rb.Channel()
-	if err := ch.ExchangeDeclare(ex, "fanout", false, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ch.QueueDeclare(q, false, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.QueueBind(q, "", ex, false, nil); err != nil {
-		t.Fatal(err)
-	}
+	ch := rb.FanoutQueue(ex, q)
 	proxy := tcpproxy.Start(t, "127.0.0.1:5672")
 	m, err := amqpconn.New(amqpconn.Config{URL: proxy.URL(testkit.AMQPURL()), Name: "side test", Heartbeat: time.Minute})
 	if err != nil {

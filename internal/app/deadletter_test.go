@@ -27,17 +27,7 @@ func (c *counts) SideBacklog(_, target string, n int) {
 func TestDeadLetterCopiesOffTheHandler(t *testing.T) {
 	rb := testkit.DialRabbit(t)
 	ex, q := testkit.Uniq(t, "app-dlx"), testkit.Uniq(t, "app-dlq")
-	rb.DeleteAtCleanup([]string{q}, []string{ex})
-	ch := rb.Channel()
-	if err := ch.ExchangeDeclare(ex, "fanout", false, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ch.QueueDeclare(q, false, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.QueueBind(q, "", ex, false, nil); err != nil {
-		t.Fatal(err)
-	}
+	ch := rb.FanoutQueue(ex, q)
 	proxy := tcpproxy.Start(t, "127.0.0.1:5672")
 	tb := startBridge(t, "dead_letter.amqp.exchange="+ex, "amqp.url="+proxy.URL(testkit.AMQPURL()))
 

@@ -181,17 +181,7 @@ func TestReceiptsAMQPTargetDown(t *testing.T) {
 	outage := receiptsOutage(t)
 	rb := testkit.DialRabbit(t)
 	ex, q := testkit.Uniq(t, "receipts-x"), testkit.Uniq(t, "receipts-q")
-	rb.DeleteAtCleanup([]string{q}, []string{ex})
-	ch := rb.Channel()
-	if err := ch.ExchangeDeclare(ex, "fanout", false, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ch.QueueDeclare(q, false, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.QueueBind(q, "", ex, false, nil); err != nil {
-		t.Fatal(err)
-	}
+	ch := rb.FanoutQueue(ex, q)
 	proxy := tcpproxy.Start(t, "127.0.0.1:5672")
 	rds := testkit.StartRedis(t)
 	kaddr, _ := testkit.StartKafka(t, 2, "a.delay", "a.out", "b.delay", "b.out")

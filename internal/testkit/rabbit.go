@@ -58,3 +58,22 @@ func (r *Rabbit) DeleteAtCleanup(queues, exchanges []string) {
 		}
 	})
 }
+
+// FanoutQueue declares a fanout exchange and a queue bound to it (both non-durable,
+// deleted when the test ends) and returns the channel it used, ready to consume the
+// queue: what a test reading everything published to an exchange needs.
+func (r *Rabbit) FanoutQueue(exchange, queue string) *amqp091.Channel {
+	r.T.Helper()
+	r.DeleteAtCleanup([]string{queue}, []string{exchange})
+	ch := r.Channel()
+	if err := ch.ExchangeDeclare(exchange, "fanout", false, false, false, false, nil); err != nil {
+		r.T.Fatalf("testutil: declare exchange %s: %v", exchange, err)
+	}
+	if _, err := ch.QueueDeclare(queue, false, false, false, false, nil); err != nil {
+		r.T.Fatalf("testutil: declare queue %s: %v", queue, err)
+	}
+	if err := ch.QueueBind(queue, "", exchange, false, nil); err != nil {
+		r.T.Fatalf("testutil: bind %s to %s: %v", queue, exchange, err)
+	}
+	return ch
+}
