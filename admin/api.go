@@ -29,6 +29,9 @@ type ScheduleBody struct {
 	DelayMs *int64 `json:"delay_ms,omitempty"`
 	// DeliverAt is an absolute due time: unix milliseconds, or an RFC 3339 string.
 	DeliverAt *Timestamp `json:"deliver_at,omitempty"`
+	// Replace: the message replaces the one with its id on its route, as
+	// x-delay-replace does (docs/CONTRACT.md "Replace").
+	Replace bool `json:"replace,omitempty"`
 }
 
 // RescheduleBody is the JSON body of POST /v1/messages/{id}/reschedule: exactly one of

@@ -116,6 +116,8 @@ type ScheduleRequest struct {
 	// them: x-delay, x-deliver-at and the other x-delay-* headers are the bridge's own.
 	Headers map[string]string
 	When    When
+	// Replace: replace the message with this id on this route (x-delay-replace).
+	Replace bool
 }
 
 // Scheduled is the result of Schedule, Reschedule and RequeueDead.
@@ -126,6 +128,9 @@ type Scheduled struct {
 	// dead, delivered or cancelled): nothing was changed and DueAt is the existing
 	// message's due time (0 unless it is pending).
 	Duplicate bool `json:"duplicate,omitempty"`
+	// Replaced is set by Schedule with Replace when the message took the place of the
+	// pending, in-flight or dead message with its id; DueAt is the new due time.
+	Replaced bool `json:"replaced,omitempty"`
 }
 
 // Message describes one message. Times are unix milliseconds.

@@ -31,5 +31,5 @@ func TestConsole(t *testing.T) {
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	consoletest.Run(t, consoletest.Config{URL: "http://" + ln.Addr().String(), Token: "s3cret", Route: "billing", Other: "orders"})
+	consoletest.Run(t, consoletest.Config{URL: "http://" + ln.Addr().String(), Token: "s3cret", Route: "billing", Other: "orders", Keys: true})
 }

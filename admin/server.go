@@ -117,6 +117,7 @@ func NewServer(opts Options) *Server {
 	s.handle("GET /v1/jobs", s.handleListJobs)
 	s.handle("GET /v1/jobs/{id}", s.handleGetJob)
 	s.handleSchedules()
+	s.handleKeys()
 	s.handle("GET /v1/openapi.json", handleOpenAPI)
 	s.handle("GET /ui/", handleConsole)
 	s.handle("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
@@ -373,14 +374,14 @@ func (s *Server) handleSchedule(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	res, err := s.opt.Backend.Schedule(ctx, ScheduleRequest{
 		ID: body.ID, Route: body.Route, Key: key, RoutingKey: body.RoutingKey,
-		Payload: payload, Headers: body.Headers, When: when,
+		Payload: payload, Headers: body.Headers, When: when, Replace: body.Replace,
 	})
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	status := http.StatusCreated
-	if res.Duplicate {
+	if res.Duplicate || res.Replaced {
 		status = http.StatusOK
 	}
 	w.Header().Set("Location", "/v1/messages/"+url.PathEscape(res.ID))

@@ -75,6 +75,11 @@ var experiments = map[string][]patch{
 // adds a pprof listener, and it applies the named experiments, both through
 // `go build -overlay`.
 func buildBridge(repo, dir string, profile bool, exps []string) (string, error) {
+	return buildBridgeEnv(repo, dir, profile, exps, nil)
+}
+
+// buildBridgeEnv is buildBridge with extra environment for go build.
+func buildBridgeEnv(repo, dir string, profile bool, exps []string, env []string) (string, error) {
 	bin := filepath.Join(dir, "bridge")
 	pkg, err := filepath.Abs(filepath.Join(repo, "cmd", "bridge"))
 	if err != nil {
@@ -132,6 +137,9 @@ func buildBridge(repo, dir string, profile bool, exps []string) (string, error) 
 	args = append(args, ".")
 	cmd := exec.Command("go", args...)
 	cmd.Dir = pkg
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("go build ./cmd/bridge: %w\n%s", err, out)
@@ -143,6 +151,7 @@ func buildBridge(repo, dir string, profile bool, exps []string) (string, error) 
 type route struct {
 	name, from, to string
 	maxRate        float64
+	ordered        bool // order: key
 }
 
 // bridgeProc is the bridge binary running `bridge run -c cfg.yaml` as a child.
@@ -162,6 +171,9 @@ func startBridge(env *env, cluster string, routes []route, extra string) (*bridg
 		fmt.Fprintf(&rs, "  - name: %s\n    from: { kafka: { topic: %s } }\n    to: { kafka: { topic: %s } }\n", r.name, r.from, r.to)
 		if r.maxRate > 0 {
 			fmt.Fprintf(&rs, "    max_rate: %g\n", r.maxRate)
+		}
+		if r.ordered {
+			rs.WriteString("    order: key\n")
 		}
 	}
 	cfg := fmt.Sprintf(`cluster: %s

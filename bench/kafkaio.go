@@ -288,14 +288,20 @@ func (c *collector) read(ctx context.Context, r *kafka.Reader) {
 				s.trickle = string(h.Value) == "t"
 			}
 		}
+		id := string(m.Key) // unique per message in every workload but keyedDelayed's
+		for _, h := range m.Headers {
+			if h.Key == hdrID {
+				id = string(h.Value)
+			}
+		}
 		c.mu.Lock()
-		switch _, dup := c.seen[string(m.Key)]; {
+		switch _, dup := c.seen[id]; {
 		case !ok:
 			c.bad++
 		case dup:
 			c.dups++
 		default:
-			c.seen[string(m.Key)] = struct{}{}
+			c.seen[id] = struct{}{}
 			c.samples = append(c.samples, s)
 		}
 		c.mu.Unlock()

@@ -26,7 +26,7 @@ import (
 	"time"
 )
 
-var scenarios = []string{"redis", "baseline", "steady", "burst", "scale", "asynq"}
+var scenarios = []string{"redis", "baseline", "steady", "burst", "scale", "asynq", "order"}
 
 // env is what every scenario gets: the servers, the bridge binary and the settings.
 type env struct {
@@ -35,6 +35,7 @@ type env struct {
 	redis      *redisServer
 	kafka      *kafkaBroker
 	bridgeBin  string
+	prevBin    string // -baseline-rev: the bridge built at that revision (prev.go)
 	profile    bool
 	quick      bool
 	partitions int
@@ -75,6 +76,12 @@ type Results struct {
 	Burst      *BurstResult      `json:"burst,omitempty"`
 	Scale      *ScaleResult      `json:"scale,omitempty"`
 	Asynq      *AsynqResult      `json:"asynq,omitempty"`
+
+	// BaselineRev is -baseline-rev (the full commit hash), and Previous what the
+	// scenarios measured with the bridge built at it, in the same run (prev.go).
+	BaselineRev string       `json:"baseline_rev,omitempty"`
+	Previous    *Results     `json:"previous,omitempty"`
+	Order       *OrderResult `json:"order,omitempty"`
 }
 
 func main() {
@@ -93,6 +100,7 @@ func main() {
 		bridgeYAML = flag.String("bridge-yaml", "", "extra top-level YAML for every bridge config, e.g. 'scheduler: { lookahead: 500ms }' (default: the product defaults)")
 		ratesFlag  = flag.String("rates", "", "steady and baseline: comma-separated offered rates instead of the default ladder (no search for the maximum)")
 		scaleN     = flag.Int("scale-n", 0, "messages parked for an hour in the scale scenario (default 10000000, quick 200000)")
+		baseRev    = flag.String("baseline-rev", "", "also build the bridge at this git revision (e.g. the previous release) and run baseline, steady, burst and scale against it too, reporting both and the ratio")
 		replot     = flag.String("replot", "", "redraw the plots and reprint the tables from a results/<timestamp>.json instead of running")
 		childMode  = flag.String("child", "", "internal: run as a helper process (kfake, passthrough)")
 		port       = flag.Int("port", 0, "internal: kfake child port")
@@ -173,7 +181,7 @@ func main() {
 			}
 		}
 	}
-	if err := e.setup(*repo, *kafkaMode); err != nil {
+	if err := e.setup(*repo, *kafkaMode, *baseRev); err != nil {
 		e.teardown()
 		exit(err)
 	}
@@ -185,7 +193,7 @@ func main() {
 	}
 	all := []scen{
 		{"redis", runRedisBench}, {"baseline", runBaseline}, {"steady", runSteady},
-		{"burst", runBurst}, {"scale", runScale}, {"asynq", runAsynq},
+		{"burst", runBurst}, {"scale", runScale}, {"asynq", runAsynq}, {"order", runOrder},
 	}
 	for _, s := range all {
 		if !want[s.name] || ctx.Err() != nil {
@@ -206,6 +214,12 @@ func main() {
 		e.res.Seconds[s.name] = time.Since(start).Seconds()
 		e.res.Load[s.name] = [2]float64{load0, loadavg1()}
 		logf("== scenario %s done in %s", s.name, time.Since(start).Round(time.Second))
+		if e.prevBin != "" && prevScenarios[s.name] && ctx.Err() == nil {
+			start, load0 := time.Now(), loadavg1()
+			e.runPrevious(s.name, s.run)
+			e.res.Previous.Seconds[s.name] = time.Since(start).Seconds()
+			e.res.Previous.Load[s.name] = [2]float64{load0, loadavg1()}
+		}
 	}
 	md := renderMarkdown(e.res)
 	fmt.Println(md)
@@ -219,7 +233,7 @@ func main() {
 	}
 }
 
-func (e *env) setup(repo, kafkaMode string) error {
+func (e *env) setup(repo, kafkaMode, baseRev string) error {
 	dir, err := os.MkdirTemp("", "delay-bridge-bench-")
 	if err != nil {
 		return err
@@ -228,6 +242,17 @@ func (e *env) setup(repo, kafkaMode string) error {
 	logf("building the bridge from %s/cmd/bridge (temp dir %s)", repo, dir)
 	if e.bridgeBin, err = buildBridge(repo, dir, e.profile, e.experiments); err != nil {
 		return err
+	}
+	if baseRev != "" {
+		logf("building the bridge at %s (git archive) for the same-run comparison", baseRev)
+		var commit string
+		if e.prevBin, commit, err = buildBridgeAt(repo, baseRev, dir, e.profile); err != nil {
+			return err
+		}
+		e.res.BaselineRev = commit
+		e.res.Previous = &Results{Started: e.res.Started, Command: e.res.Command, Machine: e.res.Machine, Quick: e.quick,
+			KafkaMode: kafkaMode, Partitions: e.partitions, Seconds: map[string]float64{}, Errors: map[string]string{},
+			Load: map[string][2]float64{}}
 	}
 	if e.redis, err = startRedis(dir); err != nil {
 		return err

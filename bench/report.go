@@ -115,7 +115,11 @@ func renderMarkdown(r *Results) string {
 		if x.IngressOnly.Rate > 0 {
 			t.row("bridge ingress only (x-delay 1 h: consume + park)", fmt.Sprint(x.IngressOnly.N), fmt.Sprintf("%.2f", x.IngressOnly.Seconds), rate(x.IngressOnly.Rate), ratio(Ratio(x.IngressOnly.Rate, x.PassDrain.Rate)), cores(x.IngressOnly.CPU))
 		}
-		b.WriteString("\n")
+		fmt.Fprintf(&b, "\nAt the bridge's full-speed drain: %.1f µs of redis-server CPU and %.1f µs of bridge CPU per message.\n\n",
+			usPerMsg(x.BridgeDrain, "redis"), usPerMsg(x.BridgeDrain, "bridge"))
+	}
+	if x := r.Order; x != nil {
+		writeOrder(&b, x)
 	}
 	if x := r.Steady; x != nil {
 		fmt.Fprintf(&b, "## 2. Steady state (delays uniform %d–%d ms, %.0f s per rate)\n\n", x.MinDelayMs, x.MaxDelayMs, x.Seconds)
@@ -180,6 +184,7 @@ func renderMarkdown(r *Results) string {
 		b.WriteString("\nasynq lateness is measured at its handler (in the bench process); the bridge's at a Kafka consumer of the target topic, so it includes a produce → consume hop (see the floor above).\n\n")
 	}
 	renderTargets(&b, r)
+	renderPrevious(&b, r)
 	b.WriteString("## Run\n\n")
 	t := newTable(&b, "scenario", "seconds", "load average at start → end")
 	for _, name := range scenarios {

@@ -207,11 +207,11 @@ func runBaseline(e *env) error {
 		if err != nil {
 			return 0, err
 		}
-		if e.profile { // the full-speed costs: 3 s from one second into the drain
+		if e.profile { // the full-speed costs: 3 s from half a second into the drain
 			go func() {
-				time.Sleep(time.Second)
+				time.Sleep(500 * time.Millisecond)
 				go func() { // where the goroutines wait, two seconds into the drain
-					time.Sleep(time.Second)
+					time.Sleep(1500 * time.Millisecond)
 					_ = fetchURL("http://"+b.pprof+"/debug/pprof/goroutine?debug=1", filepath.Join(e.outDir, e.stamp+"-bridge-goroutines-drain.txt"))
 				}()
 				path := filepath.Join(e.outDir, e.stamp+"-bridge-cpu-drain.pprof")
@@ -224,6 +224,10 @@ func runBaseline(e *env) error {
 		}
 		return b.pid(), nil
 	})
+	if e.profile && b != nil { // what the drain allocated, from the bridge's start (mostly the drain)
+		_ = fetchURL("http://"+b.pprof+"/debug/pprof/allocs", filepath.Join(e.outDir, e.stamp+"-bridge-allocs-drain.pprof"))
+		_ = fetchURL("http://"+b.admin+"/metrics", filepath.Join(e.outDir, e.stamp+"-bridge-metrics-drain.txt"))
+	}
 	b.close()
 	if err != nil {
 		return err

@@ -151,6 +151,12 @@ type Route struct {
 	To   Endpoint `koanf:"to"`
 	// MaxRate limits publishes per second on this route (0 = unlimited).
 	MaxRate float64 `koanf:"max_rate"`
+	// Order: "" (none: no per-key promise) or "key": strict per-key order — one key's
+	// messages (x-delay-key header, else the Kafka record key, else the AMQP routing
+	// key) are published in due order, equal due times in receive order, each only
+	// after the previous one was confirmed (README "Order"). Needs delivery
+	// at-least-once.
+	Order string `koanf:"order"`
 	// AllowTargets lists the targets an x-delay-target header may name; empty = override
 	// not allowed.
 	AllowTargets []string `koanf:"allow_targets"`
@@ -191,6 +197,8 @@ type LogConfig struct {
 const (
 	DeliveryAtLeastOnce = "at-least-once"
 	DeliveryAtMostOnce  = "at-most-once"
+	// OrderKey is routes[].order for strict per-key order.
+	OrderKey            = "key"
 	OnInvalidDeadLetter = "dead_letter"
 	OnInvalidDeliver    = "deliver"
 )
@@ -229,4 +237,15 @@ func (c *Config) RouteByName(name string) *Route {
 		}
 	}
 	return nil
+}
+
+// OrderedRoutes names the routes with `order: key`.
+func (c *Config) OrderedRoutes() []string {
+	var out []string
+	for _, r := range c.Routes {
+		if r.Order == OrderKey {
+			out = append(out, r.Name)
+		}
+	}
+	return out
 }

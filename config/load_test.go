@@ -321,6 +321,7 @@ func TestLoadValidationErrorsNameKeyAndSource(t *testing.T) {
 		{"routes.0.to.kafka.topic=in", "routes[0].to.kafka.topic", "loop"},
 		{"routes.0.to.amqp.exchange=x", "routes[0].to", "not both"},
 		{"routes.0.max_rate=-1", "routes[0].max_rate", ">= 0"},
+		{"routes.0.order=fifo", "routes[0].order", `must be "key"`},
 		{"routes.0.on_invalid=drop", "routes[0].on_invalid", "dead_letter"},
 		{"routes.0.from.kafka.topic=", "routes[0].from.kafka.topic", "required"},
 	}

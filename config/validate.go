@@ -48,6 +48,11 @@ func (c *Config) Validate() error {
 		p.add("delivery", "must be %q or %q, got %q", DeliveryAtLeastOnce, DeliveryAtMostOnce, c.Delivery)
 	}
 	use := validateRoutes(c.Routes, &p)
+	for i, r := range c.Routes {
+		if r.Order == OrderKey && c.Delivery == DeliveryAtMostOnce {
+			p.add(fmt.Sprintf("routes[%d].order", i), "%q needs delivery %q (at-most-once acks before the broker confirms)", OrderKey, DeliveryAtLeastOnce)
+		}
+	}
 	c.validateSchedules(&p)
 	use.kafka = use.kafka || c.DeadLetter.Kafka.Topic != ""
 	use.amqp = use.amqp || c.DeadLetter.AMQP.Exchange != ""

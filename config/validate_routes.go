@@ -33,6 +33,9 @@ func validateRoutes(routes []Route, p *problems) brokers {
 		if r.From.Kafka != nil && r.To.Kafka != nil && r.From.Kafka.Topic == r.To.Kafka.Topic {
 			p.add(key+".to.kafka.topic", "must differ from the source topic (it would loop)")
 		}
+		if r.Order != "" && r.Order != OrderKey {
+			p.add(key+".order", "must be %q or empty, got %q", OrderKey, r.Order)
+		}
 		if r.MaxRate < 0 {
 			p.add(key+".max_rate", "must be >= 0, got %g", r.MaxRate)
 		}

@@ -270,7 +270,7 @@ func TestAMQPCrossBrokerRoutes(t *testing.T) {
 
 	// Kafka → RabbitMQ.
 	const n = 200
-	w := newWriter(kaddr, "k2a.delay")
+	w := newWriter(t, kaddr, "k2a.delay")
 	defer w.Close()
 	ksent := map[string]sent{}
 	var recs []kafka.Message

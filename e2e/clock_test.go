@@ -85,7 +85,7 @@ func TestClockAheadOfRedisFiresNothingEarly(t *testing.T) {
 	if v := p.metric("clock_offset_seconds"); v < 4.5 || v > 5.5 {
 		t.Fatalf("delaybridge_clock_offset_seconds = %v with the clock 5 s ahead", v)
 	}
-	w := newWriter(kaddr, "skew.delay")
+	w := newWriter(t, kaddr, "skew.delay")
 	defer w.Close()
 	start := redisNow().Add(time.Second)
 	sent := produceDue(t, w, "skew", 20, start, 2*time.Second)

@@ -23,7 +23,7 @@ func TestRedisClusterDelaysArriveOnTimeOnce(t *testing.T) {
 	e := &kafkaEnv{kaddr: kaddr}
 	e.target = collect(t, kaddr, "orders")
 	e.bridge = startBridge(t, cfg, admin)
-	e.writer = newWriter(kaddr, "orders.delay")
+	e.writer = newWriter(t, kaddr, "orders.delay")
 	t.Cleanup(func() { e.writer.Close() })
 
 	const n = 1000

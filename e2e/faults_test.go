@@ -301,7 +301,7 @@ func freezeRun(t *testing.T, e *freezeEnv, frozen *tcpproxy.Proxy, unique func()
 	a, b := e.start("frz-a"), e.start("frz-b")
 	(&haCluster{t: t}).waitBalanced(b, 30*time.Second, "frz-a", "frz-b")
 
-	w := newWriter(e.kaddr, "r.delay")
+	w := newWriter(t, e.kaddr, "r.delay")
 	// Due over 3 s (500 a second); the freeze starts in the middle of that stream, so
 	// writes are on the wire when it begins and the rest are written into it.
 	due := time.Now().Add(5 * time.Second)

@@ -52,7 +52,7 @@ func startHAClusterOn(t *testing.T, redisAddrs []string, partitions int, leaseTT
 	kaddr, _ := testkit.StartKafka(t, partitions, "orders.delay", "orders", "idle.delay")
 	c := &haCluster{t: t, redis: redisAddrs, kaddr: kaddr, group: testkit.Uniq(t, "group"), leaseTTL: leaseTTL, procs: map[string]*bridgeProc{}}
 	c.target = collect(t, kaddr, "orders")
-	c.writer = newWriter(kaddr, "orders.delay")
+	c.writer = newWriter(t, kaddr, "orders.delay")
 	t.Cleanup(func() { c.writer.Close() })
 	return c
 }

@@ -345,9 +345,16 @@ type arrival struct {
 	at      time.Time
 }
 
-func newWriter(addr, topic string) *kafka.Writer {
+// newWriter returns a producer for topic. It has a Transport of its own: kafka-go's
+// DefaultTransport keeps metadata per broker address for the whole test process, so
+// after an earlier test's kfake on a port that the OS hands out again it answered
+// "Unknown Topic Or Partition" for this test's topics at once, without a retry.
+// Its pooled connections are closed when the test ends.
+func newWriter(t testing.TB, addr, topic string) *kafka.Writer {
+	tr := &kafka.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
 	return &kafka.Writer{Addr: kafka.TCP(addr), Topic: topic, RequiredAcks: kafka.RequireAll,
-		BatchTimeout: time.Millisecond, Balancer: &kafka.Murmur2Balancer{}}
+		BatchTimeout: time.Millisecond, Balancer: &kafka.Murmur2Balancer{}, Transport: tr}
 }
 
 // collector consumes a topic in the background and records every arrival.

@@ -39,7 +39,7 @@ func startTwoRouteEnv(t *testing.T) *twoRouteEnv {
 	cfg, admin := writeConfig(t, r.Addr(), kaddr, twoKafkaRoutes, "")
 	e := &twoRouteEnv{kaddr: kaddr, outA: collect(t, kaddr, "a.out"), outB: collect(t, kaddr, "b.out")}
 	e.bridge = startBridge(t, cfg, admin)
-	e.delayA, e.dlyB = newWriter(kaddr, "a.delay"), newWriter(kaddr, "b.delay")
+	e.delayA, e.dlyB = newWriter(t, kaddr, "a.delay"), newWriter(t, kaddr, "b.delay")
 	t.Cleanup(func() { e.delayA.Close(); e.dlyB.Close() })
 	return e
 }
@@ -202,7 +202,7 @@ func TestKafkaTopicRecreatedNewRecordParked(t *testing.T) {
 		res, err := c.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{Topic: "a.delay", NumPartitions: 1, ReplicationFactor: 1}}})
 		return err == nil && res.Errors["a.delay"] == nil
 	})
-	w := newWriter(e.kaddr, "a.delay")
+	w := newWriter(t, e.kaddr, "a.delay")
 	defer w.Close()
 	write(t, w, kmsg("second", "x-delay", "3600000"))
 	end, err := kafka.DialLeader(ctx, "tcp", e.kaddr, "a.delay", 0)

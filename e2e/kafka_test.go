@@ -34,7 +34,7 @@ func startKafkaEnv(t *testing.T, extra string) *kafkaEnv {
 	e := &kafkaEnv{redis: r, kaddr: kaddr}
 	e.target = collect(t, kaddr, "orders")
 	e.bridge = startBridge(t, cfg, admin)
-	e.writer = newWriter(kaddr, "orders.delay")
+	e.writer = newWriter(t, kaddr, "orders.delay")
 	t.Cleanup(func() { e.writer.Close() })
 	return e
 }

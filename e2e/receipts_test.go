@@ -23,7 +23,7 @@ func TestReceiptsThroughTheBinary(t *testing.T) {
 	cfg, admin := writeConfig(t, r.Addr(), kaddr, kafkaRoute+"\n    receipts: { kafka: { topic: orders.receipts } }", "")
 	receipts := collect(t, kaddr, "orders.receipts")
 	bridge := startBridge(t, cfg, admin)
-	w := newWriter(kaddr, "orders.delay")
+	w := newWriter(t, kaddr, "orders.delay")
 	t.Cleanup(func() { w.Close() })
 	valid := testkit.ReceiptSchema(t)
 

@@ -17,7 +17,11 @@ import (
 // <tag>^{commit}`), so the next changes are tested against what is deployed; adjust
 // release.adapt if HEAD's configuration is no longer what that release reads.
 // DELAYBRIDGE_PREVIOUS_RELEASE overrides it for one run (any commit-ish git knows).
-const previousRelease = "9766fd297adaf5f0b5dea8b501d29a52b8fa060e"
+const previousRelease = "9fc0e734ba95af17940724481f77b9492367542f"
+
+// groupRelease is the last release whose Kafka ingress was a consumer group (before
+// partition leases): TestRollingUpgradeFromGroupRelease upgrades from it.
+const groupRelease = "9766fd297adaf5f0b5dea8b501d29a52b8fa060e"
 
 // release is one version of the bridge the upgrade tests run.
 type release struct {
@@ -60,6 +64,12 @@ func previousReleaseBuild(t *testing.T) release {
 	if v := os.Getenv("DELAYBRIDGE_PREVIOUS_RELEASE"); v != "" {
 		want = v
 	}
+	return releaseBuild(t, want)
+}
+
+// releaseBuild returns the release at the commit-ish want, built from git once per run.
+func releaseBuild(t *testing.T, want string) release {
+	t.Helper()
 	commit := resolveCommit(t, want)
 	version := "previous-" + commit[:12]
 	previousBuilds.Lock()

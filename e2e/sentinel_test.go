@@ -64,7 +64,7 @@ func runSentinelFailover(t *testing.T, kill bool) {
 	e := &kafkaEnv{kaddr: kaddr}
 	e.target = collect(t, kaddr, "orders")
 	e.bridge = startBridge(t, cfg, admin)
-	e.writer = newWriter(kaddr, "orders.delay")
+	e.writer = newWriter(t, kaddr, "orders.delay")
 	t.Cleanup(func() { e.writer.Close() })
 
 	prefix := "sf"

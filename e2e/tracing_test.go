@@ -37,7 +37,7 @@ func TestTracingJoinsProducerTrace(t *testing.T) {
 		"OTEL_BSP_SCHEDULE_DELAY=600000",
 		"OTEL_SERVICE_NAME=bridge-e2e",
 	})
-	w := newWriter(kaddr, "orders.delay")
+	w := newWriter(t, kaddr, "orders.delay")
 	defer w.Close()
 
 	type producerSpan struct{ trace, span string }

@@ -48,7 +48,7 @@ func kafkaPartitions(t *testing.T, p *bridgeProc) (parts []int, state, detail st
 // by its new owner and refused by the idempotent park), and the new instances acquired
 // no partition while an old one was alive. Lateness is logged.
 func TestRollingUpgradeFromGroupRelease(t *testing.T) {
-	prev := previousReleaseBuild(t).bin
+	prev := releaseBuild(t, groupRelease).bin
 	const ttl = time.Second
 	c := startHACluster(t, 4, ttl)
 	o1 := c.startPrevious("up-o1", prev)

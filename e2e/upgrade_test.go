@@ -35,12 +35,6 @@ type upgradeRig struct {
 	arrivals func() []arrival   // what the route's target received so far
 	live     []string           // running instances, in start order
 	rels     map[string]release // the release each instance runs
-	// standby: a new instance reads no Kafka partition while a member of the old
-	// release's consumer group is alive (ingress/kafka's standby, docs/OPERATIONS.md
-	// "Upgrading to partition ownership"), so in the mixed phase it must park nothing
-	// and still publish (it owns shards). True on Kafka routes while the previous
-	// release is the consumer-group release; drop it when previousRelease moves past it.
-	standby bool
 }
 
 func newUpgradeRig(c *haCluster, routes, source string, send func([]sent) error, arrivals func() []arrival) *upgradeRig {
@@ -151,7 +145,7 @@ func (u *upgradeRig) roll(rel release, kill bool, hold time.Duration) []fault {
 
 // mixed holds the current mixed-version cluster for hold: every live instance must own
 // shards throughout, and each must both park (ingress) and publish (fire) messages
-// meanwhile — except a new instance on a standby rig, which must park nothing.
+// meanwhile.
 func (u *upgradeRig) mixed(hold time.Duration) {
 	u.t.Helper()
 	type counts struct{ parked, published float64 }
@@ -183,10 +177,6 @@ func (u *upgradeRig) mixed(hold time.Duration) {
 		after := read(in)
 		d := counts{after.parked - before[in].parked, after.published - before[in].published}
 		switch {
-		case u.standby && u.rels[in].name == "new":
-			if d.parked != 0 || d.published <= 0 {
-				u.t.Errorf("mixed versions: %s (%s) parked %.0f and published %.0f in %s; want 0 parked (standby while the old release's group has members) and > 0 published", in, u.rels[in].name, d.parked, d.published, hold)
-			}
 		case d.parked <= 0 || d.published <= 0:
 			u.t.Errorf("mixed versions: %s (%s) parked %.0f and published %.0f in %s; want both > 0", in, u.rels[in].name, d.parked, d.published, hold)
 		}
@@ -371,7 +361,6 @@ func kafkaUpgradeRig(t *testing.T) *upgradeRig {
 	c := startHACluster(t, 4, haLeaseTTL(t))
 	routes := "  - name: orders\n    from: { kafka: { topic: orders.delay } }\n    to:   { kafka: { topic: orders } }"
 	u := newUpgradeRig(c, routes, "orders.delay", kafkaSender(c.writer), c.target.snapshot)
-	u.standby = true
 	return u
 }
 

@@ -37,6 +37,10 @@ func OutgoingHeaders(env *envelope.Envelope, attempt int32) []envelope.Header {
 	)
 }
 
+// NegateDelay is the outgoing value of an x-delay header of value v (see negate), for
+// sinks that render OutgoingHeaders themselves.
+func NegateDelay(v any) any { return negate(v) }
+
 // negate returns -|v| keeping v's type where it can carry a sign; text stays text (Kafka
 // producers send text), unsigned and unparsable values become an int64.
 func negate(v any) any {

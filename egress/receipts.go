@@ -13,8 +13,8 @@ const (
 	ReceiptDelivered    = "delivered"
 	ReceiptDeadLettered = "dead_lettered"
 	ReceiptCancelled    = "cancelled"
-	// ReceiptReplaced is in the schema for keyed schedules (x-delay-replace), which are
-	// not built yet: nothing emits it so far.
+	// ReceiptReplaced: the message was replaced by a newer version with its id
+	// (x-delay-replace); the new version has receipts of its own.
 	ReceiptReplaced = "replaced"
 )
 
@@ -161,6 +161,17 @@ func (r *Receipts) DeadLettered(envs []*envelope.Envelope) {
 // Cancelled offers the cancelled receipts of ids (all of route). The message is gone
 // from the store by then, so these carry neither due time nor trace headers.
 func (r *Receipts) Cancelled(route string, ids []string) {
+	r.byID(route, ids, ReceiptCancelled)
+}
+
+// Replaced offers the replaced receipts of ids (all of route): the versions that a
+// message with the same id and x-delay-replace took the place of. Like Cancelled they
+// carry neither due time nor trace headers (the old version is gone from the store).
+func (r *Receipts) Replaced(route string, ids []string) {
+	r.byID(route, ids, ReceiptReplaced)
+}
+
+func (r *Receipts) byID(route string, ids []string, outcome string) {
 	if r == nil {
 		return
 	}
@@ -171,7 +182,7 @@ func (r *Receipts) Cancelled(route string, ids []string) {
 	at := stamp(r.clk.Now())
 	out := make([]*envelope.Envelope, 0, len(ids))
 	for _, id := range ids {
-		out = append(out, r.envelope(&envelope.Envelope{ID: id, Route: route}, Receipt{Outcome: ReceiptCancelled, At: at}))
+		out = append(out, r.envelope(&envelope.Envelope{ID: id, Route: route}, Receipt{Outcome: outcome, At: at}))
 	}
 	r.side.OfferTo(rr.Broker, out)
 }

@@ -1,6 +1,8 @@
 package ingress
 
 import (
+	"encoding/hex"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -39,5 +41,44 @@ func TestKafkaRecordID(t *testing.T) {
 			t.Errorf("%s: id %q equals the id of %s", what, other, prev)
 		}
 		seen[other] = what
+	}
+}
+
+// TestKafkaRecordIDUnchanged pins the default id of a few records: a record consumed
+// again by another build of the bridge (a rolling upgrade, a redelivery after a crash)
+// must get the same id, or parking it is no longer idempotent. The values are those of
+// the first implementation (one streamed SHA-256); the third record is larger than the
+// pooled hash buffer.
+func TestKafkaRecordIDUnchanged(t *testing.T) {
+	ts := time.UnixMilli(1764000000123)
+	hs := []envelope.Header{{Key: "x-delay", Value: "3600000"}, {Key: "trace", Value: "abc"}}
+	for _, c := range []struct{ got, want string }{
+		{KafkaRecordID("orders.delay", 3, 42, ts, []byte("k"), []byte("v"), hs), "orders.delay/3/42/5d225b121213"},
+		{KafkaRecordID("t", 0, 0, time.UnixMilli(-1), nil, nil, nil), "t/0/0/aed5982ffd81"},
+		{KafkaRecordID("topic-with-a-long-name.delayed.events", 117, 9876543210, ts, []byte{}, make([]byte, 70000), hs),
+			"topic-with-a-long-name.delayed.events/117/9876543210/e5f681450ceb"},
+		{KafkaRecordID("topic-with-a-long-name.delayed.events", 117, 9876543210, ts, []byte{}, make([]byte, 70000)[:100], hs),
+			kafkaRecordIDStreamed("topic-with-a-long-name.delayed.events", 117, 9876543210, ts, []byte{}, make([]byte, 100), hs)},
+	} {
+		if c.got != c.want {
+			t.Errorf("id %q, want %q", c.got, c.want)
+		}
+	}
+}
+
+// kafkaRecordIDStreamed is the id through the streamed hash only.
+func kafkaRecordIDStreamed(topic string, partition int, offset int64, ts time.Time, key, value []byte, headers []envelope.Header) string {
+	sum := streamRecordHash(ts, key, value, headers)
+	return topic + "/" + strconv.Itoa(partition) + "/" + strconv.FormatInt(offset, 10) + "/" + hex.EncodeToString(sum[:6])
+}
+
+// BenchmarkKafkaRecordID: a 100-byte record with two headers (the bench's shape).
+func BenchmarkKafkaRecordID(b *testing.B) {
+	ts := time.UnixMilli(1764000000123)
+	hs := []envelope.Header{{Key: "x-delay", Value: "3600000"}, {Key: "x-bench-sent-ns", Value: "1764000000123456789"}}
+	val := make([]byte, 100)
+	b.ReportAllocs()
+	for i := range b.N {
+		_ = KafkaRecordID("drain-bridge.in", 3, int64(i), ts, nil, val, hs)
 	}
 }

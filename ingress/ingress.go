@@ -19,7 +19,10 @@ import (
 type Item struct {
 	Env      *envelope.Envelope
 	CancelID string
-	Invalid  string // low-cardinality reason label: bad_delay, delay_out_of_range, payload_too_large, target_not_allowed, bad_deliver_at
+	// Replace: the message carries a truthy x-delay-replace: it replaces the message
+	// with its id on its route (docs/CONTRACT.md "Replace").
+	Replace bool
+	Invalid string // low-cardinality reason label: bad_delay, delay_out_of_range, payload_too_large, target_not_allowed, bad_deliver_at
 }
 
 // Handler makes a batch durable. It returns nil only once every item is safely in Redis

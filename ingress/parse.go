@@ -115,12 +115,13 @@ func Parse(r Raw, rules Rules) Item {
 		return invalid(label, "%s", reason)
 	}
 	env.DueAt = due
-	return Item{Env: env}
+	return Item{Env: env, Replace: h.replace}
 }
 
 // delayHeaders are the headers Parse acts on, as found on a record.
 type delayHeaders struct {
 	cancel                            string // x-delay-cancel (non-empty text)
+	replace                           bool   // x-delay-replace (truthy)
 	delay, deliverAt, target          any
 	hasDelay, hasDeliverAt, hasTarget bool
 }
@@ -140,6 +141,8 @@ func scanHeaders(env *envelope.Envelope, headers []envelope.Header) delayHeaders
 				h.cancel = s
 				return h
 			}
+		case envelope.HeaderReplace:
+			h.replace = truthy(hd.Value)
 		case envelope.HeaderDelay:
 			h.delay, h.hasDelay = hd.Value, true
 		case envelope.HeaderDeliverAt:
@@ -207,6 +210,25 @@ func textOf(v any) (string, bool) {
 		return string(x), true
 	}
 	return "", false
+}
+
+// truthy reads x-delay-replace: a boolean true, a number other than 0 (any width, as
+// an AMQP table carries it), or text "1", "true", "yes", "on", "y" or "t" in any case
+// (also as bytes: Kafka header values). Anything else, "false" and "0" included, is
+// false.
+func truthy(v any) bool {
+	if b, ok := v.(bool); ok {
+		return b
+	}
+	if s, ok := textOf(v); ok {
+		switch strings.ToLower(strings.TrimSpace(s)) {
+		case "1", "true", "yes", "on", "y", "t":
+			return true
+		}
+		return false
+	}
+	n, err := envelope.Millis(v)
+	return err == nil && n != 0
 }
 
 // delayOf reads x-delay in any form an AMQP table or a Kafka header carries (see

@@ -333,6 +333,31 @@ func TestParseCancel(t *testing.T) {
 	}
 }
 
+// x-delay-replace: any truthy value in the forms Kafka and AMQP headers carry makes the
+// message a replace; falsy values and other text do not; an invalid message is never
+// a replace.
+func TestParseReplace(t *testing.T) {
+	cases := []struct {
+		v    any
+		want bool
+	}{
+		{"true", true}, {"TRUE", true}, {" yes ", true}, {"1", true}, {"on", true}, {"t", true},
+		{[]byte("true"), true}, {[]byte("1"), true}, {true, true}, {int8(1), true}, {int32(-1), true},
+		{int64(7), true}, {uint8(1), true}, {1.0, true},
+		{"false", false}, {"0", false}, {"", false}, {"no", false}, {"maybe", false}, {[]byte("0"), false},
+		{false, false}, {int32(0), false}, {0.0, false}, {nil, false},
+	}
+	for _, c := range cases {
+		it := Parse(raw(h(envelope.HeaderMessageID, "cart-1"), h(envelope.HeaderReplace, c.v)), rules)
+		if it.Replace != c.want || it.Invalid != "" {
+			t.Errorf("x-delay-replace %T %v: Replace %v (invalid %q), want %v", c.v, c.v, it.Replace, it.Invalid, c.want)
+		}
+	}
+	if it := Parse(raw(h(envelope.HeaderReplace, "true"), h(envelope.HeaderDelay, "garbage")), rules); it.Replace || it.Invalid == "" {
+		t.Errorf("invalid replace: %+v, want invalid and not a replace", it)
+	}
+}
+
 func TestParseTargets(t *testing.T) {
 	cases := []struct {
 		name    string

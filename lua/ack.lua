@@ -9,6 +9,9 @@
 -- KEYS[5] counts     HASH per-route counts (counts.lua, put in front by lua.go)
 -- KEYS[6] ix         HASH the id index's state (index.lua)
 -- KEYS[7] dn         ZSET the done slices (index.lua)
+-- KEYS[8] nx         HASH successors (successor.lua): an acked id's successor becomes
+--                    pending instead of the id being remembered as delivered
+-- KEYS[9] due        ZSET (successors are promoted into it)
 -- ARGV[1] now (integer unix ms)
 -- ARGV[2] remember: 1 to record acked ids in the done window, 0 when it is off
 -- ARGV[3] trimBefore: done slices that ended at or before this are forgotten
@@ -59,13 +62,14 @@ if #acked > 0 then
   for j = 1, #acked do
     cadd('inflight', routes[j], -1, scores[j], acked[j])
   end
-  cflush()
   redis.call('HDEL', KEYS[1], unpack(acked))
+  fps, vals = nxacked(KEYS[8], KEYS[9], KEYS[1], acked, fps, vals)
+  cflush()
   if legacy then
     redis.call('ZREM', KEYS[3], unpack(acked))
     redis.call('HDEL', KEYS[4], unpack(acked))
   end
-  if ARGV[2] == '1' then
+  if ARGV[2] == '1' and #fps > 0 then
     ixset(fps, vals)
     dnrecord(fps, now, ARGV[6])
   end

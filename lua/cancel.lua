@@ -11,6 +11,8 @@
 -- KEYS[7] counts     HASH per-route counts (counts.lua)
 -- KEYS[8] ix         HASH the id index's state (index.lua)
 -- KEYS[9] dn         ZSET the done slices (index.lua)
+-- KEYS[10] nx        HASH successors (successor.lua): an in-flight id's successor is
+--                    cancelled with it (and is the envelope ARGV[7] is checked against)
 -- ARGV[1] id
 -- ARGV[2] now (integer unix ms)
 -- ARGV[3] remember: 1 to record the id in the done window, 0 when it is off
@@ -82,6 +84,11 @@ else
 end
 if prior ~= '' then
   local env = redis.call('HGET', KEYS[2], id)
+  if prior == 'inflight' then
+    -- get.lua shows an in-flight id's successor, so that is what the caller checked.
+    local _, nenv = nxget(KEYS[10], id)
+    env = nenv or env
+  end
   local sum = ''
   if env then
     sum = redis.sha1hex(env)
@@ -91,6 +98,9 @@ if prior ~= '' then
   end
   redis.call('ZREM', set, id)
   redis.call('HDEL', KEYS[2], id)
+  if prior == 'inflight' then
+    redis.call('HDEL', KEYS[10], id)
+  end
   cstart(KEYS[7])
   cadd(prior, routeOf(env), -1, score, id)
   cflush()

@@ -7,6 +7,8 @@
 -- KEYS[5] done       ZSET, layout 2's done window: id -> time delivered or cancelled
 -- KEYS[6] cancelled  HASH, layout 2's cancel routes
 -- KEYS[7] ix         HASH the id index's state (index.lua)
+-- KEYS[8] nx         HASH successors (successor.lua): an in-flight id with one reads as
+--                    its successor, pending at the successor's due time
 -- ARGV[1] id
 -- ARGV[2] fp: 12 bytes of SHA-256(id)
 -- Returns { state, score, envelope } with state "pending", "inflight", "dead",
@@ -22,6 +24,12 @@ for i = 1, 3 do
   local k = KEYS[1]
   if i == 2 then k = KEYS[3] elseif i == 3 then k = KEYS[4] end
   local score = redis.call('ZSCORE', k, id)
+  if score and i == 2 then
+    local due, nenv = nxget(KEYS[8], id)
+    if due then
+      return { 'pending', due, nenv }
+    end
+  end
   if score then
     local env = redis.call('HGET', KEYS[2], id)
     if env then

@@ -8,7 +8,10 @@
 //     hash tag, so a script touches exactly one slot. The one exception is index.lua:
 //     the index sub-hashes and done slices of store layout 3 are many keys whose names
 //     depend on the data, so it builds them by appending to a key passed in KEYS (the
-//     shard's P:{C:n}:ix and P:{C:n}:dn), which keeps the hash tag and so the slot;
+//     shard's P:{C:n}:ix and P:{C:n}:dn), which keeps the hash tag and so the slot.
+//     Their callers also pass the shard's P:{C:n}:slotguard after the script's own
+//     KEYS, a key nothing writes, so Redis Cluster refuses the call while the slot
+//     migrates instead of the script meeting half-moved keys (scheduler/store/slotguard.go);
 //   - times are integer unix milliseconds passed in ARGV (never TIME), so tests can
 //     inject time and the scripts stay deterministic for replication;
 //   - batches are bounded by the caller or by a LIMIT argument, so no call blocks Redis
@@ -22,7 +25,8 @@ import _ "embed"
 
 // routes.lua is put in front of the scripts that read route lists, counts.lua in front
 // of those that move messages (they keep the per-route counts), index.lua in front of
-// those that read or write the done window of layout 3.
+// those that read or write the done window of layout 3, successor.lua in front of
+// those that take a message out of in flight or read it by id (replace's successors).
 var (
 	//go:embed routes.lua
 	routes string
@@ -30,6 +34,10 @@ var (
 	counts string
 	//go:embed index.lua
 	index string
+	//go:embed successor.lua
+	successor string
+	//go:embed replace.lua
+	replace string
 	//go:embed park.lua
 	park string
 	//go:embed bury.lua
@@ -57,12 +65,13 @@ var (
 // The scripts that move messages, with their helpers in front.
 var (
 	Park           = routes + counts + index + park
+	Replace        = routes + counts + index + successor + replace
 	Bury           = routes + counts + index + bury
-	Cancel         = routes + counts + index + cancel
+	Cancel         = routes + counts + index + successor + cancel
 	Claim          = counts + claim
-	Ack            = counts + index + ack
-	Retry          = counts + retry
-	Recover        = counts + recover
+	Ack            = counts + index + successor + ack
+	Retry          = counts + successor + retry
+	Recover        = counts + successor + recover
 	Reschedule     = counts + index + reschedule
 	PurgeDead      = counts + purgeDead
 	PurgeDeadIDs   = counts + purgeDeadIDs
@@ -74,7 +83,7 @@ var (
 var IndexHelper = index
 
 // Get is get.lua with its helper in front.
-var Get = index + get
+var Get = index + successor + get
 
 // Script sources, named after their files.
 var (
@@ -131,33 +140,40 @@ var (
 // preload or inspect them all, such as tests and the dev server.
 func All() map[string]string {
 	return map[string]string{
-		"park":            Park,
-		"bury":            Bury,
-		"claim":           Claim,
-		"ack":             Ack,
-		"retry":           Retry,
-		"recover":         Recover,
-		"cancel":          Cancel,
-		"reschedule":      Reschedule,
-		"get":             Get,
-		"purge_dead":      PurgeDead,
-		"browse":          Browse,
-		"purge_dead_ids":  PurgeDeadIDs,
-		"counts_backfill": CountsBackfill,
-		"job_claim":       JobClaim,
-		"job_save":        JobSave,
-		"job_cancel":      JobCancel,
-		"lease_acquire":   LeaseAcquire,
-		"lease_renew":     LeaseRenew,
-		"lease_release":   LeaseRelease,
-		"schedule_put":    SchedulePut,
-		"schedule_delete": ScheduleDelete,
-		"schedule_plan":   SchedulePlan,
-		"v2/park":         V2Park,
-		"v2/bury":         V2Bury,
-		"v2/cancel":       V2Cancel,
-		"v2/ack":          V2Ack,
-		"v2/get":          V2Get,
-		"v2/reschedule":   V2Reschedule,
+		"park":               Park,
+		"replace":            Replace,
+		"bury":               Bury,
+		"claim":              Claim,
+		"ack":                Ack,
+		"retry":              Retry,
+		"recover":            Recover,
+		"cancel":             Cancel,
+		"reschedule":         Reschedule,
+		"get":                Get,
+		"purge_dead":         PurgeDead,
+		"browse":             Browse,
+		"purge_dead_ids":     PurgeDeadIDs,
+		"counts_backfill":    CountsBackfill,
+		"job_claim":          JobClaim,
+		"job_save":           JobSave,
+		"job_cancel":         JobCancel,
+		"lease_acquire":      LeaseAcquire,
+		"lease_renew":        LeaseRenew,
+		"lease_release":      LeaseRelease,
+		"schedule_put":       SchedulePut,
+		"schedule_delete":    ScheduleDelete,
+		"schedule_plan":      SchedulePlan,
+		"ordered_park":       OrderedPark,
+		"ordered_ack":        OrderedAck,
+		"ordered_retry":      OrderedRetry,
+		"ordered_recover":    OrderedRecover,
+		"ordered_cancel":     OrderedCancel,
+		"ordered_reschedule": OrderedReschedule,
+		"v2/park":            V2Park,
+		"v2/bury":            V2Bury,
+		"v2/cancel":          V2Cancel,
+		"v2/ack":             V2Ack,
+		"v2/get":             V2Get,
+		"v2/reschedule":      V2Reschedule,
 	}
 }

@@ -6,6 +6,8 @@
 -- KEYS[2] inflight  ZSET id -> lease deadline
 -- KEYS[3] msg       HASH (read for the routes)
 -- KEYS[4] counts    HASH per-route counts (counts.lua, put in front by lua.go)
+-- KEYS[5] nx        HASH successors (successor.lua): an id with one is not fired again;
+--                   its successor becomes pending instead
 -- ARGV[1] now (integer unix ms): the new due time
 -- ARGV[2] limit: move at most this many per call
 -- ARGV[3] optional cutoff: move entries with deadline <= cutoff; default now; "+inf"
@@ -23,12 +25,15 @@ for i = 1, #page, 2 do
 end
 if #ids > 0 then
   local envs = redis.call('HMGET', KEYS[3], unpack(ids))
+  local succ = nxany(KEYS[5])
   for i = 1, #ids do
     redis.call('ZREM', KEYS[2], ids[i])
-    redis.call('ZADD', KEYS[1], ARGV[1], ids[i])
     local route = routeOf(envs[i])
     cadd('inflight', route, -1, page[2 * i], ids[i])
-    cadd('pending', route, 1, ARGV[1], ids[i])
+    if not (succ and nxpromote(KEYS[5], KEYS[1], KEYS[3], ids[i])) then
+      redis.call('ZADD', KEYS[1], ARGV[1], ids[i])
+      cadd('pending', route, 1, ARGV[1], ids[i])
+    end
   end
   cflush()
 end

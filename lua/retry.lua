@@ -7,6 +7,8 @@
 -- KEYS[3] inflight  ZSET
 -- KEYS[4] dead      ZSET id -> time dead-lettered
 -- KEYS[5] counts    HASH per-route counts (counts.lua, put in front by lua.go)
+-- KEYS[6] nx        HASH successors (successor.lua): an id with one is not retried or
+--                   dead-lettered; its successor becomes pending instead
 -- ARGV[1] now (integer unix ms): the dead-letter time
 -- ARGV[2..] quadruples: id, new due (unix ms), new envelope bytes, dead flag (1 or 0)
 -- Returns { requeued, dead }.
@@ -15,6 +17,7 @@
 -- The route is read from the new envelope (the same route as the stored one).
 cstart(KEYS[5])
 local requeued, dead = 0, 0
+local succ = nxany(KEYS[6])
 for i = 2, #ARGV, 4 do
   local id = ARGV[i]
   local score
@@ -24,12 +27,15 @@ for i = 2, #ARGV, 4 do
   if redis.call('ZREM', KEYS[3], id) == 1 then
     local route = routeOf(ARGV[i + 2])
     cadd('inflight', route, -1, score, id)
-    redis.call('HSET', KEYS[2], id, ARGV[i + 2])
-    if ARGV[i + 3] == '1' then
+    if succ and nxpromote(KEYS[6], KEYS[1], KEYS[2], id) then
+      requeued = requeued + 1
+    elseif ARGV[i + 3] == '1' then
+      redis.call('HSET', KEYS[2], id, ARGV[i + 2])
       redis.call('ZADD', KEYS[4], ARGV[1], id)
       cadd('dead', route, 1, ARGV[1], id)
       dead = dead + 1
     else
+      redis.call('HSET', KEYS[2], id, ARGV[i + 2])
       redis.call('ZADD', KEYS[1], ARGV[i + 1], id)
       cadd('pending', route, 1, ARGV[i + 1], id)
       requeued = requeued + 1

@@ -28,7 +28,7 @@ type heldCopy struct {
 // instance lost and re-acquired the shard: whoever owns the shard recovers and fires
 // those from `inflight`, so a frozen instance waking up does not publish a second copy.
 func (s *Scheduler) Owns(env *envelope.Envelope) bool {
-	shard := s.store.ShardOf(env.ID)
+	shard := s.store.ShardOfEnv(env)
 	st := s.state(shard)
 	if st == nil || !s.leaseValid(st) {
 		return false
@@ -105,12 +105,48 @@ func (s *Scheduler) CancelLocal(id string) bool {
 		return false
 	}
 	// The wheel only ever holds the latest claim of an id (track takes older copies out).
-	h := &s.held[s.store.ShardOf(id)]
+	// It is held under its shard: ShardOf(id), or for a message of an ordered key its
+	// key's shard, which the id does not tell (looked for then: cancels are rare).
+	for i, n := s.store.ShardOf(id), 0; n < len(s.held); i, n = (i+1)%len(s.held), n+1 {
+		h := &s.held[i]
+		h.mu.Lock()
+		_, ok := h.byID[id]
+		if ok {
+			h.n--
+			delete(h.byID, id)
+		}
+		h.mu.Unlock()
+		if ok {
+			break
+		}
+	}
+	s.credits.release(1)
+	return true
+}
+
+// ReleaseLocal takes id out of the wheel if this instance holds it there (claimed,
+// not fired yet) and puts that copy back through the store with the outcomes written
+// at the next lease renewal (as orphans: RetryItem at its fire time), returning
+// whether it did. Put back, an id with a replace's successor gives way to it (the
+// successor becomes pending, the copy is not fired); one without is pending again,
+// unchanged; one no longer in flight (cancelled) is left alone by the store. The
+// cancel channel calls it on every instance.
+func (s *Scheduler) ReleaseLocal(id string) bool {
+	shard := s.store.ShardOf(id)
+	h := &s.held[shard]
 	h.mu.Lock()
+	c, ok := h.byID[id]
+	if !ok || !s.wheel.Cancel(id) {
+		h.mu.Unlock()
+		return false
+	}
 	h.n--
 	delete(h.byID, id)
 	h.mu.Unlock()
 	s.credits.release(1)
+	if st := s.state(shard); st != nil && st.token == c.token {
+		st.addOrphans(storeapi.RetryItem{Env: c.env, Due: c.env.FireTime()})
+	}
 	return true
 }
 

@@ -28,19 +28,24 @@ type Incoming struct {
 	Deliver bool
 	// CancelID, when not "", makes this a cancel record for that id on Env.Route.
 	CancelID string
+	// Replace: a valid message replaces the message with its id on its route
+	// (x-delay-replace; see Replace).
+	Replace bool
 }
 
 // Accept makes a batch durable in the store, leaving items and their envelopes
 // unchanged (a batch may be handed again after a failure). It returns an error (so the source
 // acknowledges nothing and redelivers) when any part could not be stored. Every item is
 // counted once by its outcome: parked, dead-lettered (and invalid), duplicate (with the
-// state its id was already in), or cancelled; a replay of a batch stored before counts
-// its items as duplicates, never as parked or dead-lettered again.
+// state its id was already in), replaced, or cancelled; a replay of a batch stored before
+// counts its items as duplicates, never as parked or dead-lettered again — except its
+// replaces, which replace (and count) again: a replace cannot tell its replay from a
+// new one (docs/CONTRACT.md "Replace").
 func (s *Scheduler) Accept(ctx context.Context, items []Incoming) error {
 	now := clock.NowMs(s.clk)
 	var park, bury []*envelope.Envelope
 	var parkInvalid, buryInvalid []string // metric reason per item, "" for valid ones
-	var cancels []*envelope.Envelope
+	var cancels, replaces []*envelope.Envelope
 	for _, it := range items {
 		switch {
 		case it.CancelID != "":
@@ -53,12 +58,18 @@ func (s *Scheduler) Accept(ctx context.Context, items []Incoming) error {
 			} else {
 				bury, buryInvalid = append(bury, it.Env), append(buryInvalid, it.Invalid)
 			}
+		case it.Replace:
+			replaces = append(replaces, it.Env)
 		default:
 			park, parkInvalid = append(park, it.Env), append(parkInvalid, "")
 		}
 	}
 	if _, err := s.Park(ctx, park, parkInvalid); err != nil {
 		return fmt.Errorf("park: %w", err)
+	}
+	// After the plain parks: a replace in the same batch as its message replaces it.
+	if _, err := s.Replace(ctx, replaces); err != nil {
+		return fmt.Errorf("replace: %w", err)
 	}
 	if err := s.bury(ctx, bury, buryInvalid, now); err != nil {
 		return fmt.Errorf("dead-letter invalid input: %w", err)
@@ -114,6 +125,73 @@ func (s *Scheduler) Park(ctx context.Context, envs []*envelope.Envelope, invalid
 	s.duplicates(ctx, envs, prior, dups)
 	s.Wake(ctx, minDue)
 	return prior, err
+}
+
+// Replace stores envs, each replacing the message with its id on its route
+// (storeapi.Intake.ReplaceEach), and counts each outcome once: parked (Parked, with
+// its requested delay), replaced (Replaced, with its requested delay, and OnReplaced
+// for the replaced receipts) or refused (Duplicate, with the state its id was in). It
+// wakes the pumps concerned and returns the per-message results.
+func (s *Scheduler) Replace(ctx context.Context, envs []*envelope.Envelope) ([]storeapi.ReplaceResult, error) {
+	if len(envs) == 0 {
+		return nil, nil
+	}
+	res, minDue, err := s.store.ReplaceEach(ctx, envs)
+	if res == nil {
+		return nil, err
+	}
+	parked, replaced := map[string]int{}, map[string][]string{}
+	prior := make([]storeapi.State, len(res))
+	var dups []int
+	var inflight []string
+	for i, r := range res {
+		e := envs[i]
+		prior[i] = r.Prior
+		switch r.Outcome {
+		case storeapi.ReplaceParked:
+			parked[e.Route]++
+		case storeapi.ReplaceReplaced:
+			replaced[e.Route] = append(replaced[e.Route], e.ID)
+			if r.Prior == storeapi.StateInflight {
+				inflight = append(inflight, e.ID)
+			}
+		case storeapi.ReplaceRefused:
+			dups = append(dups, i)
+			continue
+		default:
+			continue // not stored: the batch is handed again
+		}
+		s.obs.RequestedDelay(e.Route, time.Duration(e.DueAt-e.ReceivedAt)*time.Millisecond)
+	}
+	for route, n := range parked {
+		s.obs.Parked(route, n)
+	}
+	for route, ids := range replaced {
+		s.obs.Replaced(route, len(ids))
+		if s.opt.OnReplaced != nil {
+			s.opt.OnReplaced(route, ids)
+		}
+	}
+	s.duplicates(ctx, envs, prior, dups)
+	s.Wake(ctx, minDue)
+	s.releaseReplaced(ctx, inflight)
+	return res, err
+}
+
+// releaseReplaced makes the old versions of ids, replaced while in flight, give way to
+// their successors if they have not fired yet: the instance holding one in its wheel
+// (claimed up to the lookahead before due) puts it back (ReleaseLocal), so the old
+// version is not published and the successor becomes pending at once. One already
+// being published finishes; its ack hands over to the successor.
+func (s *Scheduler) releaseReplaced(ctx context.Context, ids []string) {
+	for _, id := range ids {
+		if s.ReleaseLocal(id) {
+			continue
+		}
+		if err := s.BroadcastCancel(ctx, id); err != nil {
+			s.log.Warn("broadcast the release of a replaced in-flight message (its old version may still be published)", "id", id, "err", err)
+		}
+	}
 }
 
 // bury stores invalid messages in the dead letters and counts only the ones buried now

@@ -51,6 +51,10 @@ type Options struct {
 	// flight or dead), for the cancelled receipts. Like OnDead it must not wait for a
 	// broker.
 	OnCancelled func(route string, ids []string)
+	// OnReplaced, if set, receives the ids whose message a replace (x-delay-replace)
+	// just took the place of (Replace: outcome replaced), for the replaced receipts.
+	// Like OnDead it must not wait for a broker.
+	OnReplaced func(route string, ids []string)
 
 	Observer observe.Observer // default observe.Nop
 	Logger   *slog.Logger     // default slog.Default()

@@ -209,16 +209,19 @@ func (s *Scheduler) renewAll(ctx context.Context) {
 
 // lose stops working a shard whose lease is gone: its pump stops, and what it held in
 // the wheel is dropped without a write (the next owner recovers it from `inflight`).
+// The shard is forgotten (OwnedShards stops listing it) only after its messages left
+// the wheel and their credits came back, so a caller that sees the shard gone sees
+// its in-memory state gone too.
 func (s *Scheduler) lose(st *shardState) {
 	st.leaseUntil.Store(0)
 	st.cancel()
 	<-st.done
-	s.drop(st)
 	st.takeOrphans()
 	if n := len(s.takeFromWheel(st)); n > 0 {
 		s.credits.release(n)
 		s.log.Warn("dropped messages of a lost shard from the wheel; the next owner recovers them", "shard", st.shard, "n", n)
 	}
+	s.drop(st)
 }
 
 // handOver starts a graceful handover: the pump stops claiming, what the shard has in

@@ -44,7 +44,8 @@ func (s *Scheduler) pump(ctx context.Context, st *shardState) {
 			s.recoverExpired(ctx, st, now)
 		}
 		st.claiming.Store(true) // until wakeAt is stored: Notify wakes us for anything parked meanwhile
-		items, nextDue, err := s.store.Claim(ctx, st.shard, s.holder, st.token, now+lookahead, now+s.opt.InflightLease.Milliseconds(), n)
+		items, nextDue, err := s.claims.claim(ctx, s.store, storeapi.ClaimRequest{Shard: st.shard, Instance: s.holder, Token: st.token,
+			UpTo: now + lookahead, LeaseDeadline: now + s.opt.InflightLease.Milliseconds(), Limit: n})
 		s.credits.release(n - len(items))
 		if err != nil {
 			if errors.Is(err, storeapi.ErrFenced) {

@@ -59,6 +59,7 @@ type Scheduler struct {
 	wheel   *wheel.Wheel
 	credits *credits
 	acks    *acker
+	claims  claimGroup // the pumps' claims, sent together (claims.go)
 	disp    Dispatcher
 	log     *slog.Logger
 	obs     observe.Observer
@@ -230,7 +231,7 @@ func (s *Scheduler) Run(ctx context.Context, disp Dispatcher) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		_ = s.store.Listen(subCtx, s.Notify, func(id string) { s.CancelLocal(id) })
+		_ = s.store.Listen(subCtx, s.Notify, func(id string) { s.ReleaseLocal(id) })
 	}()
 
 	s.ownershipLoop(ctx)
@@ -312,7 +313,7 @@ func (s *Scheduler) keepLeases(ctx context.Context) {
 func (s *Scheduler) putBack(ctx context.Context, envs []*envelope.Envelope) {
 	byShard := map[int][]storeapi.RetryItem{}
 	for _, env := range envs {
-		sh := s.store.ShardOf(env.ID)
+		sh := s.store.ShardOfEnv(env)
 		cur, tok := s.untrack(sh, env)
 		if st := s.state(sh); cur && st != nil && st.token == tok {
 			byShard[sh] = append(byShard[sh], storeapi.RetryItem{Env: env, Due: env.FireTime()})

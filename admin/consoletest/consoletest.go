@@ -23,6 +23,9 @@ type Config struct {
 	// messages on it (due in 10 to 14 minutes) and browses, cancels and reschedules
 	// them. Other is a second route that gets three (due in 1 to 3 hours).
 	Route, Other string
+	// Keys says Route has order: key: the scenario ends in the key view of one key
+	// (cust-0), and cancels the key there.
+	Keys bool
 }
 
 // Run plays the scenario. The backend must schedule, browse and run jobs; dead letters
@@ -49,6 +52,9 @@ func Run(t *testing.T, c Config) {
 	bulkJob(t, b, api, c, seeded)
 	deadLetters(t, b, api)
 	schedulesPage(t, b, api, c)
+	if c.Keys {
+		keysPage(t, b, api, c, seeded)
+	}
 }
 
 // seed schedules the scenario's messages through the API and returns the ids on Route,

@@ -7,6 +7,7 @@ import { message } from './message.js';
 import { jobs, job } from './jobs.js';
 import { charts } from './charts.js';
 import { schedules, schedule } from './schedules.js';
+import { keys } from './keys.js';
 
 const $ = (id) => document.getElementById(id);
 let timer;
@@ -30,6 +31,7 @@ async function render() {
       case 'dead': await browse(view, params, true); break;
       case 'message': await message(view, decodeURIComponent(parts.slice(1).join('/'))); break;
       case 'jobs': parts[1] ? await job(view, decodeURIComponent(parts[1]), refresh) : await jobs(view, params); break;
+      case 'keys': await keys(view, decodeURIComponent(parts[1] || ''), decodeURIComponent(parts.slice(2).join('/'))); break;
       case 'schedules': parts[1] ? await schedule(view, decodeURIComponent(parts[1])) : await schedules(view); refresh(10000); break;
       default: add(view, h('h1', {}, 'Not found'), h('p', {}, h('a', { href: '#/overview' }, 'Overview')));
     }

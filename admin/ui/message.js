@@ -2,6 +2,7 @@
 import { api, msgPath } from './api.js';
 import { h, add, table, when, badge, flash, errorBox, promptDialog, parseDuration } from './ui.js';
 import { cancel, requeue } from './browse.js';
+import { keyHash } from './keys.js';
 
 export async function message(view, id) {
   add(view, h('p', {}, h('button', { class: 'link', id: 'back', onclick: () => history.back() }, '← back')));
@@ -19,7 +20,8 @@ export async function message(view, id) {
     h('div', { class: 'actions' },
       live ? h('button', { class: 'danger', id: 'cancel', onclick: () => cancel(m.id) }, 'Cancel message') : '',
       m.state === 'pending' || m.state === 'dead' ? h('button', { id: 'reschedule', onclick: () => reschedule(m.id) }, 'Reschedule…') : '',
-      m.state === 'dead' ? h('button', { id: 'requeue', onclick: () => requeue(m.id) }, 'Requeue now') : ''),
+      m.state === 'dead' ? h('button', { id: 'requeue', onclick: () => requeue(m.id) }, 'Requeue now') : '',
+      orderKey(m) ? h('a', { id: 'key-link', href: keyHash(m.route, orderKey(m)) }, 'Its key\'s order (routes with order: key) →') : ''),
     h('table', { class: 'fields', id: 'fields' }, h('tbody', {},
       field('State', m.state), field('Route', m.route), field('Due', m.due_at ? when(m.due_at) : undefined),
       field('Source', m.source ? `${m.source_broker}:${m.source}` : undefined), field('Target override', m.target),
@@ -32,6 +34,13 @@ export async function message(view, id) {
     m.headers && Object.keys(m.headers).length ? [h('h2', {}, 'Headers'),
       table('headers', ['Name', 'Value'], Object.keys(m.headers).sort().map((k) => h('tr', {}, h('td', {}, k), h('td', {}, m.headers[k]))))] : [],
     payload(m));
+}
+
+// orderKey is the message's ordering key as the store takes it: x-delay-key, else the
+// Kafka key (as text), else the AMQP routing key.
+function orderKey(m) {
+  if (!m.route || !['pending', 'inflight'].includes(m.state)) return '';
+  return (m.headers && m.headers['x-delay-key']) || m.key || m.routing_key || '';
 }
 
 function payload(m) {

@@ -142,8 +142,8 @@ func (s *Sink) Publish(ctx context.Context, msgs []*envelope.Envelope) []error {
 			return t, nil
 		}
 		return "", fault.Permanent(fmt.Errorf("kafka: route %q has no kafka target and the message names none", env.Route))
-	}, func(env *envelope.Envelope) []envelope.Header {
-		return egress.OutgoingHeaders(env, env.Attempt+1)
+	}, func(env *envelope.Envelope) []kafka.Header {
+		return outgoingKafkaHeaders(env, env.Attempt+1)
 	}, true)
 }
 
@@ -183,9 +183,9 @@ func (d *DeadLetters) Publish(ctx context.Context, envs []*envelope.Envelope) []
 			return "", fault.Permanent(errors.New("kafka: no dead-letter topic configured"))
 		}
 		return d.topic, nil
-	}, func(env *envelope.Envelope) []envelope.Header {
+	}, func(env *envelope.Envelope) []kafka.Header {
 		h := egress.OutgoingHeaders(env, env.Attempt)
-		return append(h, envelope.Header{Key: HeaderDeadReason, Value: env.Reason})
+		return kafkaHeaders(append(h, envelope.Header{Key: HeaderDeadReason, Value: env.Reason}))
 	}, false)
 }
 
@@ -220,12 +220,12 @@ func (r *Receipts) Publish(ctx context.Context, envs []*envelope.Envelope) []err
 			return t, nil
 		}
 		return "", fault.Permanent(fmt.Errorf("kafka: route %q has no receipts topic", env.Route))
-	}, func(env *envelope.Envelope) []envelope.Header { return env.Headers }, false)
+	}, func(env *envelope.Envelope) []kafka.Header { return kafkaHeaders(env.Headers) }, false)
 }
 
 // publish builds the records and writes them; errs has one slot per message. With
 // place, each confirmed message's envelope gets its Placed (partition and offset).
-func (s *Sink) publish(ctx context.Context, msgs []*envelope.Envelope, topicOf func(*envelope.Envelope) (string, error), headersOf func(*envelope.Envelope) []envelope.Header, place bool) []error {
+func (s *Sink) publish(ctx context.Context, msgs []*envelope.Envelope, topicOf func(*envelope.Envelope) (string, error), headersOf func(*envelope.Envelope) []kafka.Header, place bool) []error {
 	errs := make([]error, len(msgs))
 	if len(msgs) == 0 {
 		return errs
@@ -253,7 +253,7 @@ func (s *Sink) publish(ctx context.Context, msgs []*envelope.Envelope, topicOf f
 			errs[i] = err
 			continue
 		}
-		rec := record{topic: topic, key: kafkaKey(env), value: env.Payload, headers: kafkaHeaders(headersOf(env)), slot: i}
+		rec := record{topic: topic, key: kafkaKey(env), value: env.Payload, headers: headersOf(env), slot: i}
 		if place {
 			env.Placed = nil
 			rec.placed = &env.Placed

@@ -17,13 +17,22 @@ func BenchmarkRecordHeaders(b *testing.B) {
 		DueAt: 1795371368865, Key: []byte("customer-42"), Payload: bytes.Repeat([]byte("x"), 100),
 		Headers: []envelope.Header{{Key: envelope.HeaderDelay, Value: "5000"}, {Key: "traceparent", Value: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}},
 	}
-	b.ReportAllocs()
-	for b.Loop() {
-		hs := kafkaHeaders(egress.OutgoingHeaders(env, env.Attempt+1))
-		if len(hs) != 6 {
-			b.Fatalf("%d headers", len(hs))
+	b.Run("typed", func(b *testing.B) { // before issue 17
+		b.ReportAllocs()
+		for b.Loop() {
+			if hs := kafkaHeaders(egress.OutgoingHeaders(env, env.Attempt+1)); len(hs) != 6 {
+				b.Fatalf("%d headers", len(hs))
+			}
 		}
-	}
+	})
+	b.Run("direct", func(b *testing.B) { // what the sink does
+		b.ReportAllocs()
+		for b.Loop() {
+			if hs := outgoingKafkaHeaders(env, env.Attempt+1); len(hs) != 6 {
+				b.Fatalf("%d headers", len(hs))
+			}
+		}
+	})
 }
 
 // kafkaHeaders shares one buffer between the values: each must equal HeaderBytes of its
@@ -48,6 +57,41 @@ func TestKafkaHeadersMatchHeaderBytes(t *testing.T) {
 		}
 		if cap(got) != len(got) {
 			t.Errorf("%s: cap %d > len %d: appending to it would overwrite the next value", h.Key, cap(got), len(got))
+		}
+	}
+}
+
+// TestOutgoingKafkaHeadersMatch: the sink's own rendering of the outgoing headers is
+// byte for byte kafkaHeaders(egress.OutgoingHeaders(...)) — the replaced headers dropped,
+// x-delay negated in every form, null values kept null, the four added last — and every
+// value is capacity-limited.
+func TestOutgoingKafkaHeadersMatch(t *testing.T) {
+	base := envelope.Envelope{ID: "orders.delay/3/1234567", Source: "orders.delay", DueAt: 1795371368865, Attempt: 2}
+	for _, hs := range [][]envelope.Header{
+		nil,
+		{{Key: envelope.HeaderDelay, Value: "5000"}, {Key: "traceparent", Value: "00-4bf9-01"}},
+		{{Key: envelope.HeaderDelay, Value: int32(7)}, {Key: "null", Value: nil}, {Key: "b", Value: []byte{}}},
+		{{Key: envelope.HeaderDelay, Value: " 2.5e3 "}, {Key: envelope.HeaderMessageID, Value: "old"},
+			{Key: envelope.HeaderDueAt, Value: int64(1)}, {Key: envelope.HeaderSource, Value: "x"},
+			{Key: envelope.HeaderAttempt, Value: "9"}, {Key: "f", Value: 1.5}, {Key: "tbl", Value: map[string]any{"a": int64(1)}}},
+		{{Key: envelope.HeaderDelay, Value: []byte("-300")}, {Key: envelope.HeaderDelay, Value: "not a number"},
+			{Key: "long", Value: string(bytes.Repeat([]byte("y"), 300))}},
+	} {
+		env := base
+		env.Headers = hs
+		want := kafkaHeaders(egress.OutgoingHeaders(&env, env.Attempt+1))
+		got := outgoingKafkaHeaders(&env, env.Attempt+1)
+		if len(got) != len(want) {
+			t.Fatalf("%v: %d headers, want %d", hs, len(got), len(want))
+		}
+		for i := range want {
+			g, w := got[i], want[i]
+			if g.Key != w.Key || !bytes.Equal(g.Value, w.Value) || (g.Value == nil) != (w.Value == nil) {
+				t.Errorf("%v: header %d = %s=%q (nil %v), want %s=%q (nil %v)", hs, i, g.Key, g.Value, g.Value == nil, w.Key, w.Value, w.Value == nil)
+			}
+			if cap(g.Value) != len(g.Value) {
+				t.Errorf("%s: cap %d > len %d", g.Key, cap(g.Value), len(g.Value))
+			}
 		}
 	}
 }

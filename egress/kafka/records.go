@@ -1,6 +1,8 @@
 package kafka
 
 import (
+	"strconv"
+
 	"github.com/segmentio/kafka-go"
 
 	"github.com/delaybridge/delay-bridge/egress"
@@ -34,6 +36,59 @@ func kafkaHeaders(hs []envelope.Header) []kafka.Header {
 		buf = egress.AppendHeaderBytes(buf, h.Value)
 		kh[j] = kafka.Header{Key: h.Key, Value: buf[start:len(buf):len(buf)]}
 	}
+	return kh
+}
+
+// outgoingKafkaHeaders is kafkaHeaders(egress.OutgoingHeaders(env, attempt)) without
+// the typed headers in between: the four headers the bridge adds are appended as bytes
+// straight from the envelope, so their values are never boxed into an interface (issue
+// 17: three allocations and a header slice less per fired message;
+// TestOutgoingKafkaHeadersMatch).
+func outgoingKafkaHeaders(env *envelope.Envelope, attempt int32) []kafka.Header {
+	size := len(env.ID) + len(env.Source) + 2*20
+	for _, h := range env.Headers {
+		switch v := h.Value.(type) {
+		case string:
+			size += len(v) + 1 // a negated x-delay gains a sign
+		case []byte:
+			size += len(v) + 1
+		default:
+			size += 20
+		}
+	}
+	buf := make([]byte, 0, size)
+	kh := make([]kafka.Header, 0, len(env.Headers)+4)
+	add := func(key string, start int) {
+		kh = append(kh, kafka.Header{Key: key, Value: buf[start:len(buf):len(buf)]})
+	}
+	for _, h := range env.Headers {
+		v := h.Value
+		switch h.Key {
+		case envelope.HeaderMessageID, envelope.HeaderDueAt, envelope.HeaderSource, envelope.HeaderAttempt:
+			continue // replaced below, as OutgoingHeaders does
+		case envelope.HeaderDelay:
+			v = egress.NegateDelay(v)
+		}
+		if v == nil {
+			kh = append(kh, kafka.Header{Key: h.Key})
+			continue
+		}
+		start := len(buf)
+		buf = egress.AppendHeaderBytes(buf, v)
+		add(h.Key, start)
+	}
+	start := len(buf)
+	buf = append(buf, env.ID...)
+	add(envelope.HeaderMessageID, start)
+	start = len(buf)
+	buf = strconv.AppendInt(buf, env.DueAt, 10)
+	add(envelope.HeaderDueAt, start)
+	start = len(buf)
+	buf = append(buf, env.Source...)
+	add(envelope.HeaderSource, start)
+	start = len(buf)
+	buf = strconv.AppendInt(buf, int64(attempt), 10)
+	add(envelope.HeaderAttempt, start)
 	return kh
 }
 

@@ -42,6 +42,7 @@ type Options struct {
 // Scheduler is what the backend asks of the running scheduler (scheduler.Scheduler).
 type Scheduler interface {
 	Park(ctx context.Context, envs []*envelope.Envelope, invalid []string) ([]storeapi.State, error)
+	Replace(ctx context.Context, envs []*envelope.Envelope) ([]storeapi.ReplaceResult, error)
 	Cancel(ctx context.Context, id string, opt storeapi.CancelOptions) (storeapi.State, error)
 	Wake(ctx context.Context, minDue map[int]int64)
 	Ready() bool
@@ -148,6 +149,8 @@ func storeErr(err error) error {
 		return nil
 	case errors.Is(err, storeapi.ErrNotFound):
 		return fmt.Errorf("%w: %w", admin.ErrNotFound, err)
+	case errors.Is(err, storeapi.ErrOrdered):
+		return fmt.Errorf("%w: %w", admin.ErrConflict, err)
 	case fault.IsTransient(err):
 		return fmt.Errorf("%w: redis: %w", admin.ErrUnavailable, err)
 	}
@@ -212,8 +215,20 @@ func (b *Backend) Schedule(ctx context.Context, req admin.ScheduleRequest) (admi
 	b.obs.Received(rules.Route, 1)
 	// The answer comes from the park script's own verdict for this id, not from reading
 	// the state back (by then a pump may have claimed a message due soon).
-	prior, err := sched.Park(ctx, []*envelope.Envelope{env}, nil)
-	if err != nil {
+	var prior []storeapi.State
+	if req.Replace {
+		res, err := sched.Replace(ctx, []*envelope.Envelope{env})
+		if err != nil {
+			return admin.Scheduled{}, storeErr(fmt.Errorf("replace: %w", err))
+		}
+		switch res[0].Outcome {
+		case storeapi.ReplaceParked:
+			return admin.Scheduled{ID: id, DueAt: due}, nil
+		case storeapi.ReplaceReplaced:
+			return admin.Scheduled{ID: id, DueAt: due, Replaced: true}, nil
+		}
+		prior = []storeapi.State{res[0].Prior}
+	} else if prior, err = sched.Park(ctx, []*envelope.Envelope{env}, nil); err != nil {
 		return admin.Scheduled{}, storeErr(fmt.Errorf("park: %w", err))
 	}
 	if prior[0] == storeapi.StateUnknown {

@@ -273,7 +273,7 @@ func (b *Bridge) newScheduler(shardStore storeapi.Store) (*scheduler.Scheduler, 
 		Tick: sc.Tick, Lookahead: sc.Lookahead, ClaimBatch: sc.ClaimBatch, InflightLease: sc.InflightLease,
 		LeaseTTL: sc.LeaseTTL, SafetyScan: sc.SafetyScan, MaxInMemory: sc.MaxInMemory, MaxClockOffset: sc.MaxClockOffset,
 		MaxAttempts: b.cfg.Retry.MaxAttempts, BackoffInitial: b.cfg.Retry.Backoff.Initial, BackoffMax: b.cfg.Retry.Backoff.Max,
-		OnDead: b.offerDead, OnCancelled: b.receipts.Cancelled, Observer: b.obs, Logger: b.log,
+		OnDead: b.offerDead, OnCancelled: b.receipts.Cancelled, OnReplaced: b.receipts.Replaced, Observer: b.obs, Logger: b.log,
 		AckInterval: b.ackInterval(),
 	})
 }
@@ -299,7 +299,7 @@ func (b *Bridge) connectStore(ctx context.Context) (storeapi.Store, error) {
 		shardStore, err := store.New(ctx, b.rdb, store.Options{
 			Prefix: b.cfg.Prefix, Cluster: b.cfg.Cluster, Shards: b.cfg.Shards,
 			DoneWindow: b.cfg.Scheduler.DoneWindow, MinReplicas: b.cfg.Redis.MinReplicas, Observer: b.obs, Clock: b.clk,
-			Logger: b.log,
+			Logger: b.log, Ordered: b.cfg.OrderedRoutes(),
 		})
 		if err == nil {
 			return shardStore, nil
@@ -322,7 +322,7 @@ func (b *Bridge) handle(ctx context.Context, items []ingress.Item) error {
 	b.mu.Unlock()
 	in := make([]scheduler.Incoming, len(items))
 	for i, it := range items {
-		in[i] = scheduler.Incoming{Env: it.Env, Invalid: it.Invalid, CancelID: it.CancelID}
+		in[i] = scheduler.Incoming{Env: it.Env, Invalid: it.Invalid, CancelID: it.CancelID, Replace: it.Replace}
 		if it.Invalid != "" && it.CancelID == "" {
 			r := b.cfg.RouteByName(it.Env.Route)
 			in[i].Deliver = r != nil && r.OnInvalid == config.OnInvalidDeliver

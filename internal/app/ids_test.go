@@ -43,6 +43,7 @@ func (c *counts) get(k string) int {
 }
 func (c *counts) Received(r string, n int)          { c.add("received "+r, n) }
 func (c *counts) Parked(r string, n int)            { c.add("parked "+r, n) }
+func (c *counts) Replaced(r string, n int)          { c.add("replaced "+r, n) }
 func (c *counts) Duplicate(r, reason string, n int) { c.add("duplicate "+r+"|"+reason, n) }
 func (c *counts) Invalid(r, reason string)          { c.add("invalid "+r+"|"+reason, 1) }
 func (c *counts) DeadLettered(r string, n int)      { c.add("dead_lettered "+r, n) }
@@ -319,6 +320,12 @@ func TestCancelRecordScopedToRoute(t *testing.T) {
 	waitUntil(t, "route b's batch handled", 20*time.Second, func() bool { return tb.state(t, "b-marker") == admin.StatePending })
 	if st := tb.state(t, "sc-1"); st != admin.StatePending {
 		t.Fatalf("route b's cancel record changed route a's message to %q", st)
+	}
+	// The batch parks before it cancels: the marker can be pending before the cancel
+	// record's line is written.
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(tb.logs.String(), "another route") && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
 	}
 	if !strings.Contains(tb.logs.String(), "another route") {
 		t.Errorf("the ignored cross-route cancel was not logged:\n%s", tb.logs)

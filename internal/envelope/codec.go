@@ -7,6 +7,7 @@ import (
 	"math"
 	"strconv"
 	"time"
+	"unsafe"
 )
 
 // The envelope's binary form starts with a version byte. Encode writes the current
@@ -170,6 +171,22 @@ func decText(s string) (int64, bool) {
 // (always the field it was stored under); id wins when given, so a caller acting on the
 // envelope (ack, retry) addresses the entry it actually read.
 func Decode(data []byte, id string) (*Envelope, error) {
+	return decode(data, "", id)
+}
+
+// DecodeString is Decode of an envelope held in a string (as a Redis reply holds it)
+// without copying it first: the strings of a version 2 envelope (route, source, header
+// keys and string values, …) are substrings of data, and its Payload and Key are views of
+// data's bytes — read-only memory: nothing may modify them in place (nothing does: the
+// sinks only read them). The envelope then keeps data alive, about the memory Decode's
+// copies would take. Issue 17: the claim path's envelopes (BenchmarkDecode).
+func DecodeString(data string, id string) (*Envelope, error) {
+	return decode(unsafe.Slice(unsafe.StringData(data), len(data)), data, id)
+}
+
+// decode is Decode; s, when not empty, is data as a string that outlives the envelope
+// (DecodeString).
+func decode(data []byte, s string, id string) (*Envelope, error) {
 	if len(data) < 2 {
 		return nil, ErrCorrupt
 	}
@@ -177,7 +194,7 @@ func Decode(data []byte, id string) (*Envelope, error) {
 	var err error
 	switch data[0] {
 	case version2:
-		e, err = decodeV2(data[1:])
+		e, err = decodeV2(data[1:], s)
 	case version1:
 		e, err = decodeV1(data[1:])
 	default:
@@ -200,6 +217,9 @@ type decoder struct {
 	err error
 	v2  bool  // version 2 value tags allowed
 	ref int64 // version 2: DueAt - ReceivedAt, the base of tDelayText
+	// src, when not empty, is the whole input as an immutable string ending where buf
+	// ends (DecodeString): strings and byte fields are taken from it without copying.
+	src string
 }
 
 // finish returns e if the whole input was read without error.
@@ -267,12 +287,25 @@ func (d *decoder) raw() []byte {
 	return p
 }
 
-func (d *decoder) string() string { return string(d.raw()) }
+func (d *decoder) string() string {
+	if d.src == "" {
+		return string(d.raw())
+	}
+	p := d.raw()
+	if len(p) == 0 {
+		return ""
+	}
+	off := len(d.src) - len(d.buf) - len(p) // raw has moved buf past p
+	return d.src[off : off+len(p)]
+}
 
 func (d *decoder) bytes() []byte {
 	p := d.raw()
 	if len(p) == 0 {
 		return nil
+	}
+	if d.src != "" {
+		return p // a view of the immutable input (DecodeString)
 	}
 	return append([]byte(nil), p...)
 }
@@ -301,6 +334,16 @@ func (d *decoder) fixed(n int) []byte {
 	p := d.buf[:n]
 	d.buf = d.buf[n:]
 	return p
+}
+
+// fixedString is string(d.fixed(n)), a substring of the input under DecodeString.
+func (d *decoder) fixedString(n int) string {
+	p := d.fixed(n)
+	if d.src == "" || len(p) == 0 {
+		return string(p)
+	}
+	off := len(d.src) - len(d.buf) - len(p)
+	return d.src[off : off+len(p)]
 }
 
 func (d *decoder) value(depth int) any {

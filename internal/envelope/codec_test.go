@@ -298,6 +298,10 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte{2, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		e, err := Decode(data, "fuzz/id")
+		es, serr := DecodeString(string(data), "fuzz/id")
+		if (err == nil) != (serr == nil) || !reflect.DeepEqual(e, es) {
+			t.Fatalf("DecodeString = %#v, %v; Decode = %#v, %v", es, serr, e, err)
+		}
 		if err != nil {
 			return
 		}
@@ -328,6 +332,49 @@ func FuzzDecode(f *testing.F) {
 		b2, _ := Encode(e2)
 		if !bytes.Equal(b, b2) {
 			t.Fatalf("encoding not stable")
+		}
+	})
+}
+
+// TestDecodeStringIsDecode: DecodeString reads what Decode reads — every field and type
+// of both samples, a version 1 envelope, and the same refusal of every corrupt input
+// above — and it does so without copying the fields out of the string: fewer
+// allocations than Decode (the claim path's reason to exist, issue 17).
+func TestDecodeStringIsDecode(t *testing.T) {
+	good, _ := Encode(sample())
+	kafka, _ := Encode(kafkaSample())
+	inputs := [][]byte{good, kafka, mustHex(t, goldenV1Sample), mustHex(t, goldenV1Kafka),
+		nil, {2}, good[:len(good)-1], append(append([]byte{}, good...), 0), h2(16+5, 'a', tNil), h2(0, 99)}
+	for _, in := range inputs {
+		want, werr := Decode(in, "x")
+		got, gerr := DecodeString(string(in), "x")
+		if (werr == nil) != (gerr == nil) || !reflect.DeepEqual(want, got) {
+			t.Fatalf("DecodeString(%x) = %#v, %v; Decode gives %#v, %v", in, got, gerr, want, werr)
+		}
+	}
+	s := string(kafka)
+	viaCopy := testing.AllocsPerRun(100, func() { _, _ = Decode([]byte(s), "x") })
+	viaString := testing.AllocsPerRun(100, func() { _, _ = DecodeString(s, "x") })
+	if viaString >= viaCopy-3 {
+		t.Fatalf("DecodeString allocates %.0f times, Decode of a copy %.0f: want route, source and payload not copied", viaString, viaCopy)
+	}
+}
+
+// BenchmarkDecode: the bench's Kafka envelope as the claim path decodes it from a Redis
+// reply (a string): copied to bytes and decoded (before issue 17), and DecodeString.
+func BenchmarkDecode(b *testing.B) {
+	raw, _ := Encode(kafkaSample())
+	s := string(raw)
+	b.Run("copy+Decode", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			_, _ = Decode([]byte(s), "x")
+		}
+	})
+	b.Run("DecodeString", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			_, _ = DecodeString(s, "x")
 		}
 	})
 }

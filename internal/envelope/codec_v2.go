@@ -198,8 +198,11 @@ func appendAMQPv2(b []byte, p *AMQPProperties) []byte {
 }
 
 // decodeV2 parses a version 2 envelope after its version byte. The caller sets ID.
-func decodeV2(data []byte) (*Envelope, error) {
+func decodeV2(data []byte, src string) (*Envelope, error) {
 	d := decoder{buf: data, v2: true}
+	if src != "" {
+		d.src = src[len(src)-len(data):]
+	}
 	flags := d.byte()
 	e := &Envelope{}
 	e.Route = d.string()
@@ -251,7 +254,7 @@ func decodeV2(data []byte) (*Envelope, error) {
 		case code-v2KnownKeys > uint64(len(d.buf)):
 			d.fail()
 		default:
-			k = string(d.fixed(int(code - v2KnownKeys)))
+			k = d.fixedString(int(code - v2KnownKeys))
 		}
 		v := d.value(0)
 		e.Headers = append(e.Headers, Header{Key: k, Value: v})

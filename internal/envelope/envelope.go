@@ -79,6 +79,10 @@ type Envelope struct {
 	// recovered message is put back due "now", which must not fire it before DueAt).
 	// Zero means DueAt.
 	FireAt int64
+	// ClaimedFrom is the shard Claim read the message from, plus one (0: not claimed).
+	// It is not encoded. Acks, retries and put-backs go to that shard, whatever the
+	// shard the message's id or key maps to now (a route's `order` may have changed).
+	ClaimedFrom int
 
 	// Placed is where the Kafka sink's broker appended the message (partition and
 	// offset), set when the broker confirmed it; nil otherwise (AMQP, not yet published,
@@ -129,6 +133,7 @@ const (
 	HeaderMessageID   = "x-message-id"
 	HeaderDelayTarget = "x-delay-target"
 	HeaderCancel      = "x-delay-cancel"
+	HeaderReplace     = "x-delay-replace"
 	HeaderDueAt       = "x-delay-due-at"
 	HeaderSource      = "x-delay-source"
 	HeaderAttempt     = "x-delay-attempt"

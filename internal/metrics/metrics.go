@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -43,9 +44,11 @@ type CountsFunc func(ctx context.Context) (map[string]admin.Counts, error)
 //	counters   messages_received_total{route}, messages_parked_total{route},
 //	           messages_fired_total{route}, messages_published_total{route,broker},
 //	           messages_dead_lettered_total{route}, messages_invalid_total{route,reason},
-//	           messages_duplicate_total{route,reason}, messages_cancelled_total{route},
+//	           messages_duplicate_total{route,reason}, messages_replaced_total{route},
+//	           messages_cancelled_total{route},
 //	           messages_rescheduled_total{route}, messages_dropped_total{route,reason},
-//	           publish_failures_total{route,broker,reason}, publish_retries_total{route}
+//	           publish_failures_total{route,broker,reason}, publish_retries_total{route},
+//	           redis_retries_total{reason} (observe.RetryReasons, all at 0 from start)
 //	gauges     messages_pending{route}, messages_inflight{route}, messages_dead{route} (from SetCounts,
 //	           collected at scrape time, cached StatsCacheTTL), shards_owned, clock_offset_seconds,
 //	           ingress_consuming{route}, ingress_lag_messages{route},
@@ -62,16 +65,41 @@ type Metrics struct {
 	received, parked, fired, deadLettered *prometheus.CounterVec
 	published, invalid                    *prometheus.CounterVec
 	duplicate, cancelled, rescheduled     *prometheus.CounterVec
+	replaced                              *prometheus.CounterVec
 	dropped, publishFailures, retries     *prometheus.CounterVec
 	shardsOwned, clockOffset              prometheus.Gauge
 	ingressConsuming, ingressLag          *prometheus.GaugeVec
 	lateness, requestedDelay, delivery    *prometheus.HistogramVec
 	egressWait                            *prometheus.HistogramVec
 	publishDuration, scriptDuration       *prometheus.HistogramVec
-	slots                                 *prometheus.CounterVec
+	slots, redisRetries                   *prometheus.CounterVec
 	counts                                *countsCollector
 	sides                                 map[string]*sideMetrics // by queue (side.go)
 	ready                                 *readyCollector
+	perMessage                            sync.Map // route -> *routeSeries (perMessageOf)
+}
+
+// routeSeries are one route's series of the observations made once per message (park,
+// fire, egress, delivery). Looking a series up by label (WithLabelValues: hash the
+// label, lock, map) cost more than the observation itself, five times per message; the
+// series are never deleted, so they are looked up once per route (issue 17).
+type routeSeries struct {
+	fired                                          prometheus.Counter
+	lateness, egressWait, delivery, requestedDelay prometheus.Observer
+}
+
+func (m *Metrics) perMessageOf(route string) *routeSeries {
+	if r, ok := m.perMessage.Load(route); ok {
+		return r.(*routeSeries)
+	}
+	r, _ := m.perMessage.LoadOrStore(route, &routeSeries{
+		fired:          m.fired.WithLabelValues(route),
+		lateness:       m.lateness.WithLabelValues(route),
+		egressWait:     m.egressWait.WithLabelValues(route),
+		delivery:       m.delivery.WithLabelValues(route),
+		requestedDelay: m.requestedDelay.WithLabelValues(route),
+	})
+	return r.(*routeSeries)
 }
 
 var _ observe.Observer = (*Metrics)(nil)
@@ -105,7 +133,9 @@ func NewMetrics(reg prometheus.Registerer, version string, logger *slog.Logger) 
 		invalid:      counter("messages_invalid_total", "Invalid records, by reason.", "route", "reason"),
 		duplicate: counter("messages_duplicate_total",
 			"Parks refused because the id was already known, by the state it was in.", "route", "reason"),
-		cancelled:   counter("messages_cancelled_total", "Messages cancelled.", "route"),
+		cancelled: counter("messages_cancelled_total", "Messages cancelled.", "route"),
+		replaced: counter("messages_replaced_total",
+			"Messages that replaced the pending, in-flight or dead message with their id (x-delay-replace).", "route"),
 		rescheduled: counter("messages_rescheduled_total", "Messages given a new due time.", "route"),
 		dropped: counter("messages_dropped_total",
 			"Messages given up without delivery (at-most-once publish failures), by reason.", "route", "reason"),
@@ -131,19 +161,24 @@ func NewMetrics(reg prometheus.Registerer, version string, logger *slog.Logger) 
 			"Duration of one publish batch until the broker confirmed it.", LatencyBuckets, "route", "broker"),
 		scriptDuration: histogram("redis_script_duration_seconds",
 			"Duration of one Redis script call.", ScriptBuckets, "script"),
+		redisRetries: counter("redis_retries_total",
+			"Script calls Redis Cluster refused while their slot was being migrated (tryagain, moved, ask), sent again after a backoff.", "reason"),
 		slots: counter("schedule_slots_total",
 			"Slots of recurring schedules by outcome: parked, late (catch-up), missed, no_route, published.", "schedule", "outcome"),
 		counts: newCountsCollector(logger),
 		sides:  newSides(),
 		ready:  newReadyCollector(),
 	}
+	for _, reason := range observe.RetryReasons {
+		m.redisRetries.WithLabelValues(reason)
+	}
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Name: "build_info",
 		Help: "Always 1; labels carry the bridge version and the Go version it was built with."}, []string{"version", "goversion"})
 	buildInfo.WithLabelValues(version, runtime.Version()).Set(1)
 	all := []prometheus.Collector{
 		m.received, m.parked, m.fired, m.published, m.deadLettered, m.invalid, m.shardsOwned, m.clockOffset,
-		m.duplicate, m.cancelled, m.rescheduled, m.dropped, m.publishFailures, m.retries,
-		m.ingressConsuming, m.ingressLag, m.delivery, m.slots,
+		m.duplicate, m.cancelled, m.replaced, m.rescheduled, m.dropped, m.publishFailures, m.retries,
+		m.ingressConsuming, m.ingressLag, m.delivery, m.slots, m.redisRetries,
 		m.lateness, m.egressWait, m.requestedDelay, m.publishDuration, m.scriptDuration, m.counts, m.ready, buildInfo,
 	}
 	for _, q := range observe.SideQueues {
@@ -172,7 +207,7 @@ type RouteSeries struct {
 // again only adds series (existing values are kept).
 func (m *Metrics) Declare(routes []RouteSeries, invalidReasons []string) {
 	for _, r := range routes {
-		for _, c := range []*prometheus.CounterVec{m.received, m.parked, m.fired, m.deadLettered, m.cancelled, m.rescheduled, m.retries} {
+		for _, c := range []*prometheus.CounterVec{m.received, m.parked, m.fired, m.deadLettered, m.cancelled, m.replaced, m.rescheduled, m.retries} {
 			c.WithLabelValues(r.Name)
 		}
 		m.published.WithLabelValues(r.Name, r.Broker)
@@ -204,14 +239,15 @@ func (m *Metrics) Received(route string, n int) { m.received.WithLabelValues(rou
 func (m *Metrics) Parked(route string, n int)   { m.parked.WithLabelValues(route).Add(float64(n)) }
 func (m *Metrics) Invalid(route, reason string) { m.invalid.WithLabelValues(route, reason).Inc() }
 func (m *Metrics) RequestedDelay(route string, d time.Duration) {
-	m.requestedDelay.WithLabelValues(route).Observe(d.Seconds())
+	m.perMessageOf(route).requestedDelay.Observe(d.Seconds())
 }
 func (m *Metrics) Fired(route string, lateness time.Duration) {
-	m.fired.WithLabelValues(route).Inc()
-	m.lateness.WithLabelValues(route).Observe(lateness.Seconds())
+	r := m.perMessageOf(route)
+	r.fired.Inc()
+	r.lateness.Observe(lateness.Seconds())
 }
 func (m *Metrics) EgressWait(route string, wait time.Duration) {
-	m.egressWait.WithLabelValues(route).Observe(wait.Seconds())
+	m.perMessageOf(route).egressWait.Observe(wait.Seconds())
 }
 func (m *Metrics) Published(route, broker string, n int, took time.Duration) {
 	m.published.WithLabelValues(route, broker).Add(float64(n))
@@ -222,6 +258,12 @@ func (m *Metrics) DeadLettered(route string, n int) {
 }
 func (m *Metrics) ScriptDuration(script string, took time.Duration) {
 	m.scriptDuration.WithLabelValues(script).Observe(took.Seconds())
+}
+
+// RedisRetried implements observe.Observer; the script is not a label (the series exist
+// at 0 from start, one per reason).
+func (m *Metrics) RedisRetried(_, reason string) {
+	m.redisRetries.WithLabelValues(reason).Inc()
 }
 func (m *Metrics) ShardsOwned(n int) { m.shardsOwned.Set(float64(n)) }
 
@@ -241,7 +283,7 @@ func (m *Metrics) Duplicate(route, reason string, n int) {
 	m.duplicate.WithLabelValues(route, reason).Add(float64(n))
 }
 func (m *Metrics) Delivered(route string, lateness time.Duration) {
-	m.delivery.WithLabelValues(route).Observe(lateness.Seconds())
+	m.perMessageOf(route).delivery.Observe(lateness.Seconds())
 }
 func (m *Metrics) PublishFailed(route, broker, reason string, n int) {
 	m.publishFailures.WithLabelValues(route, broker, reason).Add(float64(n))
@@ -253,6 +295,9 @@ func (m *Metrics) Dropped(route, reason string, n int) {
 	m.dropped.WithLabelValues(route, reason).Add(float64(n))
 }
 func (m *Metrics) Cancelled(route string, n int) { m.cancelled.WithLabelValues(route).Add(float64(n)) }
+
+// Replaced implements observe.Observer.
+func (m *Metrics) Replaced(route string, n int) { m.replaced.WithLabelValues(route).Add(float64(n)) }
 func (m *Metrics) Rescheduled(route string, n int) {
 	m.rescheduled.WithLabelValues(route).Add(float64(n))
 }

@@ -34,3 +34,22 @@ func BenchmarkObserverCharts(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPerMessageObservations: the five observations every delivered message makes
+// (requested delay at park, fired and fire lateness, egress wait, delivery lateness).
+func BenchmarkPerMessageObservations(b *testing.B) {
+	m, err := NewMetrics(NewRegistry(), "bench", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	m.Declare([]RouteSeries{{Name: "orders", Broker: "kafka"}}, nil)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			m.RequestedDelay("orders", time.Second)
+			m.Fired("orders", time.Millisecond)
+			m.EgressWait("orders", time.Millisecond)
+			m.Delivered("orders", 3*time.Millisecond)
+		}
+	})
+}

@@ -35,6 +35,17 @@ const (
 // FailReasons lists every PublishFailed / Dropped reason.
 var FailReasons = []string{FailTimeout, FailUnreachable, FailRejected, FailUnroutable, FailFenced, FailOther}
 
+// Reasons for RedisRetried: the reply by which Redis Cluster refused a script call
+// because its slot was moving (the call did nothing).
+const (
+	RetryTryAgain = "tryagain" // TRYAGAIN: the slot's keys are split between two nodes
+	RetryMoved    = "moved"    // MOVED the client did not follow to the end
+	RetryAsk      = "ask"      // ASK the client did not follow to the end
+)
+
+// RetryReasons lists every RedisRetried reason.
+var RetryReasons = []string{RetryTryAgain, RetryMoved, RetryAsk}
+
 // Side queues (egress.SidePublisher): copies published off the hot path. Metrics
 // name their series after the queue (<queue>_backlog, <queue>_published_total, ...).
 const (
@@ -66,6 +77,10 @@ type Observer interface {
 	// of DuplicateReasons). A replay of the bridge's own unacknowledged batch counts
 	// here too: it is the same record suppressed again.
 	Duplicate(route, reason string, n int)
+	// Replaced counts messages that took the place of the pending, in-flight or dead
+	// message with their id on their route (x-delay-replace); a replace that parks a
+	// new message counts as Parked, one refused as Duplicate.
+	Replaced(route string, n int)
 	// Invalid counts one invalid record by reason (bad_delay, payload_too_large, ...).
 	Invalid(route, reason string)
 	// RequestedDelay records the delay a producer asked for (due - receive time).
@@ -97,6 +112,10 @@ type Observer interface {
 	DeadLettered(route string, n int)
 	// ScriptDuration records one Redis script call.
 	ScriptDuration(script string, took time.Duration)
+	// RedisRetried counts one script call Redis Cluster refused before running it
+	// because its slot was being migrated, and that the store sends again after a
+	// backoff; reason is one of RetryReasons.
+	RedisRetried(script, reason string)
 	// ShardsOwned sets the number of shards this instance owns.
 	ShardsOwned(n int)
 	// IngressConsuming sets whether a route's ingress is consuming (joined, fetching,
@@ -138,6 +157,7 @@ type Nop struct{}
 
 func (Nop) Received(string, int)                         {}
 func (Nop) Parked(string, int)                           {}
+func (Nop) Replaced(string, int)                         {}
 func (Nop) Duplicate(string, string, int)                {}
 func (Nop) Invalid(string, string)                       {}
 func (Nop) RequestedDelay(string, time.Duration)         {}
@@ -152,6 +172,7 @@ func (Nop) Cancelled(string, int)                        {}
 func (Nop) Rescheduled(string, int)                      {}
 func (Nop) DeadLettered(string, int)                     {}
 func (Nop) ScriptDuration(string, time.Duration)         {}
+func (Nop) RedisRetried(string, string)                  {}
 func (Nop) ShardsOwned(int)                              {}
 func (Nop) IngressConsuming(string, bool)                {}
 func (Nop) IngressLag(string, int64)                     {}

@@ -17,8 +17,15 @@ import (
 // live member. Otherwise it writes layout 2 with that release's own scripts, so an older
 // instance sees every done id it must refuse. Both layouts are read whatever is written.
 
-// currentLayout is what this build records for itself.
-const currentLayout = layoutV3
+// currentLayout is the data layout this build writes; recordedLevel is what it records
+// for itself in P:{C}:layouts. 4 is layout 3 plus what an instance of the release that
+// recorded 3 does not know: replace's successors (the nx key, promoted only by this
+// release's ack, retry, recover). While a member records 3, a replace of an in-flight id
+// is refused as in compat mode, so no successor is left for an old ack to forget.
+const (
+	currentLayout = layoutV3
+	recordedLevel = 4
+)
 
 // WritingLayout is the store layout this store writes now: 3, or 2 while a member of an
 // older release is alive (compat mode).
@@ -43,10 +50,23 @@ func (s *Store) decideLayout(names []string, recorded map[string]string) {
 		return
 	}
 	l, older := currentLayout, ""
+	succ := true
 	for _, name := range names {
-		if v, err := strconv.Atoi(recorded[name]); err != nil || v < layoutV3 {
-			l, older = layoutV2, name
+		v, err := strconv.Atoi(recorded[name])
+		if err != nil || v < layoutV3 {
+			l, older, succ = layoutV2, name, false
 			break
+		}
+		if v < recordedLevel {
+			succ, older = false, name
+		}
+	}
+	if prev := s.successors.Swap(succ); prev != succ && s.opt.Logger != nil && l == currentLayout {
+		if succ {
+			s.opt.Logger.Info("store layout: replacing in-flight ids (successors) on, every member records level 4")
+		} else {
+			s.opt.Logger.Info("store layout: replacing in-flight ids (successors) off while an instance of an older release is a member",
+				"member", older)
 		}
 	}
 	if prev := s.layout.Swap(int32(l)); int(prev) != l && s.opt.Logger != nil {

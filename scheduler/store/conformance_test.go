@@ -27,7 +27,7 @@ func ctxFor(t *testing.T) context.Context {
 // subject opens a Store on rdb with cfg, under a prefix and cluster name of its own.
 func subject(t *testing.T, rdb redis.UniversalClient, prefix, cluster string, cfg storetest.Config, elapse func(time.Duration)) storetest.Subject {
 	t.Helper()
-	s, err := store.New(ctxFor(t), rdb, store.Options{Prefix: prefix, Cluster: cluster, Shards: cfg.Shards, DoneWindow: cfg.DoneWindow})
+	s, err := store.New(ctxFor(t), rdb, store.Options{Prefix: prefix, Cluster: cluster, Shards: cfg.Shards, DoneWindow: cfg.DoneWindow, Ordered: cfg.Ordered})
 	if err != nil {
 		t.Fatalf("store.New: %v", err)
 	}

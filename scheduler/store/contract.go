@@ -68,6 +68,7 @@ var (
 	ErrNotFound      = storeapi.ErrNotFound
 	ErrInvalid       = storeapi.ErrInvalid
 	ErrOtherRoute    = storeapi.ErrOtherRoute
+	ErrOrdered       = storeapi.ErrOrdered
 	ErrBadCursor     = storeapi.ErrBadCursor
 	ErrJobNotFound   = storeapi.ErrJobNotFound
 	ErrJobLost       = storeapi.ErrJobLost

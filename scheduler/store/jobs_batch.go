@@ -25,6 +25,7 @@ import (
 var purgeDeadIDsScript = &script{name: "purge_dead_ids", Script: redis.NewScript(lua.PurgeDeadIDs)}
 
 type rawState struct {
+	shard int // the shard that holds it (locateMany)
 	state State
 	score int64
 	raw   []byte
@@ -32,9 +33,13 @@ type rawState struct {
 
 // getMany is getRaw for many ids in one pipelined round trip.
 func (s *Store) getMany(ctx context.Context, ids []string) ([]rawState, error) {
+	shards, err := s.locateMany(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
 	calls := make([]call, len(ids))
 	for i, id := range ids {
-		calls[i] = s.getCall(id)
+		calls[i] = s.getCall(shards[i], id)
 	}
 	cmds, err := s.evalPipelined(ctx, calls, false)
 	if err != nil {
@@ -47,7 +52,7 @@ func (s *Store) getMany(ctx context.Context, ids []string) ([]rawState, error) {
 			return nil, fmt.Errorf("scheduler: batch read %q: unexpected reply %v (%v)", ids[i], vals, err)
 		}
 		st, _ := vals[0].(string)
-		out[i].state = State(st)
+		out[i].state, out[i].shard = State(st), shards[i]
 		if len(vals) > 1 {
 			out[i].score, _ = vals[1].(int64)
 		}
@@ -105,7 +110,7 @@ func (s *Store) CancelBatch(ctx context.Context, items []BatchItem, q BrowseQuer
 				res[i].Prior = StateUnknown // unreadable: cannot tell whether it matches
 				continue
 			}
-			calls = append(calls, s.cancelCall(items[i].ID, now, remember, trimBefore, trimLimit, res[i].Route,
+			calls = append(calls, s.cancelCall(g.shard, items[i].ID, now, remember, trimBefore, trimLimit, res[i].Route,
 				hex.EncodeToString(sum[:]), 0))
 			callIdx = append(callIdx, i)
 		}
@@ -201,7 +206,7 @@ func (s *Store) rewriteBatch(ctx context.Context, ids []string, change func(i in
 			res[i].Err = fmt.Errorf("scheduler: reschedule %q: %w", ids[i], envelope.ErrCorrupt)
 			continue
 		}
-		calls = append(calls, s.rescheduleCall(ids[i], due, rest...))
+		calls = append(calls, s.rescheduleCall(g.shard, ids[i], due, s.queueOf(g.shard, e), rest...))
 		callIdx = append(callIdx, i)
 	}
 	cmds, err := s.evalPipelined(ctx, calls, false)
@@ -211,6 +216,11 @@ func (s *Store) rewriteBatch(ctx context.Context, ids []string, change func(i in
 	for j, cmd := range cmds {
 		str, _ := cmd.Val().(string)
 		res[callIdx[j]].Prior = leftAlone(State(str)) // "stale" (changed meanwhile) reads as left alone
+		if str == "ordered" {
+			res[callIdx[j]].Prior = StateUnknown
+			res[callIdx[j]].Err = fmt.Errorf("%w: %q", ErrOrdered, ids[callIdx[j]])
+			continue
+		}
 		if str == string(StatePending) || str == string(StateDead) {
 			res[callIdx[j]].Prior = State(str)
 		}
@@ -230,10 +240,17 @@ func leftAlone(st State) State {
 // PurgeDeadBatch deletes each dead letter of items still dead-lettered at the score it
 // was seen at (not remembered in done, as PurgeDead). One flag per item: deleted.
 func (s *Store) PurgeDeadBatch(ctx context.Context, items []BatchItem) ([]bool, error) {
-	byShard := map[int][]int{}
+	ids := make([]string, len(items))
 	for i, it := range items {
-		sh := s.ShardOf(it.ID)
-		byShard[sh] = append(byShard[sh], i)
+		ids[i] = it.ID
+	}
+	where, err := s.locateMany(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	byShard := map[int][]int{}
+	for i := range items {
+		byShard[where[i]] = append(byShard[where[i]], i)
 	}
 	var calls []call
 	var idx [][]int

@@ -148,7 +148,7 @@ func (s *Store) Heartbeat(ctx context.Context, instance string, now int64) error
 	if err := s.members.HeartbeatIn(ctx, pipe, instance, now); err != nil {
 		return err
 	}
-	pipe.HSet(ctx, s.layoutsKey, instance, currentLayout)
+	pipe.HSet(ctx, s.layoutsKey, instance, recordedLevel)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("scheduler: heartbeat: %w", redisErr(err))
 	}

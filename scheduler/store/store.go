@@ -51,6 +51,9 @@ type Options struct {
 	// Clock times Listen's reconnect waits; default the real clock. (Script times are
 	// passed by the caller, never read here.)
 	Clock clock.Clock
+	// Ordered are the routes with `order: key` (strict per-key order): their messages
+	// with an ordering key live in the shard of their key (storeapi/order.go).
+	Ordered []string
 	// Logger gets one info line whenever the store layout it writes changes (compat
 	// mode, compat.go); nil logs nothing.
 	Logger *slog.Logger
@@ -61,6 +64,12 @@ type Options struct {
 type shardKeys struct {
 	due, msg, inflight, dead, done, cancelled, owner, fence, counts string
 	ix, dn                                                          string // layout 3
+	nx                                                              string // replace's successors
+	// guard is never written: every script that reads or writes index keys it was not
+	// given (index.lua) declares it too, so Redis refuses the call while the shard's
+	// slot is being migrated (slotguard.go).
+	guard  string
+	ko, ki string // per-key order (lua/order.lua)
 }
 
 type script struct {
@@ -83,6 +92,7 @@ type script struct {
 //	                         index: the done window (dedup), fp = 12 bytes of SHA-256(id)
 //	P:{C:n}:dn        ZSET   "<start>:<width>" -> end: the done window's time slices
 //	P:{C:n}:dn:<s>:<w> LIST  the fps remembered in that slice, for trimming it
+//	P:{C:n}:slotguard never exists; declared by the scripts of the index (slotguard.go)
 //	P:{C:n}:done      ZSET   layout 2's done window: id -> time delivered or cancelled
 //	P:{C:n}:cancelled HASH   layout 2's cancel routes of its done ids; both are read
 //	                         and trimmed while they exist (store_layout.go)
@@ -115,13 +125,22 @@ type Store struct {
 	// layout is the Redis layout this store writes (store_layout.go: writing), forced
 	// when a test or benchmark chose it; v2 and v3 are the scripts that differ between
 	// the layouts. layoutsKey records each member's layout (compat.go).
-	layout     atomic.Int32
-	forced     atomic.Bool
+	layout atomic.Int32
+	forced atomic.Bool
+	// successors: every member records level 4 (compat.go), so a replace of an in-flight
+	// id may keep a successor; initially false until the members are read.
+	successors atomic.Bool
 	v2, v3     byLayout
 	layoutsKey string
 
 	claim, retry, recover, purgeDead, browse *script
-	leaseAcquire, leaseRenew, leaseRelease   *script
+	replace                                  *script // replace.lua (store_replace.go)
+	// ord are the ordered routes; the ordered_* scripts wrap park (for a batch with
+	// ordering keys), ack, cancel and reschedule of layout 3 (order.go).
+	ord                                    storeapi.Ordering
+	oPark, oAck, oCancel, oReschedule      *script
+	oReplace                               *script // ordered_replace (store_replace.go)
+	leaseAcquire, leaseRenew, leaseRelease *script
 }
 
 // New checks the recorded shard count (recording it on first start) and loads the
@@ -172,12 +191,15 @@ func New(ctx context.Context, rdb redis.UniversalClient, opt Options) (*Store, e
 		s.keys[i] = shardKeys{
 			due: base + "due", msg: base + "msg", inflight: base + "inflight", dead: base + "dead",
 			done: base + "done", cancelled: base + "cancelled", owner: base + "owner", fence: base + "fence",
-			counts: base + "counts", ix: base + "ix", dn: base + "dn",
+			counts: base + "counts", ix: base + "ix", dn: base + "dn", nx: base + "nx",
+			ko: base + "ko", ki: base + "ki", guard: base + "slotguard",
 		}
 	}
 	mk := newScript
-	s.claim, s.retry, s.recover = mk("claim", lua.Claim), mk("retry", lua.Retry), mk("recover", lua.Recover)
+	s.claim = mk("claim", lua.Claim)
+	s.initOrdered()
 	s.purgeDead = mk("purge_dead", lua.PurgeDead)
+	s.replace = mk("replace", lua.Replace)
 	s.browse = mk("browse", lua.Browse)
 	s.leaseAcquire = mk("lease_acquire", lua.LeaseAcquire)
 	s.leaseRenew = mk("lease_renew", lua.LeaseRenew)
@@ -205,8 +227,8 @@ func New(ctx context.Context, rdb redis.UniversalClient, opt Options) (*Store, e
 }
 
 func (s *Store) scripts() []*script {
-	return append(append([]*script{s.claim, s.retry, s.recover, s.purgeDead, s.browse, s.leaseAcquire,
-		s.leaseRenew, s.leaseRelease, countsBackfillScript}, s.v2.all()...), s.v3.all()...)
+	return append(append([]*script{s.claim, s.retry, s.recover, s.purgeDead, s.replace, s.browse, s.leaseAcquire,
+		s.leaseRenew, s.leaseRelease, countsBackfillScript, s.oPark, s.oAck, s.oCancel, s.oReschedule, s.oReplace}, s.v2.all()...), s.v3.all()...)
 }
 
 func newScript(name, src string) *script { return &script{name: name, Script: redis.NewScript(src)} }

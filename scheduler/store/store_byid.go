@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
 // By id: cancel, reschedule, get.
@@ -36,7 +37,7 @@ func (s *Store) Cancel(ctx context.Context, id string, now int64, opt CancelOpti
 	}
 	remember, trimBefore, trimLimit := s.trimArgs(now, 1)
 	for range 5 {
-		st, _, raw, err := s.getRaw(ctx, id)
+		sh, st, _, raw, err := s.getRaw(ctx, id)
 		if err != nil {
 			return StateUnknown, "", fmt.Errorf("scheduler: cancel %q: %w", id, err)
 		}
@@ -56,12 +57,16 @@ func (s *Store) Cancel(ctx context.Context, id string, now int64, opt CancelOpti
 				return st, "", fmt.Errorf("%w: %q has an unreadable envelope (%v)", ErrOtherRoute, id, derr)
 			}
 		}
-		c := s.cancelCall(id, now, remember, trimBefore, trimLimit, route, expected, tomb)
+		c := s.cancelCall(sh, id, now, remember, trimBefore, trimLimit, route, expected, tomb)
 		v, err := s.eval(ctx, c.sc, c.keys, c.args...).Text()
 		if err != nil {
 			return StateUnknown, "", fmt.Errorf("scheduler: cancel %q: %w", id, err)
 		}
 		if v != "stale" {
+			if len(s.ord) > 0 && raw != nil {
+				// A cancelled head lets its key's next message be claimed: wake the pump.
+				_ = s.PublishWake(ctx, map[int]int64{sh: now})
+			}
 			return State(v), route, nil
 		}
 	}
@@ -95,24 +100,38 @@ func (s *Store) Reschedule(ctx context.Context, id string, due int64) (State, er
 		if st != StatePending {
 			break
 		}
+		if s.ord.Key(e) != "" {
+			return st, fmt.Errorf("%w: %q is a message of the ordered route %q", ErrOrdered, id, e.Route)
+		}
+		sh := s.ShardOfEnv(e)
 		e.DueAt = due
 		raw, err := envelope.Encode(e)
 		if err != nil {
 			return st, fmt.Errorf("scheduler: reschedule %q: %w", id, err)
 		}
-		c := s.rescheduleCall(id, due, raw, score)
+		c := s.rescheduleCall(sh, id, due, s.keys[sh].ko, raw, score)
 		v, err := s.eval(ctx, c.sc, c.keys, c.args...).Text()
 		if err != nil {
 			return StateUnknown, fmt.Errorf("scheduler: reschedule %q: %w", id, err)
+		}
+		if v == "ordered" {
+			return StatePending, fmt.Errorf("%w: %q waits in its key's order", ErrOrdered, id)
 		}
 		if v != "stale" {
 			return State(v), nil
 		}
 	}
-	c := s.rescheduleCall(id, due)
+	sh, err := s.locate(ctx, id)
+	if err != nil {
+		return StateUnknown, err
+	}
+	c := s.rescheduleCall(sh, id, due, s.keys[sh].ko)
 	v, err := s.eval(ctx, c.sc, c.keys, c.args...).Text()
 	if err != nil {
 		return StateUnknown, fmt.Errorf("scheduler: reschedule %q: %w", id, err)
+	}
+	if v == "ordered" {
+		return StatePending, fmt.Errorf("%w: %q waits in its key's order", ErrOrdered, id)
 	}
 	return State(v), nil
 }
@@ -129,6 +148,11 @@ func (s *Store) RequeueDead(ctx context.Context, id string, due int64) error {
 		if st != StateDead {
 			return fmt.Errorf("%w: %q is not a dead letter (state %q)", ErrNotFound, id, st)
 		}
+		sh, err := s.locate(ctx, id)
+		if err != nil {
+			return err
+		}
+		kz := s.queueOf(sh, e)
 		var rest []any
 		if e != nil {
 			e.Reason, e.Attempt, e.DueAt = "", 0, due
@@ -138,7 +162,7 @@ func (s *Store) RequeueDead(ctx context.Context, id string, due int64) error {
 			}
 			rest = []any{data, deadAt}
 		}
-		c := s.rescheduleCall(id, due, rest...)
+		c := s.rescheduleCall(sh, id, due, kz, rest...)
 		v, err := s.eval(ctx, c.sc, c.keys, c.args...).Text()
 		if err != nil {
 			return fmt.Errorf("scheduler: requeue %q: %w", id, err)
@@ -160,7 +184,7 @@ func (s *Store) RequeueDead(ctx context.Context, id string, due int64) error {
 // and unknown). An envelope that does not decode is reported with an error wrapping
 // envelope.ErrCorrupt, along with the state and score.
 func (s *Store) Get(ctx context.Context, id string) (State, int64, *envelope.Envelope, error) {
-	st, score, raw, err := s.getRaw(ctx, id)
+	_, st, score, raw, err := s.getRaw(ctx, id)
 	if err != nil || raw == nil {
 		return st, score, nil, err
 	}
@@ -171,26 +195,45 @@ func (s *Store) Get(ctx context.Context, id string) (State, int64, *envelope.Env
 	return st, score, e, nil
 }
 
-// getRaw is Get without decoding: raw is nil when there is no envelope.
-func (s *Store) getRaw(ctx context.Context, id string) (State, int64, []byte, error) {
-	c := s.getCall(id)
+// getRaw is Get without decoding: raw is nil when there is no envelope; sh is the
+// shard looked in (locate). A pending message waiting behind its key's head reads at
+// its due time (storeapi.RealScore).
+func (s *Store) getRaw(ctx context.Context, id string) (sh int, st State, score int64, raw []byte, err error) {
+	sh, err = s.locate(ctx, id)
+	if err != nil {
+		return sh, StateUnknown, 0, nil, fmt.Errorf("scheduler: get %q: %w", id, err)
+	}
+	c := s.getCall(sh, id)
 	vals, err := s.eval(ctx, c.sc, c.keys, c.args...).Slice()
 	if err != nil {
-		return StateUnknown, 0, nil, fmt.Errorf("scheduler: get %q: %w", id, err)
+		return sh, StateUnknown, 0, nil, fmt.Errorf("scheduler: get %q: %w", id, err)
 	}
 	if len(vals) == 0 {
-		return StateUnknown, 0, nil, fmt.Errorf("scheduler: get %q: empty reply", id)
+		return sh, StateUnknown, 0, nil, fmt.Errorf("scheduler: get %q: empty reply", id)
 	}
-	st, _ := vals[0].(string)
-	var score int64
+	str, _ := vals[0].(string)
+	st = State(str)
+	if st == StateUnknown && len(s.ord) > 0 {
+		// Delivered or cancelled on an ordered key: remembered in its key's shard.
+		if sh2, v2, err := s.getAnywhere(ctx, id); err != nil {
+			return sh, StateUnknown, 0, nil, err
+		} else if v2 != nil {
+			sh, vals = sh2, v2
+			str, _ = vals[0].(string)
+			st = State(str)
+		}
+	}
 	if len(vals) > 1 {
 		score, _ = vals[1].(int64)
 	}
-	if len(vals) < 3 {
-		return State(st), score, nil, nil
+	if st == StatePending {
+		score = storeapi.RealScore(score)
 	}
-	raw, _ := vals[2].(string)
-	return State(st), score, []byte(raw), nil
+	if len(vals) < 3 {
+		return sh, st, score, nil, nil
+	}
+	r, _ := vals[2].(string)
+	return sh, st, score, []byte(r), nil
 }
 
 // Envelopes reads the stored envelopes of ids (pending, in flight or dead; nil for any
@@ -201,10 +244,14 @@ func (s *Store) Envelopes(ctx context.Context, ids []string) ([]*envelope.Envelo
 	if len(ids) == 0 {
 		return out, nil
 	}
+	shards, err := s.locateMany(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
 	pipe := s.rdb.Pipeline()
 	gets := make([]*redis.StringCmd, len(ids))
 	for i, id := range ids {
-		gets[i] = pipe.HGet(ctx, s.keys[s.ShardOf(id)].msg, id)
+		gets[i] = pipe.HGet(ctx, s.keys[shards[i]].msg, id)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("scheduler: read envelopes: %w", redisErr(err))

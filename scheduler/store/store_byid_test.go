@@ -53,12 +53,12 @@ func TestStoreCancelScriptRefusesStaleEnvelope(t *testing.T) {
 	}
 	sum := sha1.Sum(append(raw, 'x'))
 	remember, before, limit := s.trimArgs(t0, 1)
-	cl := s.cancelCall("st", t0, remember, before, limit, "orders", hex.EncodeToString(sum[:]), 0)
+	cl := s.cancelCall(s.ShardOf("st"), "st", t0, remember, before, limit, "orders", hex.EncodeToString(sum[:]), 0)
 	v, err := s.eval(ctx, cl.sc, cl.keys, cl.args...).Text()
 	if err != nil || v != "stale" {
 		t.Fatalf("cancel with another envelope's sum = %q %v, want stale", v, err)
 	}
-	cl = s.cancelCall("st", t0, remember, before, limit, "orders", "", 0)
+	cl = s.cancelCall(s.ShardOf("st"), "st", t0, remember, before, limit, "orders", "", 0)
 	v, err = s.eval(ctx, cl.sc, cl.keys, cl.args...).Text()
 	if err != nil || v != "stale" {
 		t.Fatalf("cancel by a caller that saw no envelope = %q %v, want stale", v, err)

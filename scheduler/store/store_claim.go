@@ -34,17 +34,23 @@ func (s *Store) Claim(ctx context.Context, shard int, instance string, token int
 	}
 	cmd := s.eval(ctx, s.claim, []string{k.due, k.msg, k.inflight, k.owner, k.counts},
 		OwnerValue(instance, token), upTo, leaseDeadline, limit)
+	return s.claimReply(ctx, cmd, shard, instance, token, upTo)
+}
+
+// claimReply reads the reply of one claim call (Claim, ClaimMany).
+func (s *Store) claimReply(ctx context.Context, cmd *redis.Cmd, shard int, instance string, token int64, upTo int64) (items []*envelope.Envelope, nextDue int64, err error) {
 	if err := cmd.Err(); err != nil {
 		if redis.HasErrorPrefix(err, "FENCED") {
 			return nil, 0, fmt.Errorf("%w: shard %d, %s: %v", ErrFenced, shard, OwnerValue(instance, token), err)
 		}
-		return nil, 0, fmt.Errorf("scheduler: claim shard %d: %w", shard, err)
+		return nil, 0, fmt.Errorf("scheduler: claim shard %d: %w", shard, redisErr(err))
 	}
 	vals, err := cmd.Slice()
 	if err != nil || len(vals) < 2 || (len(vals)-2)%3 != 0 {
 		return nil, 0, fmt.Errorf("scheduler: claim shard %d: unexpected reply %v", shard, cmd.Val())
 	}
 	nextDue, _ = vals[0].(int64)
+	nextDue = nextDueOf(nextDue)
 	if dropped, _ := vals[1].(int64); dropped > 0 {
 		for range dropped {
 			s.obs.Invalid("", "missing_envelope")
@@ -56,7 +62,7 @@ func (s *Store) Claim(ctx context.Context, shard int, instance string, token int
 		id, _ := vals[i].(string)
 		due, _ := vals[i+1].(int64)
 		raw, _ := vals[i+2].(string)
-		e, derr := envelope.Decode([]byte(raw), id)
+		e, derr := envelope.DecodeString(raw, id) // no copy of the reply (issue 17)
 		if errors.Is(derr, envelope.ErrNewerVersion) {
 			// Parked by a newer bridge during a rolling upgrade: put it back unchanged,
 			// a little later, until an instance that reads it owns the shard.
@@ -70,6 +76,7 @@ func (s *Store) Claim(ctx context.Context, shard int, instance string, token int
 		// DueAt stays the message's due time (headers, lateness); the score may be
 		// later (retry backoff) or earlier (recovered "now"): fire at the later one.
 		e.FireAt = max(due, e.DueAt)
+		e.ClaimedFrom = shard + 1
 		items = append(items, e)
 	}
 	if len(newer) > 0 {
@@ -124,9 +131,11 @@ func (s *Store) ackCalls(shard int, ids, routes []string, now int64) []call {
 		args := make([]any, 0, 6+3*len(part))
 		args = append(args, now, remember, trimBefore, trimLimit, withRoutes)
 		keys := []string{k.msg, k.inflight, k.done, k.cancelled, k.counts}
+		sc := s.scriptsOf(l).ack
 		if v3 {
 			args = append(args, s.doneSliceMs())
-			keys = append(keys, k.ix, k.dn)
+			keys = withGuard(k, append(keys, k.ix, k.dn, k.nx, k.due, k.ko, k.ki))
+			sc = s.oAck // an acked head lets its key's next message be claimed
 		}
 		for i, id := range part {
 			args = append(args, id)
@@ -137,7 +146,7 @@ func (s *Store) ackCalls(shard int, ids, routes []string, now int64) []call {
 				args = append(args, fingerprint(id))
 			}
 		}
-		calls = append(calls, call{sc: s.scriptsOf(l).ack, keys: keys, args: args})
+		calls = append(calls, call{sc: sc, keys: keys, args: args})
 	}
 	return calls
 }
@@ -154,13 +163,30 @@ func (s *Store) Ack(ctx context.Context, shard int, ids []string, now int64) err
 	}
 	calls := s.ackCalls(shard, ids, nil, now)
 	if len(calls) == 1 {
-		if err := s.eval(ctx, calls[0].sc, calls[0].keys, calls[0].args...).Err(); err != nil {
+		cmd := s.eval(ctx, calls[0].sc, calls[0].keys, calls[0].args...)
+		if err := cmd.Err(); err != nil {
 			return fmt.Errorf("scheduler: ack: %w", err)
 		}
+		s.wakeFrom(ctx, []*redis.Cmd{cmd}, []int{shard}, 2)
 		return nil
 	}
-	_, err := s.evalPipelined(ctx, calls, false)
+	return s.runWaking(ctx, calls, repeatShard(shard, len(calls)), 2)
+}
+
+// runWaking runs calls (of shards[i]) in one round trip, then wakes the pumps of the
+// key heads they promoted (element pos of each reply: wakeFrom).
+func (s *Store) runWaking(ctx context.Context, calls []call, shards []int, pos int) error {
+	cmds, err := s.evalPipelined(ctx, calls, false)
+	s.wakeFrom(ctx, cmds, shards, pos)
 	return err
+}
+
+func repeatShard(shard, n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = shard
+	}
+	return out
 }
 
 // AckMany is Ack for ids of any shards, grouped by shard in one pipelined round trip.
@@ -174,11 +200,12 @@ func (s *Store) AckMany(ctx context.Context, ids []string, now int64) error {
 		byShard[sh] = append(byShard[sh], id)
 	}
 	var calls []call
+	var shards []int
 	for sh, part := range byShard {
-		calls = append(calls, s.ackCalls(sh, part, nil, now)...)
+		c := s.ackCalls(sh, part, nil, now)
+		calls, shards = append(calls, c...), append(shards, repeatShard(sh, len(c))...)
 	}
-	_, err := s.evalPipelined(ctx, calls, false)
-	return err
+	return s.runWaking(ctx, calls, shards, 2)
 }
 
 // AckEnvelopes is AckMany for messages whose envelopes the caller holds (as claimed):
@@ -191,7 +218,7 @@ func (s *Store) AckEnvelopes(ctx context.Context, envs []*envelope.Envelope, now
 	type part struct{ ids, routes []string }
 	byShard := make(map[int]*part)
 	for _, e := range envs {
-		sh := s.ShardOf(e.ID)
+		sh := s.ShardOfEnv(e)
 		p := byShard[sh]
 		if p == nil {
 			p = &part{}
@@ -200,11 +227,12 @@ func (s *Store) AckEnvelopes(ctx context.Context, envs []*envelope.Envelope, now
 		p.ids, p.routes = append(p.ids, e.ID), append(p.routes, e.Route)
 	}
 	var calls []call
+	var shards []int
 	for sh, p := range byShard {
-		calls = append(calls, s.ackCalls(sh, p.ids, p.routes, now)...)
+		c := s.ackCalls(sh, p.ids, p.routes, now)
+		calls, shards = append(calls, c...), append(shards, repeatShard(sh, len(c))...)
 	}
-	_, err := s.evalPipelined(ctx, calls, false)
-	return err
+	return s.runWaking(ctx, calls, shards, 2)
 }
 
 // retryEntry is a RetryItem, or (id and raw set by Claim, Env nil) bytes that do not
@@ -237,31 +265,32 @@ func (s *Store) retry1(ctx context.Context, shard int, items []retryEntry, now i
 	case 0:
 		return nil
 	case 1:
-		if err := s.eval(ctx, s.retry, calls[0].keys, calls[0].args...).Err(); err != nil {
+		cmd := s.eval(ctx, s.retry, calls[0].keys, calls[0].args...)
+		if err := cmd.Err(); err != nil {
 			return fmt.Errorf("scheduler: retry: %w", err)
 		}
+		s.wakeFrom(ctx, []*redis.Cmd{cmd}, []int{shard}, 2)
 		return nil
 	}
-	_, err = s.evalPipelined(ctx, calls, false)
-	return err
+	return s.runWaking(ctx, calls, repeatShard(shard, len(calls)), 2)
 }
 
 // RetryMany is Retry for items of any shards (byShard: shard -> items), in one
 // pipelined round trip instead of one per shard.
 func (s *Store) RetryMany(ctx context.Context, byShard map[int][]RetryItem, now int64) error {
 	var calls []call
+	var shards []int
 	for shard, items := range byShard {
 		c, err := s.retryCalls(shard, retryEntries(items), now)
 		if err != nil {
 			return err
 		}
-		calls = append(calls, c...)
+		calls, shards = append(calls, c...), append(shards, repeatShard(shard, len(c))...)
 	}
 	if len(calls) == 0 {
 		return nil
 	}
-	_, err := s.evalPipelined(ctx, calls, false)
-	return err
+	return s.runWaking(ctx, calls, shards, 2)
 }
 
 // retryCalls encodes items and builds the retry script calls of one shard (bounded
@@ -302,7 +331,7 @@ func (s *Store) retryCalls(shard int, items []retryEntry, now int64) ([]call, er
 			}
 			args = append(args, id, it.Due, e.data, dead)
 		}
-		calls = append(calls, call{sc: s.retry, keys: []string{k.due, k.msg, k.inflight, k.dead, k.counts}, args: args})
+		calls = append(calls, call{sc: s.retry, keys: []string{k.due, k.msg, k.inflight, k.dead, k.counts, k.nx, k.ko, k.ki}, args: args})
 	}
 	return calls, nil
 }
@@ -333,11 +362,13 @@ func (s *Store) recoverInflight(ctx context.Context, shard int, now int64, limit
 	if limit <= 0 {
 		return 0, false, fmt.Errorf("%w: recover limit %d", ErrInvalid, limit)
 	}
-	res, err := s.eval(ctx, s.recover, []string{k.due, k.inflight, k.msg, k.counts}, now, limit, cutoff).Int64Slice()
+	cmd := s.eval(ctx, s.recover, []string{k.due, k.inflight, k.msg, k.counts, k.nx, k.ko, k.ki}, now, limit, cutoff)
+	res, err := cmd.Int64Slice()
 	if err != nil {
 		return 0, false, fmt.Errorf("scheduler: recover shard %d: %w", shard, err)
 	}
-	if len(res) != 2 {
+	s.wakeFrom(ctx, []*redis.Cmd{cmd}, []int{shard}, 2)
+	if len(res) != 3 {
 		return 0, false, fmt.Errorf("scheduler: recover shard %d: unexpected reply %v", shard, res)
 	}
 	return int(res[0]), res[1] == 1, nil

@@ -15,14 +15,29 @@ import (
 // eval runs one script call with EVALSHA, falling back to EVAL when Redis lost its
 // script cache (restart, failover to a replica that never saw SCRIPT LOAD, FLUSH). The
 // command's error, if any, is classified (redisErr).
+//
+// A call Redis Cluster refused because its slot is moving (TRYAGAIN, or a redirection
+// the client did not follow to the end) did nothing and is sent again (slotguard.go).
 func (s *Store) eval(ctx context.Context, sc *script, keys []string, args ...any) *redis.Cmd {
-	start := time.Now()
-	cmd := sc.Run(ctx, s.rdb, keys, args...)
-	s.obs.ScriptDuration(sc.name, time.Since(start))
-	if err := cmd.Err(); err != nil {
-		cmd.SetErr(redisErr(err))
+	var r *slotRetry
+	for {
+		start := time.Now()
+		cmd := sc.Run(ctx, s.rdb, keys, args...)
+		s.obs.ScriptDuration(sc.name, time.Since(start))
+		err := cmd.Err()
+		if why, ok := notRun(err); ok {
+			if r == nil {
+				r = s.newSlotRetry()
+			}
+			if r.again(ctx, sc.name, why) {
+				continue
+			}
+		}
+		if err != nil {
+			cmd.SetErr(redisErr(err))
+		}
+		return cmd
 	}
-	return cmd
 }
 
 type call struct {
@@ -40,11 +55,17 @@ func isNoScript(err error) bool {
 // NOSCRIPT did nothing, so it is re-sent with EVAL in a second round trip. With wait,
 // the pipeline ends with WAIT so the writes are on MinReplicas replicas when it returns.
 // The returned error is the first failure, classified (redisErr); results of calls
-// that succeeded are valid.
+// that succeeded are valid. Calls Redis Cluster refused because their slot is moving
+// are sent again (retryRefused).
 func (s *Store) evalPipelined(ctx context.Context, calls []call, wait bool) ([]*redis.Cmd, error) {
 	if len(calls) == 0 {
 		return nil, nil
 	}
+	cmds, err := s.evalPipelinedOnce(ctx, calls, wait)
+	return s.retryRefused(ctx, calls, cmds, err, wait)
+}
+
+func (s *Store) evalPipelinedOnce(ctx context.Context, calls []call, wait bool) ([]*redis.Cmd, error) {
 	start := time.Now()
 	var cmds []*redis.Cmd
 	var err error

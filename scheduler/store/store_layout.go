@@ -69,6 +69,7 @@ func (s *Store) forceLayout(l int) error {
 	}
 	s.forced.Store(true)
 	s.layout.Store(int32(l))
+	s.successors.Store(l == layoutV3)
 	return nil
 }
 
@@ -88,44 +89,50 @@ func (s *Store) doneSliceMs() int64 {
 	return storeapi.DoneSliceMs(s.opt.DoneWindow.Milliseconds())
 }
 
-// idKeys are the keys of the by-id scripts (get, cancel, reschedule) of id's shard in
-// layout l.
-func (s *Store) idKeys(id string, l int) []string {
-	k := s.keys[s.ShardOf(id)]
+// idKeys are the keys of the by-id scripts (get, cancel, reschedule) of shard sh (the
+// shard holding id: locate) in layout l.
+func (s *Store) idKeys(sh int, l int) []string {
+	k := s.keys[sh]
 	if l == layoutV2 {
 		return []string{k.due, k.msg, k.inflight, k.dead, k.done, k.cancelled, k.counts}
 	}
 	return []string{k.due, k.msg, k.inflight, k.dead, k.done, k.cancelled, k.counts, k.ix, k.dn}
 }
 
-// getCall looks id up (get.lua).
-func (s *Store) getCall(id string) call {
+// getCall looks id up in shard sh (get.lua).
+func (s *Store) getCall(sh int, id string) call {
 	l := s.writing()
-	keys := s.idKeys(id, l)
+	keys := s.idKeys(sh, l)
 	if l == layoutV2 {
 		return call{sc: s.v2.get, keys: keys[:6], args: []any{id}}
 	}
-	return call{sc: s.v3.get, keys: append(keys[:6:6], keys[7]), args: []any{id, fingerprint(id)}}
+	return call{sc: s.v3.get, keys: withGuard(s.keys[sh], append(keys[:6:6], keys[7], s.keys[sh].nx)), args: []any{id, fingerprint(id)}}
 }
 
-// cancelCall cancels id (cancel.lua); remember, trimBefore and trimLimit as trimArgs.
-func (s *Store) cancelCall(id string, now int64, remember int, trimBefore int64, trimLimit int, route, expected string, tomb int) call {
+// cancelCall cancels id in shard sh (cancel.lua; in layout 3 wrapped by
+// ordered_cancel); remember, trimBefore and trimLimit as trimArgs.
+func (s *Store) cancelCall(sh int, id string, now int64, remember int, trimBefore int64, trimLimit int, route, expected string, tomb int) call {
 	l := s.writing()
 	args := []any{id, now, remember, trimBefore, trimLimit, route, expected, tomb}
 	if l == layoutV2 {
-		return call{sc: s.v2.cancel, keys: s.idKeys(id, l), args: args}
+		return call{sc: s.v2.cancel, keys: s.idKeys(sh, l), args: args}
 	}
-	return call{sc: s.v3.cancel, keys: s.idKeys(id, l), args: append(args, fingerprint(id), s.doneSliceMs())}
+	k := s.keys[sh]
+	keys := append(s.idKeys(sh, l), k.nx, k.ko, k.ki)
+	return call{sc: s.oCancel, keys: withGuard(k, keys), args: append(args, fingerprint(id), s.doneSliceMs())}
 }
 
-// rescheduleCall moves id to due (reschedule.lua); rest is the optional envelope and
-// the score it was read at.
-func (s *Store) rescheduleCall(id string, due int64, rest ...any) call {
+// rescheduleCall moves id of shard sh to due (reschedule.lua; in layout 3 wrapped by
+// ordered_reschedule, kz being the key queue a requeued dead letter joins: queueOf);
+// rest is the optional envelope and the score it was read at.
+func (s *Store) rescheduleCall(sh int, id string, due int64, kz string, rest ...any) call {
 	l := s.writing()
 	if l == layoutV2 {
-		return call{sc: s.v2.reschedule, keys: s.idKeys(id, l), args: append([]any{id, due}, rest...)}
+		return call{sc: s.v2.reschedule, keys: s.idKeys(sh, l), args: append([]any{id, due}, rest...)}
 	}
-	return call{sc: s.v3.reschedule, keys: s.idKeys(id, l)[:8], args: append([]any{id, due, fingerprint(id)}, rest...)}
+	k := s.keys[sh]
+	keys := append(s.idKeys(sh, l)[:8:8], k.ko, k.ki, kz)
+	return call{sc: s.oReschedule, keys: withGuard(k, keys), args: append([]any{id, due, fingerprint(id)}, rest...)}
 }
 
 // parkKeys are the keys of park and bury on shard k in layout l.
@@ -133,5 +140,5 @@ func parkKeys(k shardKeys, l int) []string {
 	if l == layoutV2 {
 		return []string{k.due, k.msg, k.inflight, k.dead, k.done, k.cancelled, k.counts}
 	}
-	return []string{k.due, k.msg, k.inflight, k.dead, k.done, k.cancelled, k.counts, k.ix, k.dn}
+	return withGuard(k, []string{k.due, k.msg, k.inflight, k.dead, k.done, k.cancelled, k.counts, k.ix, k.dn})
 }

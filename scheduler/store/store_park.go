@@ -29,7 +29,7 @@ func (s *Store) encodeGrouped(envs []*envelope.Envelope) ([][]encoded, []int, er
 		if err != nil {
 			return nil, nil, fmt.Errorf("scheduler: encode envelope %q: %w", e.ID, errors.Join(ErrInvalid, err))
 		}
-		sh := s.ShardOf(e.ID)
+		sh := s.ShardOfEnv(e)
 		byShard[sh] = append(byShard[sh], encoded{idx: i, shard: sh, data: data})
 	}
 	shards := make([]int, 0, len(byShard))
@@ -109,14 +109,23 @@ func (s *Store) ParkEach(ctx context.Context, envs []*envelope.Envelope) (prior 
 		k := s.keys[shards[gi]]
 		for _, ch := range chunk(g) {
 			args := make([]any, 0, 5*len(ch))
+			keys, queues := parkKeys(k, l), []string(nil)
 			for _, it := range ch {
 				e := envs[it.idx]
 				args = append(args, e.ID, e.DueAt, it.data, e.Route)
 				if l != layoutV2 {
 					args = append(args, fingerprint(e.ID))
+					queues = append(queues, s.queueOf(shards[gi], e))
 				}
 			}
-			calls = append(calls, call{sc: s.scriptsOf(l).park, keys: parkKeys(k, l), args: args})
+			sc := s.scriptsOf(l).park
+			if l != layoutV2 && s.anyOrdered(envs, ch) {
+				// Ordered keys in the batch: park them in their keys' queues too.
+				// The guard moves to the end, after the queues (slotguard.go).
+				keys = append(append(keys[:len(keys)-1:len(keys)-1], k.ko, k.ki), queues...)
+				sc, keys = s.oPark, withGuard(k, keys)
+			}
+			calls = append(calls, call{sc: sc, keys: keys, args: args})
 			chunks = append(chunks, ch)
 		}
 	}

@@ -35,6 +35,9 @@ var (
 	// ErrOtherRoute: a cancel scoped to a route named a message of another route;
 	// nothing was changed.
 	ErrOtherRoute = errors.New("scheduler: message belongs to another route")
+	// ErrOrdered: a pending message of a route with `order: key` cannot be
+	// rescheduled (it holds its place in its key's order); nothing was changed.
+	ErrOrdered = errors.New("scheduler: message of an ordered key cannot be rescheduled")
 	// ErrBadCursor: a browse cursor this store did not make for the same state.
 	ErrBadCursor = errors.New("scheduler: invalid browse cursor")
 	// ErrJobNotFound: no job with that id (never created, or expired after

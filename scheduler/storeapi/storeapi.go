@@ -9,7 +9,10 @@
 //
 //   - Times are unix milliseconds passed by the caller; a store never reads a clock
 //     for them (only lease TTLs run on the store's own clock, as Redis runs them).
-//   - Shards are 0 ≤ shard < Shards(); a message lives in shard ShardOf(id), forever.
+//   - Shards are 0 ≤ shard < Shards(); a message lives in shard ShardOfEnv(env),
+//     forever: ShardOf(id), except for a message with an ordering key on a route with
+//     `order: key`, which lives in its key's shard (order.go). By-id operations find
+//     such a message wherever it is.
 //   - A message is in one state at a time (State): pending (with its due time), in
 //     flight (with its lease deadline), dead (with the time dead-lettered), or, for
 //     the dedup window, delivered or cancelled (with the time it became so, in whole
@@ -50,6 +53,17 @@ type Store interface {
 	Batches
 	History
 	Schedules
+	Keys
+}
+
+// Keys reads one ordering key of a route with `order: key` (order.go).
+type Keys interface {
+	// KeyMessages returns what is pending or in flight for route's key, in the key's
+	// order (due time, then receive order), each with its state and its due time (a
+	// retried or recovered head: its current due score). Nothing for an unknown key or
+	// a route that is not ordered. Cancel by key is Cancel of each (a message parked
+	// after the read is not among them).
+	KeyMessages(ctx context.Context, route, key string) ([]KeyMessage, error)
 }
 
 // Sharding is the fixed shard layout.
@@ -58,6 +72,10 @@ type Sharding interface {
 	Shards() int
 	// ShardOf maps an id to its shard: ShardOf(id, Shards()), never anything else.
 	ShardOf(id string) int
+	// ShardOfEnv is the shard a message lives in: the shard it was claimed from
+	// (envelope.ClaimedFrom), else, on a route with `order: key` and with an ordering
+	// key, ShardOfKey(route, key) (order.go), else ShardOf(id).
+	ShardOfEnv(e *envelope.Envelope) int
 }
 
 // Membership is the set of live instances (heartbeats).
@@ -127,6 +145,29 @@ type Intake interface {
 	// Park is ParkEach with the refusal reasons folded into a bool: parked[i] is false
 	// for a duplicate.
 	Park(ctx context.Context, envs []*envelope.Envelope) (parked []bool, minDue map[int]int64, err error)
+	// ReplaceEach stores envs like ParkEach, but each replaces the message its id
+	// names on its route (x-delay-replace: upsert and debounce) instead of being
+	// refused as a duplicate. res[i] says what happened to envs[i], by the state Prior
+	// its id was in (docs/CONTRACT.md "Replace"):
+	//
+	//   - unknown, delivered, or only another route's cancel tombstone: parked anew
+	//     (ReplaceParked; a delivered id's done entry is forgotten);
+	//   - pending on the same route: its envelope and due time are replaced in one
+	//     step (ReplaceReplaced); the counts move, they do not grow;
+	//   - dead on the same route: the dead letter is replaced by the new version,
+	//     pending (ReplaceReplaced);
+	//   - in flight on the same route: the new version is kept as the id's successor
+	//     (ReplaceReplaced) and becomes pending, in place of the in-flight version,
+	//     when that version leaves in flight: acked (it was published), or put back by
+	//     Retry (pending or dead) or Recover (it is not retried: the successor
+	//     replaces it). Get shows the successor, as pending at its due time; Cancel
+	//     cancels both. A later replace replaces the successor;
+	//   - pending, in flight or dead on another route, or cancelled on this route (a
+	//     tombstone in the done window): refused (ReplaceRefused), nothing changes.
+	//
+	// The same id twice in one call: the later replaces the earlier. minDue and the
+	// error contract are ParkEach's (failed calls read StateNotStored, Outcome "").
+	ReplaceEach(ctx context.Context, envs []*envelope.Envelope) (res []ReplaceResult, minDue map[int]int64, err error)
 	// Bury stores invalid messages straight into the dead letters at now (their Reason
 	// says why), idempotently like ParkEach: prior[i] is StateUnknown when envs[i] was
 	// buried now, else the state its id was already in (left as it is), so a replayed
@@ -150,6 +191,9 @@ type Delivery interface {
 	// written by a newer bridge goes back to pending a little later; none of them is
 	// returned.
 	Claim(ctx context.Context, shard int, instance string, token int64, upTo, leaseDeadline int64, limit int) (items []*envelope.Envelope, nextDue int64, err error)
+	// ClaimMany is Claim for several shards at once, in one round trip where the store
+	// can (a pipeline): out[i] is what Claim(reqs[i]) would have returned.
+	ClaimMany(ctx context.Context, reqs []ClaimRequest) (out []ClaimResult)
 	// Ack records claimed messages of shard as delivered at now: they leave in flight
 	// and are remembered for the done window (zero window: forgotten at once). Ids no
 	// longer in flight (recovered, cancelled, acked already) are ignored. Entries past
@@ -214,8 +258,8 @@ type Notifier interface {
 	// PublishWake announces per shard the earliest due time of newly parked messages
 	// to every instance's Listen (nothing for an empty map).
 	PublishWake(ctx context.Context, minDue map[int]int64) error
-	// PublishCancel tells every instance listening (this one included) to drop id from
-	// its wheel.
+	// PublishCancel tells every instance listening (this one included) to take id out of
+	// its wheel (a cancelled message, or the old version of one replaced in flight).
 	PublishCancel(ctx context.Context, id string) error
 	// Listen delivers every wake-up (onWake) and cancel (onCancel) published while it
 	// runs until ctx ends, reconnecting by itself; it returns ctx.Err(). The callbacks
@@ -337,4 +381,20 @@ type History interface {
 	// Series returns, for every instance that wrote within keep before now, the
 	// intervals its slots hold (in no order; the caller drops those it does not want).
 	Series(ctx context.Context, now int64, keep time.Duration) (map[string][][]byte, error)
+}
+
+// ClaimRequest is one Claim of Store.ClaimMany (the arguments of Claim).
+type ClaimRequest struct {
+	Shard               int
+	Instance            string
+	Token               int64
+	UpTo, LeaseDeadline int64
+	Limit               int
+}
+
+// ClaimResult is one outcome of Store.ClaimMany (what Claim returns).
+type ClaimResult struct {
+	Items   []*envelope.Envelope
+	NextDue int64
+	Err     error
 }

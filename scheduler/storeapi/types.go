@@ -2,8 +2,6 @@ package storeapi
 
 import (
 	"fmt"
-	"hash/fnv"
-	"io"
 	"math/bits"
 	"strings"
 	"time"
@@ -34,11 +32,23 @@ const (
 // ShardOf maps a message id to its shard among shards: FNV-1a (32-bit) of the id's
 // bytes, modulo the shard count. Every store uses it and it must never change: ids
 // already parked would become unreachable.
+//
+// The hash is computed inline (the same as hash/fnv's New32a, TestShardOfIsFNV1a):
+// it runs several times per message, and hash/fnv through io.WriteString cost two
+// allocations each time (issue 17).
 func ShardOf(id string, shards int) int {
-	h := fnv.New32a()
-	_, _ = io.WriteString(h, id)
-	return int(h.Sum32() % uint32(shards))
+	h := uint32(fnvOffset32)
+	for i := 0; i < len(id); i++ {
+		h ^= uint32(id[i])
+		h *= fnvPrime32
+	}
+	return int(h % uint32(shards))
 }
+
+const (
+	fnvOffset32 = 2166136261
+	fnvPrime32  = 16777619
+)
 
 // DoneSliceMs is the width of a done slice for a done window of windowMs: the least
 // 1000*2^k ms at or above windowMs/32. The done window forgets ids by slice: an id is
@@ -104,6 +114,22 @@ type RetryItem struct {
 	Env  *envelope.Envelope
 	Due  int64
 	Dead bool
+}
+
+// ReplaceOutcome is what ReplaceEach did with one message.
+type ReplaceOutcome string
+
+const (
+	ReplaceParked   ReplaceOutcome = "parked"   // stored as a new message
+	ReplaceReplaced ReplaceOutcome = "replaced" // took the place of the id's message
+	ReplaceRefused  ReplaceOutcome = "refused"  // left alone: Prior says why
+)
+
+// ReplaceResult is ReplaceEach's answer for one message: the state its id was in
+// before, and what the call did.
+type ReplaceResult struct {
+	Prior   State
+	Outcome ReplaceOutcome
 }
 
 // CancelOptions scope a Cancel.

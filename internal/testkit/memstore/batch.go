@@ -33,7 +33,7 @@ func (s *Store) CancelBatch(ctx context.Context, items []storeapi.BatchItem, q s
 	defer s.mu.Unlock()
 	res := make([]storeapi.BatchResult, len(items))
 	for i, it := range items {
-		sh := s.shards[s.ShardOf(it.ID)]
+		sh := s.shards[s.where(it.ID)]
 		st, _ := s.stateAt(it.ID)
 		res[i].Prior = st
 		raw, ok := sh.msg[it.ID]
@@ -114,6 +114,11 @@ func (s *Store) rewriteBatch(ctx context.Context, n int, item func(i int) (id st
 			res[i].Err = fmt.Errorf("memstore: reschedule %q: %w", id, envelope.ErrCorrupt)
 			continue
 		}
+		if st == storeapi.StatePending && s.isOrdered(s.where(id), id) {
+			res[i].Prior = storeapi.StateUnknown
+			res[i].Err = fmt.Errorf("%w: %q", storeapi.ErrOrdered, id)
+			continue
+		}
 		due := change(i, e)
 		if e != nil {
 			data, err := envelope.Encode(e)
@@ -121,11 +126,15 @@ func (s *Store) rewriteBatch(ctx context.Context, n int, item func(i int) (id st
 				res[i].Err = fmt.Errorf("memstore: encode envelope %q: %w", id, errors.Join(storeapi.ErrInvalid, err))
 				continue
 			}
-			s.shards[s.ShardOf(id)].msg[id] = data
+			s.shards[s.where(id)].msg[id] = data
 		}
-		sh := s.shards[s.ShardOf(id)]
+		sn := s.where(id)
+		sh := s.shards[sn]
 		delete(sh.dead, id)
 		sh.due[id] = due
+		if k := s.keyOf(e); k != "" && st == storeapi.StateDead {
+			s.oadd(sn, id, due, k) // a requeued dead letter joins its key's queue anew
+		}
 	}
 	if after != nil {
 		return nil, after
@@ -144,7 +153,7 @@ func (s *Store) PurgeDeadBatch(ctx context.Context, items []storeapi.BatchItem) 
 	defer s.mu.Unlock()
 	out := make([]bool, len(items))
 	for i, it := range items {
-		sh := s.shards[s.ShardOf(it.ID)]
+		sh := s.shards[s.where(it.ID)]
 		if at, ok := sh.dead[it.ID]; ok && at == it.Score {
 			delete(sh.dead, it.ID)
 			delete(sh.msg, it.ID)

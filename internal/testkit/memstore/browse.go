@@ -76,7 +76,7 @@ func (s *Store) Browse(ctx context.Context, q storeapi.BrowseQuery) (storeapi.Br
 // envelopeOf decodes id's stored envelope; nil if there is none or it does not decode
 // (a browse shows what it can read).
 func (s *Store) envelopeOf(id string) *envelope.Envelope {
-	raw, ok := s.shards[s.ShardOf(id)].msg[id]
+	raw, ok := s.shards[s.where(id)].msg[id]
 	if !ok {
 		return nil
 	}

@@ -17,6 +17,15 @@ import (
 // the Redis store's prior states, route scoping and tombstones (see
 // storeapi.ByID.Cancel). It is atomic here, so there is no stale re-read.
 func (s *Store) Cancel(ctx context.Context, id string, now int64, opt storeapi.CancelOptions) (prior storeapi.State, route string, err error) {
+	prior, route, err = s.cancel(ctx, id, now, opt)
+	s.mu.Lock()
+	woke := s.takeWake() // a cancelled head lets its key's next message be claimed
+	s.mu.Unlock()
+	s.wakeUp(ctx, woke)
+	return prior, route, err
+}
+
+func (s *Store) cancel(ctx context.Context, id string, now int64, opt storeapi.CancelOptions) (prior storeapi.State, route string, err error) {
 	if opt.Tombstone && opt.Route == "" {
 		return storeapi.StateUnknown, "", fmt.Errorf("%w: a cancel tombstone needs a route", storeapi.ErrInvalid)
 	}
@@ -26,7 +35,7 @@ func (s *Store) Cancel(ctx context.Context, id string, now int64, opt storeapi.C
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	sh := s.shards[s.ShardOf(id)]
+	sh := s.shards[s.where(id)]
 	remember, trimBefore, trimLimit := s.trimArgs(now, 1)
 	route = opt.Route
 	st := stateOf(sh, id)
@@ -74,10 +83,12 @@ func (s *Store) Cancel(ctx context.Context, id string, now int64, opt storeapi.C
 // as cancelled for route, trimming the done window as one cancel call does.
 func (s *Store) cancelFound(sh *shard, id, route string, now int64) {
 	remember, trimBefore, trimLimit := s.trimArgs(now, 1)
+	s.ogone(s.where(id), id) // a cancelled head lets its key's next message be claimed
 	delete(sh.due, id)
 	delete(sh.inflight, id)
 	delete(sh.dead, id)
 	delete(sh.msg, id)
+	delete(sh.succ, id)
 	if remember {
 		routes := []string{route}
 		if _, done := sh.done[id]; done {
@@ -104,6 +115,14 @@ func (s *Store) Get(ctx context.Context, id string) (storeapi.State, int64, *env
 	if after != nil {
 		return storeapi.StateUnknown, 0, nil, after
 	}
+	if n, ok := s.shards[s.where(id)].succ[id]; ok {
+		// An in-flight id with a successor reads as the successor (replace.go).
+		e, err := envelope.Decode(n.data, id)
+		if err != nil {
+			return storeapi.StatePending, n.due, nil, fmt.Errorf("memstore: get %q: %w", id, err)
+		}
+		return storeapi.StatePending, n.due, e, nil
+	}
 	return s.get(id)
 }
 
@@ -112,7 +131,7 @@ func (s *Store) get(id string) (storeapi.State, int64, *envelope.Envelope, error
 	if st != storeapi.StatePending && st != storeapi.StateInflight && st != storeapi.StateDead {
 		return st, score, nil, nil
 	}
-	sh := s.shards[s.ShardOf(id)]
+	sh := s.shards[s.where(id)]
 	raw, ok := sh.msg[id]
 	if !ok {
 		return st, score, nil, nil
@@ -126,9 +145,11 @@ func (s *Store) get(id string) (storeapi.State, int64, *envelope.Envelope, error
 
 // stateAt is id's state and score there, as Get reports them.
 func (s *Store) stateAt(id string) (storeapi.State, int64) {
-	sh := s.shards[s.ShardOf(id)]
+	sh := s.shards[s.where(id)]
 	switch st := stateOf(sh, id); st {
-	case storeapi.StatePending, storeapi.StateInflight, storeapi.StateDead:
+	case storeapi.StatePending:
+		return st, storeapi.RealScore(sh.due[id])
+	case storeapi.StateInflight, storeapi.StateDead:
 		return st, set(sh, st)[id]
 	}
 	at, done := sh.done[id]
@@ -155,6 +176,8 @@ func (s *Store) Reschedule(ctx context.Context, id string, due int64) (storeapi.
 	switch {
 	case err != nil && st == storeapi.StatePending:
 		return st, err
+	case st == storeapi.StatePending && s.isOrdered(s.where(id), id):
+		return st, fmt.Errorf("%w: %q waits in its key's order", storeapi.ErrOrdered, id)
 	case st == storeapi.StatePending:
 		if e != nil {
 			e.DueAt = due
@@ -162,7 +185,7 @@ func (s *Store) Reschedule(ctx context.Context, id string, due int64) (storeapi.
 				return st, err
 			}
 		}
-		s.shards[s.ShardOf(id)].due[id] = due
+		s.shards[s.where(id)].due[id] = due
 	case st == storeapi.StateDead:
 		if err := s.requeue(id, e, due); err != nil {
 			return st, err
@@ -201,9 +224,13 @@ func (s *Store) requeue(id string, e *envelope.Envelope, due int64) error {
 			return err
 		}
 	}
-	sh := s.shards[s.ShardOf(id)]
+	n := s.where(id)
+	sh := s.shards[n]
 	delete(sh.dead, id)
 	sh.due[id] = due
+	if k := s.keyOf(e); k != "" {
+		s.oadd(n, id, due, k) // a requeued dead letter joins its key's queue anew
+	}
 	return nil
 }
 
@@ -212,7 +239,7 @@ func (s *Store) putEnvelope(e *envelope.Envelope) error {
 	if err != nil {
 		return fmt.Errorf("memstore: encode envelope %q: %w", e.ID, errors.Join(storeapi.ErrInvalid, err))
 	}
-	s.shards[s.ShardOf(e.ID)].msg[e.ID] = data
+	s.shards[s.where(e.ID)].msg[e.ID] = data
 	return nil
 }
 
@@ -228,7 +255,7 @@ func (s *Store) Envelopes(ctx context.Context, ids []string) ([]*envelope.Envelo
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i, id := range ids {
-		if raw, ok := s.shards[s.ShardOf(id)].msg[id]; ok {
+		if raw, ok := s.shards[s.where(id)].msg[id]; ok {
 			if e, err := envelope.Decode(raw, id); err == nil {
 				out[i] = e
 			}

@@ -14,7 +14,7 @@ import (
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, cfg storetest.Config) storetest.Subject {
 		clk := clock.NewFake(time.UnixMilli(t0))
-		s, err := memstore.New(memstore.Options{Shards: cfg.Shards, DoneWindow: cfg.DoneWindow, Clock: clk})
+		s, err := memstore.New(memstore.Options{Shards: cfg.Shards, DoneWindow: cfg.DoneWindow, Clock: clk, Ordered: cfg.Ordered})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -213,6 +213,25 @@ func (s *Store) ExpireLease(shard int) {
 	}
 }
 
+// StealLeases hands shards' leases to instance for ttl in one step, as if each lease
+// had lapsed and instance had acquired it before its holder could renew or acquire it
+// again (a test control: ExpireLease then AcquireLeases leaves the old holder a window
+// to take the lease back). It returns the new fencing tokens.
+func (s *Store) StealLeases(shards []int, instance string, ttl time.Duration) []int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	exp := s.opt.Clock.Now().Add(ttl)
+	tokens := make([]int64, len(shards))
+	for i, n := range shards {
+		if sh, err := s.shard(n); err == nil {
+			sh.fence++
+			sh.owner, sh.ownerExp = holder(instance, sh.fence), exp
+			tokens[i] = sh.fence
+		}
+	}
+	return tokens
+}
+
 // holder is the owner value of instance holding a lease with token, "instance|token"
 // as the Redis store keeps it (storeapi.CheckInstance refuses '|' in instance names).
 func holder(instance string, token int64) string {

@@ -74,6 +74,7 @@ type Options struct {
 	Shards     int           // fixed shard count, default 64
 	DoneWindow time.Duration // as the Redis store's Options.DoneWindow; zero remembers nothing
 	Clock      clock.Clock   // runs lease TTLs; default the real clock
+	Ordered    []string      // routes with `order: key`, as the Redis store's Options.Ordered
 }
 
 // Hook is called before every operation with its name (an Op constant). A non-nil
@@ -84,10 +85,12 @@ type Hook func(ctx context.Context, op string) error
 type shard struct {
 	due, inflight, dead, done map[string]int64
 	msg                       map[string][]byte
-	cancelled                 map[string][]string // done id -> routes whose cancel it was
-	owner                     string              // "instance|token", "" when free
+	cancelled                 map[string][]string  // done id -> routes whose cancel it was
+	succ                      map[string]successor // in-flight id -> its replacement (replace.go)
+	owner                     string               // "instance|token", "" when free
 	ownerExp                  time.Time
 	fence                     int64
+	order                     order // per-key order (order.go)
 }
 
 type injection struct {
@@ -100,6 +103,7 @@ type injection struct {
 // Store is the in-memory shard store. It is safe for concurrent use.
 type Store struct {
 	opt Options
+	ord storeapi.Ordering
 
 	mu      sync.Mutex
 	shards  []*shard
@@ -110,6 +114,7 @@ type Store struct {
 	active  map[string]bool       // queued and running job ids
 	history map[string]*history   // instance -> its charts intervals (series.go), made on first write
 	sched   schedules             // schedules.go
+	woke    map[int]int64         // heads promoted, not yet published (order.go)
 
 	hookMu  sync.Mutex
 	hook    Hook
@@ -132,11 +137,14 @@ func New(opt Options) (*Store, error) {
 		opt: opt, shards: make([]*shard, opt.Shards), members: map[string]int64{},
 		subs: map[*subscriber]struct{}{}, counter: map[string]int{},
 		jobs: map[string]*jobRecord{}, listed: map[string]int64{}, active: map[string]bool{},
+		ord: storeapi.NewOrdering(opt.Ordered), woke: map[int]int64{},
 	}
 	for i := range s.shards {
 		s.shards[i] = &shard{
 			due: map[string]int64{}, inflight: map[string]int64{}, dead: map[string]int64{},
 			done: map[string]int64{}, msg: map[string][]byte{}, cancelled: map[string][]string{},
+			succ:  map[string]successor{},
+			order: newOrder(),
 		}
 	}
 	return s, nil

@@ -81,11 +81,14 @@ func (s *Store) ParkEach(ctx context.Context, envs []*envelope.Envelope) (prior 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i, e := range envs {
-		n := s.ShardOf(e.ID)
+		n := s.ShardOfEnv(e)
 		sh := s.shards[n]
 		st := doneState(sh, e.ID, e.Route)
 		if st == storeapi.StateUnknown {
 			st = parkOne(sh, e.ID, e.DueAt, data[i])
+			if k := s.keyOf(e); k != "" && st == storeapi.StateUnknown {
+				s.oadd(n, e.ID, e.DueAt, k)
+			}
 		}
 		prior[i] = st
 		if st == storeapi.StateUnknown {
@@ -131,7 +134,7 @@ func (s *Store) Bury(ctx context.Context, envs []*envelope.Envelope, now int64) 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i, e := range envs {
-		sh := s.shards[s.ShardOf(e.ID)]
+		sh := s.shards[s.ShardOfEnv(e)]
 		st := doneState(sh, e.ID, e.Route)
 		if st == storeapi.StateUnknown {
 			st = stateOf(sh, e.ID)
@@ -196,10 +199,11 @@ func (s *Store) Claim(ctx context.Context, shard int, instance string, token int
 		}
 		sh.inflight[m.id] = leaseDeadline
 		e.FireAt = max(m.score, e.DueAt)
+		e.ClaimedFrom = shard + 1
 		items = append(items, e)
 	}
 	nextDue = -1
-	if head := sortedUpTo(sh.due, maxScore, 1); len(head) > 0 {
+	if head := sortedUpTo(sh.due, storeapi.GateBase-1, 1); len(head) > 0 {
 		nextDue = head[0].score
 	}
 	if after != nil {
@@ -235,13 +239,17 @@ func (s *Store) AckMany(ctx context.Context, ids []string, now int64) error {
 	return s.ack(ctx, byShard, now)
 }
 
-// AckEnvelopes is AckMany for the ids of envs (this store has no use for the rest).
+// AckEnvelopes is AckMany for the ids of envs, each in its shard (ShardOfEnv).
 func (s *Store) AckEnvelopes(ctx context.Context, envs []*envelope.Envelope, now int64) error {
-	ids := make([]string, len(envs))
-	for i, e := range envs {
-		ids[i] = e.ID
+	if len(envs) == 0 {
+		return nil
 	}
-	return s.AckMany(ctx, ids, now)
+	byShard := make(map[int][]string)
+	for _, e := range envs {
+		n := s.ShardOfEnv(e)
+		byShard[n] = append(byShard[n], e.ID)
+	}
+	return s.ack(ctx, byShard, now)
 }
 
 func (s *Store) ack(ctx context.Context, byShard map[int][]string, now int64) error {
@@ -250,17 +258,20 @@ func (s *Store) ack(ctx context.Context, byShard map[int][]string, now int64) er
 		return err
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	for n, part := range byShard {
 		for start := 0; start < len(part); start += maxPerCall {
-			s.ackCall(s.shards[n], part[start:min(start+maxPerCall, len(part))], now)
+			s.ackCall(n, part[start:min(start+maxPerCall, len(part))], now)
 		}
 	}
+	woke := s.takeWake()
+	s.mu.Unlock()
+	s.wakeUp(ctx, woke)
 	return after
 }
 
 // ackCall is one ack script call.
-func (s *Store) ackCall(sh *shard, ids []string, now int64) {
+func (s *Store) ackCall(n int, ids []string, now int64) {
+	sh := s.shards[n]
 	remember, trimBefore, trimLimit := s.trimArgs(now, len(ids))
 	for _, id := range ids {
 		if _, ok := sh.inflight[id]; !ok {
@@ -268,6 +279,10 @@ func (s *Store) ackCall(sh *shard, ids []string, now int64) {
 		}
 		delete(sh.inflight, id)
 		delete(sh.msg, id)
+		if promote(sh, id) {
+			continue // its successor is pending now (its key's head): not remembered as delivered
+		}
+		s.ogone(n, id)
 		delete(sh.cancelled, id)
 		if remember {
 			sh.done[id] = doneSecond(now)
@@ -285,6 +300,7 @@ func (s *Store) Retry(ctx context.Context, shard int, items []storeapi.RetryItem
 // RetryMany is Retry for items of any shards.
 func (s *Store) RetryMany(ctx context.Context, byShard map[int][]storeapi.RetryItem, now int64) error {
 	type enc struct {
+		n    int
 		sh   *shard
 		it   storeapi.RetryItem
 		data []byte
@@ -303,7 +319,7 @@ func (s *Store) RetryMany(ctx context.Context, byShard map[int][]storeapi.RetryI
 			if err != nil {
 				return fmt.Errorf("memstore: encode envelope %q: %w", it.Env.ID, errors.Join(storeapi.ErrInvalid, err))
 			}
-			all = append(all, enc{sh, it, data})
+			all = append(all, enc{n, sh, it, data})
 		}
 	}
 	if len(all) == 0 {
@@ -314,20 +330,28 @@ func (s *Store) RetryMany(ctx context.Context, byShard map[int][]storeapi.RetryI
 		return err
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	for _, e := range all {
 		id := e.it.Env.ID
 		if _, ok := e.sh.inflight[id]; !ok {
 			continue
 		}
 		delete(e.sh.inflight, id)
+		if promote(e.sh, id) {
+			s.oclaimed(e.n, id) // its successor keeps its key's head
+			continue            // not retried: its successor replaces it
+		}
 		e.sh.msg[id] = e.data
 		if e.it.Dead {
 			e.sh.dead[id] = now
+			s.ogone(e.n, id) // a dead letter unblocks its key
 		} else {
 			e.sh.due[id] = e.it.Due
+			s.oclaimed(e.n, id)
 		}
 	}
+	woke := s.takeWake()
+	s.mu.Unlock()
+	s.wakeUp(ctx, woke)
 	return after
 }
 
@@ -359,7 +383,10 @@ func (s *Store) recoverInflight(ctx context.Context, shard int, now int64, limit
 	ms := sortedUpTo(sh.inflight, cutoff, limit)
 	for _, m := range ms {
 		delete(sh.inflight, m.id)
-		sh.due[m.id] = now
+		if !promote(sh, m.id) {
+			sh.due[m.id] = now
+		}
+		s.oclaimed(shard, m.id)
 	}
 	more := len(sortedUpTo(sh.inflight, cutoff, 1)) > 0
 	if after != nil {

@@ -27,6 +27,7 @@ import (
 type Config struct {
 	Shards     int
 	DoneWindow time.Duration // as configured: zero remembers nothing
+	Ordered    []string      // routes with `order: key` (storeapi/order.go)
 }
 
 // Subject is a fresh, empty store for one case, with the two handles on time the

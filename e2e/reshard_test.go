@@ -1,0 +1,337 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delaybridge/delay-bridge/internal/testkit"
+)
+
+// TestRedisClusterReshardUnderLoad: one bridge on a 3-master Redis Cluster with
+// messages of 0.2–3 s delays flowing the whole time, far-future messages parked before,
+// and replays of already delivered ids (which the done window must refuse) sent
+// throughout. A fourth, empty master is added with `redis-cli --cluster add-node` and
+// slots are moved onto it with `redis-cli --cluster rebalance --cluster-use-empty-masters`
+// while the bridge parks, claims and acks. The shards' done-window indexes start at one
+// sub-hash, so they split every few dozen acks, during the migration too.
+//
+// Judged: every message delivered, none early, no replay delivered again, duplicates
+// counted (none expected: no lease lapses here); after the move some shards live on the
+// new master and no node holds a key of a slot it does not serve (no orphans on the
+// sources); the bridge logged no script failure.
+func TestRedisClusterReshardUnderLoad(t *testing.T) {
+	rc := testkit.StartRedisCluster(t, 3)
+	ctx := context.Background()
+	cc := rc.Client()
+	// Start every shard's index with one sub-hash (level 0): it splits whenever it
+	// holds 48 entries per sub-hash on average, i.e. all through this test.
+	for sh := 0; sh < haShards; sh++ {
+		if err := cc.HSet(ctx, ixKey(sh), "level", 0, "split", 0, "n", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := startHAClusterOn(t, rc.Addrs(), 4, 3*time.Second)
+	p := c.start("rs-a")
+	c.waitBalanced(p, 20*time.Second, "rs-a")
+
+	far := sendFar(t, c, 200, 40*time.Second)
+	s := startStream(t, c.writer, "rs", 400, 200*time.Millisecond, 3*time.Second)
+	rp := startReplays(t, c, s)
+	time.Sleep(6 * time.Second)
+
+	before := ixStates(t, cc)
+	owners0 := shardNodes(t, rc)
+	newNode := rc.AddMaster()
+	started := time.Now()
+	out := rc.Rebalance()
+	took := time.Since(started)
+	after := ixStates(t, cc)
+	owners1 := shardNodes(t, rc)
+	time.Sleep(time.Second)
+	slow := slowMoves(t, rc, cc)
+	time.Sleep(2 * time.Second)
+	sentMsgs := s.finish(t)
+	replays := rp.finish()
+
+	moved, splitMoving := judgeMoves(t, owners0, owners1, before, after, newNode.Addr())
+	if moved == 0 {
+		t.Fatalf("the rebalance moved no shard's slot to the new master:\n%s", out)
+	}
+
+	all := map[string]sent{}
+	for id, m := range sentMsgs {
+		all[id] = m
+	}
+	for id, m := range far {
+		all[id] = m
+	}
+	waitUntil(t, "every message on the target", 90*time.Second, func() bool { return c.target.uniqueCount() >= len(all) })
+	time.Sleep(2 * time.Second) // a late duplicate, if any, arrives too
+	got := c.target.snapshot()
+	dups := ledger(t, all, got, "orders.delay")
+	if dups != 0 {
+		for id, as := range arrivalsByID(got) {
+			if len(as) > 1 {
+				t.Errorf("fired twice: %s (shard %d) at %v", id, shardOf(id), arrivalTimes(as))
+			}
+		}
+	}
+	keys, retried := judgeAfterMove(t, rc, p)
+	logs := p.logs()
+	t.Logf("slow slot moves: %v; script calls retried: %v", slow, retried)
+	t.Logf("reshard: %d messages (%d far-future), %d replays refused, %d duplicates; rebalance took %s, moved %d of %d shards (%d split their index meanwhile); keys per node %v; TRYAGAIN retries logged %d",
+		len(all), len(far), replays, dups, took.Round(time.Millisecond), moved, haShards, splitMoving, keys,
+		strings.Count(logs, "TRYAGAIN"))
+}
+
+// sendFar produces n messages due in delay (+10 ms each), before the move.
+func sendFar(t *testing.T, c *haCluster, n int, delay time.Duration) map[string]sent {
+	t.Helper()
+	far := map[string]sent{}
+	var batch []sent
+	for i := 0; i < n; i++ {
+		m := newSent("far", i, delay+time.Duration(i)*10*time.Millisecond)
+		far[m.id], batch = m, append(batch, m)
+	}
+	if err := kafkaSender(c.writer)(batch); err != nil {
+		t.Fatal(err)
+	}
+	return far
+}
+
+// judgeMoves counts the shards whose slot moved (each must have moved to newNode) and
+// those of them whose index split meanwhile (at least one must have).
+func judgeMoves(t *testing.T, owners0, owners1, before, after []string, newNode string) (moved, splitMoving int) {
+	t.Helper()
+	for sh := 0; sh < haShards; sh++ {
+		if owners0[sh] != owners1[sh] {
+			moved++
+			if after[sh] != before[sh] {
+				splitMoving++
+			}
+			if owners1[sh] != newNode {
+				t.Errorf("shard %d moved from %s to %s, not to the new master %s", sh, owners0[sh], owners1[sh], newNode)
+			}
+		}
+	}
+	if moved > 0 && splitMoving == 0 {
+		t.Errorf("no moved shard's index split during the migration (before %v, after %v)", before, after)
+	}
+	return moved, splitMoving
+}
+
+// judgeAfterMove: no node holds a key of a slot it does not serve, the bridge logged no
+// error, no script failure and no BUSYKEY, and counted its retries of refused calls
+// (the slow moves kept slots half-moved for seconds while it worked them). It returns
+// the keys per node and the retries.
+func judgeAfterMove(t *testing.T, rc *testkit.RedisCluster, p *bridgeProc) ([]int, float64) {
+	t.Helper()
+	misplaced, keys, err := rc.Misplaced(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range misplaced {
+		t.Errorf("orphan key: %s", m)
+	}
+	for _, l := range strings.Split(p.logs(), "\n") {
+		if strings.Contains(l, "level=ERROR") || strings.Contains(l, "non local key") || strings.Contains(l, "BUSYKEY") {
+			t.Errorf("bridge logged: %s", l)
+		}
+	}
+	if pr := p.problems(); len(pr) > 0 {
+		t.Errorf("bridge problems: %v", pr)
+	}
+	retried := metricSum(t, p, "redis_retries_total")
+	if retried <= 0 {
+		t.Errorf("redis_retries_total = %v after slots were half-moved for seconds; want the store's retries counted", retried)
+	}
+	return keys, retried
+}
+
+// metricSum adds up every series of the bridge's metric name.
+func metricSum(t *testing.T, p *bridgeProc, name string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + p.admin + "/metrics")
+	if err != nil {
+		t.Fatalf("GET /metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET /metrics: %v", err)
+	}
+	sum := 0.0
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, "delaybridge_"+name+"{") || strings.HasPrefix(line, "delaybridge_"+name+" ") {
+			v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+			if err == nil {
+				sum += v
+			}
+		}
+	}
+	return sum
+}
+
+func ixKey(shard int) string { return fmt.Sprintf("delaybridge:{ha:%d}:ix", shard) }
+
+// ixStates reads every shard's index state as "level/split".
+func ixStates(t *testing.T, cc *redis.ClusterClient) []string {
+	t.Helper()
+	out := make([]string, haShards)
+	for sh := range out {
+		v, err := cc.HMGet(context.Background(), ixKey(sh), "level", "split").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[sh] = fmt.Sprintf("%v/%v", v[0], v[1])
+	}
+	return out
+}
+
+// shardNodes is the address of the master serving each shard's slot.
+func shardNodes(t *testing.T, rc *testkit.RedisCluster) []string {
+	t.Helper()
+	cl := redis.NewClient(&redis.Options{Addr: rc.Nodes[0].Addr()})
+	defer cl.Close()
+	slots, err := cl.ClusterSlots(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]string, haShards)
+	for sh := range out {
+		slot, err := cl.ClusterKeySlot(context.Background(), ixKey(sh)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range slots {
+			if int64(s.Start) <= slot && slot <= int64(s.End) && len(s.Nodes) > 0 {
+				out[sh] = s.Nodes[0].Addr
+			}
+		}
+	}
+	return out
+}
+
+func arrivalTimes(as []arrival) []string {
+	out := make([]string, len(as))
+	for i, a := range as {
+		out[i] = a.at.Format("15:04:05.000")
+	}
+	return out
+}
+
+// replays re-sends, every 100 ms, up to 20 messages of the stream that already arrived
+// (same id, record time, delay and payload, as an ingress replay would): the done
+// window must refuse every one, so any second arrival is a failure of it.
+type replays struct {
+	stop, done chan struct{}
+	mu         sync.Mutex
+	n          int
+	err        error
+}
+
+func startReplays(t *testing.T, c *haCluster, s *stream) *replays {
+	r := &replays{stop: make(chan struct{}), done: make(chan struct{})}
+	send := kafkaSender(c.writer)
+	go func() {
+		defer close(r.done)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		next := 0
+		for {
+			select {
+			case <-r.stop:
+				return
+			case <-tick.C:
+			}
+			got := c.target.snapshot()
+			var batch []sent
+			s.mu.Lock()
+			for ; next < len(got) && len(batch) < 20; next++ {
+				if m, ok := s.sent[got[next].headers["x-message-id"]]; ok {
+					batch = append(batch, m)
+				}
+			}
+			s.mu.Unlock()
+			if len(batch) == 0 {
+				continue
+			}
+			err := send(batch)
+			r.mu.Lock()
+			r.n += len(batch)
+			r.err = err
+			r.mu.Unlock()
+		}
+	}()
+	t.Cleanup(r.halt)
+	return r
+}
+
+func (r *replays) halt() {
+	select {
+	case <-r.stop:
+	default:
+		close(r.stop)
+	}
+	<-r.done
+}
+
+func (r *replays) finish() int {
+	r.halt()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n
+}
+
+// slowMoves moves three shards' slots one key at a time (100 ms apart) to another
+// master while the stream flows, so scripts meet a half-moved slot for seconds: shard 0
+// of layout 3 only, its index sub-hashes and done slices first; shards 1 and 2 with
+// layout 2 leftovers (a done ZSET and a cancelled HASH, as a store upgraded from layout 2
+// keeps for a done window), which are declared keys that exist, sub-hashes first for
+// shard 1 and last for shard 2.
+func slowMoves(t *testing.T, rc *testkit.RedisCluster, cc *redis.ClusterClient) []string {
+	t.Helper()
+	ctx := context.Background()
+	for _, sh := range []int{1, 2} {
+		base := fmt.Sprintf("delaybridge:{ha:%d}:", sh)
+		legacy := fmt.Sprintf("legacy-%d", sh)
+		if err := cc.ZAdd(ctx, base+"done", redis.Z{Score: float64(time.Now().UnixMilli()), Member: legacy}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := cc.HSet(ctx, base+"cancelled", legacy, "6:orders").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	undeclared := func(key string) bool { return strings.Contains(key, ":ix:") || strings.Contains(key, ":dn:") }
+	orders := []func(string) bool{undeclared, undeclared, func(k string) bool { return !undeclared(k) }}
+	owners := shardNodes(t, rc)
+	var out []string
+	for sh, first := range orders {
+		var from, to *testkit.Redis
+		for i, n := range rc.Nodes {
+			if n.Addr() == owners[sh] {
+				from, to = n, rc.Nodes[(i+1)%len(rc.Nodes)]
+			}
+		}
+		slot, err := cc.ClusterKeySlot(ctx, ixKey(sh)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		n, err := rc.MoveSlot(ctx, int(slot), from, to, 100*time.Millisecond, first)
+		if err != nil {
+			t.Errorf("moving shard %d (slot %d) from %s to %s: %v", sh, slot, from.Addr(), to.Addr(), err)
+		}
+		out = append(out, fmt.Sprintf("shard %d: %d keys %s->%s in %s", sh, n, from.Addr(), to.Addr(), time.Since(start).Round(time.Millisecond)))
+	}
+	return out
+}
