@@ -74,7 +74,8 @@ func releaseBuild(t *testing.T, want string) release {
 	version := "previous-" + commit[:12]
 	previousBuilds.Lock()
 	defer previousBuilds.Unlock()
-	old := release{name: "old", version: version, adapt: func(cfg string) string { return cfg }}
+	// scheduler.cold_horizon came with the cold tier (level 5), after previousRelease.
+	old := release{name: "old", version: version, adapt: func(cfg string) string { return strings.ReplaceAll(cfg, ", cold_horizon: 5s", "") }}
 	if bin, ok := previousBuilds.bins[commit]; ok {
 		old.bin = bin
 		return old
