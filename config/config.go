@@ -101,6 +101,11 @@ type SchedulerConfig struct {
 	// DoneWindow is how long fired/cancelled ids are remembered so a replayed ingress
 	// record is not parked again.
 	DoneWindow time.Duration `koanf:"done_window"`
+	// ColdHorizon: a message due at least this far ahead is parked in the store's cold
+	// tier (a list element per message instead of sorted-set members: ~0.45x the Redis
+	// bytes, about twice the Redis work per message); 0 parks every message in the
+	// sorted set. docs/ARCHITECTURE.md "Cold tier".
+	ColdHorizon time.Duration `koanf:"cold_horizon"`
 	// MaxClockOffset is how far this instance's clock may disagree with Redis's (TIME,
 	// measured at every ownership round) before it stops claiming messages.
 	MaxClockOffset time.Duration `koanf:"max_clock_offset"`
@@ -218,7 +223,7 @@ func Default() Config {
 			InflightLease: 30 * time.Second, LeaseTTL: 3 * time.Second, SafetyScan: time.Second,
 			MaxClockOffset:  500 * time.Millisecond,
 			ScheduleHorizon: time.Minute, ScheduleInterval: time.Second,
-			MaxInMemory: 100000, DoneWindow: 10 * time.Minute,
+			MaxInMemory: 100000, DoneWindow: 10 * time.Minute, ColdHorizon: 5 * time.Minute,
 		},
 		Limits:          LimitsConfig{MaxDelay: 8760 * time.Hour, MaxPayloadBytes: 1 << 20},
 		Retry:           RetryConfig{MaxAttempts: 10, Backoff: BackoffConfig{Initial: time.Second, Max: 5 * time.Minute}},

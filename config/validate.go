@@ -128,6 +128,9 @@ func (s SchedulerConfig) validate(p *problems) {
 	if s.DoneWindow < 0 {
 		p.add("scheduler.done_window", "must be >= 0, got %s", s.DoneWindow)
 	}
+	if s.ColdHorizon != 0 && s.ColdHorizon < time.Second {
+		p.add("scheduler.cold_horizon", "must be 0 (off) or at least 1s, got %s", s.ColdHorizon)
+	}
 	if s.ScheduleInterval < 10*time.Millisecond || s.ScheduleInterval > time.Minute {
 		p.add("scheduler.schedule_interval", "must be in [10ms, 1m], got %s", s.ScheduleInterval)
 	}

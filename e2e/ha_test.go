@@ -57,7 +57,10 @@ func startHAClusterOn(t *testing.T, redisAddrs []string, partitions int, leaseTT
 	return c
 }
 
-// config writes instance's bridge.yaml. The delay source is orders.delay in the
+// config writes instance's bridge.yaml. cold_horizon is 2s, so every message due 2 s
+// or more ahead goes through the store's cold tier (a bucket element, promoted by its
+// shard's owner a lead ahead of its bucket): the HA tests (kill -9, churn, Redis
+// Cluster resharding) exercise it as they do the rest. The delay source is orders.delay in the
 // cluster's consumer group unless sourceTopic/group say otherwise.
 func (c *haCluster) config(instance, sourceTopic, group, admin string) (string, string) {
 	c.t.Helper()
@@ -70,7 +73,7 @@ shards: %d
 instance: %s
 redis: { addrs: ["%s"] }
 kafka: { brokers: ["%s"], group_id: %s }
-scheduler: { lookahead: %s, lease_ttl: %s, safety_scan: 200ms }
+scheduler: { lookahead: %s, lease_ttl: %s, safety_scan: 200ms, cold_horizon: 2s }
 retry: { max_attempts: 5, backoff: { initial: 100ms, max: 500ms } }
 admin: { listen: "%s" }
 log: { level: info, format: text }

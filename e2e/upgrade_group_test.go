@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,14 @@ import (
 func (c *haCluster) startPrevious(instance, bin string) *bridgeProc {
 	c.t.Helper()
 	cfg, admin := c.config(instance, "orders.delay", c.group, "")
+	// The HA configuration has keys that release does not read (scheduler.cold_horizon).
+	raw, err := os.ReadFile(cfg)
+	if err == nil {
+		err = os.WriteFile(cfg, []byte(coldHorizonKey.ReplaceAllString(string(raw), "")), 0o600)
+	}
+	if err != nil {
+		c.t.Fatal(err)
+	}
 	p := startBridgeArgv(c.t, cfg, admin, []string{bin, "run", "-c", cfg})
 	c.procs[instance] = p
 	return p

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
@@ -52,7 +53,7 @@ instance: %s
 redis: { addrs: ["%s"] }
 kafka: { brokers: ["%s"], group_id: %s }
 amqp: { url: "%s", prefetch: 200 }
-scheduler: { lookahead: %s, lease_ttl: %s, safety_scan: 200ms }
+scheduler: { lookahead: %s, lease_ttl: %s, safety_scan: 200ms, cold_horizon: 5s }
 retry: { max_attempts: 5, backoff: { initial: 100ms, max: 500ms } }
 admin: { listen: "%s" }
 log: { level: info, format: text }
@@ -254,9 +255,13 @@ func (u *upgradeRig) run(old, next release, sc upgradeScenario) {
 			"the test no longer covers messages parked by the old release and fired by the new one", farLeft, sc.far, rolled)
 	}
 	time.Sleep(2 * time.Second) // the stream into the new release alone
+	coldSent := u.parkCold()
 	all := feed.finish(t)
 	nearCount := len(all)
 	for id, m := range farSent {
+		all[id] = m
+	}
+	for id, m := range coldSent {
 		all[id] = m
 	}
 	// Not fatal: on a timeout the ledger names what is missing.
@@ -281,7 +286,28 @@ func (u *upgradeRig) run(old, next release, sc upgradeScenario) {
 		"%d messages (%d far, %d stream): lost %d, early %d, %d duplicates (per kill %v); test took %s",
 		old.version, next.version, how, u.leaseTTL, rolled.Round(time.Millisecond), farLeft, sc.far, len(all), sc.far, nearCount,
 		lost, early, dups, perKill, time.Since(began).Round(time.Second))
-	t.Logf("lateness after due: %s; %s", latenessLine(all, got, "far-"), latenessLine(all, got, "near-"))
+	t.Logf("lateness after due: %s; %s; %s", latenessLine(all, got, "far-"), latenessLine(all, got, "near-"), latenessLine(all, got, "cold-"))
+}
+
+// parkCold sends, once only new bridges are members, 200 messages due 8-15 s ahead:
+// beyond the rig's cold_horizon (5s), so the new release parks them in the cold tier
+// (level 5), which the old one never saw; the ledger judges them with the rest.
+func (u *upgradeRig) parkCold() map[string]sent {
+	u.t.Helper()
+	time.Sleep(2 * u.leaseTTL) // the old bridges' heartbeats age out of the members
+	msgs := make([]sent, 0, 200)
+	for i := range 200 {
+		msgs = append(msgs, newSent("cold", i, 8*time.Second+time.Duration(i)*35*time.Millisecond))
+	}
+	out := u.produce(msgs)
+	rdb := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: u.redis})
+	defer rdb.Close()
+	// The premise, not a timing assertion: the new release used its cold tier.
+	waitUntil(u.t, "cold-tier buckets in Redis", 20*time.Second, func() bool {
+		keys, err := rdb.Keys(context.Background(), "*:cb:*").Result()
+		return err == nil && len(keys) > 0
+	})
+	return out
 }
 
 // parkFar sends the scenario's far-ahead messages (delays spread evenly over

@@ -11,9 +11,11 @@
 -- state the id is already in, as in park), so a replayed batch is neither counted nor
 -- copied to the dead-letter target again.
 -- hasRoute comes from routes.lua, cstart/cadd/cflush from counts.lua, ixstart/ixget/
--- doneOf from index.lua, which lua.go puts in front of this script.
+-- doneOf from index.lua, cofind from cold.lua, which lua.go puts in front of this
+-- script.
 cstart(KEYS[7])
 ixstart(KEYS[8], KEYS[9])
+costart(KEYS[1])
 local legacy = redis.call('EXISTS', KEYS[5]) == 1
 local fps = {}
 for i = 5, #ARGV, 4 do
@@ -37,6 +39,9 @@ for i = 2, #ARGV, 4 do
     elseif hasRoute(routes, route) then
       st = 'cancelled'
     end
+  end
+  if not st and cofind(states[n], id) then
+    st = 'pending' -- in the cold tier
   end
   if not st then
     if redis.call('ZSCORE', KEYS[1], id) then

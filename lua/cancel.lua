@@ -33,8 +33,10 @@
 --
 -- Cancelling an inflight message cannot recall a publish already under way; it only
 -- makes its ack or retry a no-op.
+-- A pending message in the cold tier (cold.lua) is found through its index entry; its
+-- element is emptied and the entry becomes the tombstone (or is deleted).
 -- hasRoute comes from routes.lua, cstart/cadd/cflush from counts.lua, the ix*/dn*
--- helpers from index.lua, which lua.go puts in front of this script.
+-- helpers from index.lua, co* from cold.lua, which lua.go puts in front of this script.
 local function entry(route)
   return string.format('%d:', #route) .. route
 end
@@ -43,7 +45,8 @@ local remember = ARGV[3] == '1'
 ixstart(KEYS[8], KEYS[9])
 local legacy = redis.call('EXISTS', KEYS[5]) == 1
 -- done: whether the id is remembered, and the routes of its cancels (nil: delivered).
-local done, doneRoutes = doneOf(ixget({ fp })[1])
+local state = ixget({ fp })[1]
+local done, doneRoutes = doneOf(state)
 if not done and legacy and redis.call('ZSCORE', KEYS[5], id) then
   done, doneRoutes = 1, redis.call('HGET', KEYS[6], id)
 end
@@ -111,6 +114,22 @@ if prior ~= '' then
   end
   finish(routes)
   return prior
+end
+costart(KEYS[1])
+local b, pos, due, cenv = cofind(state, id)
+if b then
+  if redis.sha1hex(cenv) ~= expected then
+    return 'stale'
+  end
+  codrop(b, pos)
+  cstart(KEYS[7])
+  caddc(routeOf(cenv), -1, b, pos)
+  cflush()
+  if not remember then
+    ixdel({ fp })
+  end
+  finish(entry(route))
+  return 'pending'
 end
 if expected ~= '' then
   return 'stale' -- the envelope the caller checked is gone

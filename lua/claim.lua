@@ -5,15 +5,24 @@
 -- KEYS[3] inflight  ZSET id -> lease deadline
 -- KEYS[4] owner     STRING "instance|token"
 -- KEYS[5] counts    HASH per-route counts (counts.lua, put in front by lua.go)
+-- KEYS[6] ix        HASH the id index's state (index.lua): promoted messages' entries
+--                   are deleted
+-- KEYS[7] the shard's slotguard (never written; slotguard.go): the cold tier's buckets
+--         are named in the script (cold.lua)
 -- ARGV[1] owner value "instance|token" the caller believes it holds
 -- ARGV[2] upTo: claim ids with due <= upTo (now + lookahead, unix ms)
 -- ARGV[3] lease deadline (unix ms): inflight score; recover re-fires after it
 -- ARGV[4] limit: at most this many ids
+-- ARGV[5] promotion lead (ms): first the cold tier's buckets that start at or before
+--         upTo + lead are promoted into due (cold.lua); -1: none is
+-- ARGV[6] promotion budget: at most this many cold elements per call
 -- Returns: error reply "FENCED ..." when the owner key is not ARGV[1] (lease lost or
 -- taken over: a stale owner must not claim), else a flat array
 --   { nextDue, dropped, id1, due1, env1, id2, due2, env2, ... }
 -- in due order. nextDue: due time of the earliest message still pending after this
--- claim, -1 if none. dropped: ids found in due without an envelope (corruption); they
+-- claim, in due or in the cold tier (there it may be earlier than the earliest left
+-- after a cancel: cold.lua), 0 (claim again at once) when the promotion budget ran
+-- out, -1 if none. dropped: ids found in due without an envelope (corruption); they
 -- are removed rather than left to wedge the head of the shard, and reported so the
 -- caller can count them. dueN is the ZSET score, which wins over the envelope's DueAt
 -- because reschedule changes only the score.
@@ -21,6 +30,15 @@ if redis.call('GET', KEYS[4]) ~= ARGV[1] then
   return redis.error_reply('FENCED shard lease is not held by ' .. ARGV[1])
 end
 cstart(KEYS[5])
+costart(KEYS[1])
+local lead = tonumber(ARGV[5] or '-1')
+local promoting = false
+if lead >= 0 then
+  ixstart(KEYS[6], '')
+  local _, _, more = copromote(KEYS[1], KEYS[2], tonumber(ARGV[2]) + lead, tonumber(ARGV[6]))
+  promoting = more
+  ixflush()
+end
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[2], 'WITHSCORES', 'LIMIT', 0, ARGV[4])
 local out = { -1, 0 }
 local n = 2
@@ -58,6 +76,14 @@ end
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if head[2] then
   out[1] = tonumber(head[2])
+end
+if promoting then
+  out[1] = 0
+elseif lead >= 0 then
+  local nb = conext()
+  if nb and (out[1] < 0 or nb < out[1]) then
+    out[1] = nb
+  end
 end
 out[2] = dropped
 cflush()

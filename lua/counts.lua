@@ -9,7 +9,10 @@
 -- counted that state's sorted set, in (score, member) order ("+" = all of it): a script
 -- changes a count only for a position the backfill has passed, and the backfill counts
 -- the rest, so no message is counted twice or missed however the two interleave. No
--- cursor at all = nothing counted yet.
+-- cursor at all = nothing counted yet. The cold tier (cold.lua) is counted first, by
+-- "~cur:cold" = "<bucket>:<position>" ("+" = all of it); a cold message promoted into
+-- due while the backfill runs moves from one cursor's side to the other's, and the
+-- promotion adjusts the count by the difference (cocounted, counted).
 --
 -- The route is read from the envelope (routeOf): version byte, flags, then for version
 -- 2 the route, for version 1 the id and then the route, each a uvarint length + bytes.
@@ -63,7 +66,13 @@ local function cstart(key)
     return
   end
   C.exact = false
-  local v = redis.call('HMGET', key, '~cur:pending', '~cur:inflight', '~cur:dead')
+  local v = redis.call('HMGET', key, '~cur:pending', '~cur:inflight', '~cur:dead', '~cur:cold')
+  if v[4] == '+' then
+    C.cur.cold = true
+  elseif v[4] then
+    local c = string.find(v[4], ':', 1, true)
+    C.cur.cold = { tonumber(string.sub(v[4], 1, c - 1)), tonumber(string.sub(v[4], c + 1)) }
+  end
   local states = { 'pending', 'inflight', 'dead' }
   for i = 1, 3 do
     local c = v[i]
@@ -116,6 +125,28 @@ local function cadd(state, route, delta, score, id)
   if not t then
     t = {}
     C.d[state] = t
+  end
+  t[route] = (t[route] or 0) + delta
+end
+
+-- cocounted: whether the cold message at position pos of bucket b is in the counts.
+local function cocounted(b, pos)
+  if C.exact or C.cur.cold == true then
+    return true
+  end
+  local c = C.cur.cold
+  return c ~= nil and (b < c[1] or (b == c[1] and pos < c[2]))
+end
+
+-- caddc is cadd for a cold message at position pos of bucket b (always state pending).
+local function caddc(route, delta, b, pos)
+  if not cocounted(b, pos) then
+    return
+  end
+  local t = C.d.pending
+  if not t then
+    t = {}
+    C.d.pending = t
   end
   t[route] = (t[route] or 0) + delta
 end

@@ -17,7 +17,8 @@
 -- "cancelled" have no envelope; an unknown id returns { "" }.
 -- A layout-2 done entry without a cancelled field reads "delivered" (also those written
 -- by bridges that recorded cancels in done without the cancelled hash).
--- ixstart/ixget/doneOf come from index.lua, which lua.go puts in front of this script.
+-- ixstart/ixget/doneOf come from index.lua, cofind from cold.lua (a pending message
+-- in the cold tier), which lua.go puts in front of this script.
 local id = ARGV[1]
 local states = { 'pending', 'inflight', 'dead' }
 for i = 1, 3 do
@@ -39,7 +40,13 @@ for i = 1, 3 do
   end
 end
 ixstart(KEYS[7], '')
-local t, routes = doneOf(ixget({ ARGV[2] })[1])
+local v = ixget({ ARGV[2] })[1]
+costart(KEYS[1])
+local b, _, due, env = cofind(v, id)
+if b then
+  return { 'pending', due, env }
+end
+local t, routes = doneOf(v)
 if t then
   if routes then
     return { 'cancelled', t }

@@ -16,7 +16,8 @@
 --                              call, the call's fps concatenated (12 bytes each)
 --
 -- A state (the value of an fp) is the integer time in unix seconds at which the id was
--- delivered, or "c<seconds>|<routes>" when it was cancelled, routes being the cancels'
+-- delivered, "p<bucket>:<position>" while it is a pending message in the cold tier
+-- (cold.lua), or "c<seconds>|<routes>" when it was cancelled, routes being the cancels'
 -- routes as "<length>:<route>" entries (routes.lua). Sub-hashes stay small (below the
 -- default hash-max-listpack-entries 128), so Redis keeps each as one listpack: about
 -- 20 bytes per entry instead of ~70 for a field of a big hash.
@@ -192,7 +193,7 @@ end
 -- doneOf reads a state: its time (unix ms, whole seconds), and its cancels' routes
 -- (nil when delivered).
 local function doneOf(v)
-  if not v then
+  if not v or string.sub(v, 1, 1) == 'p' then -- none, or a cold message's place (cold.lua)
     return nil, nil
   end
   if string.sub(v, 1, 1) == 'c' then

@@ -9,7 +9,8 @@
 //     the index sub-hashes and done slices of store layout 3 are many keys whose names
 //     depend on the data, so it builds them by appending to a key passed in KEYS (the
 //     shard's P:{C:n}:ix and P:{C:n}:dn), which keeps the hash tag and so the slot.
-//     Their callers also pass the shard's P:{C:n}:slotguard after the script's own
+//     cold.lua is the second: the cold tier's buckets P:{C:n}:cb:<b> are named after
+//     the shard's due key. Their callers also pass the shard's P:{C:n}:slotguard after the script's own
 //     KEYS, a key nothing writes, so Redis Cluster refuses the call while the slot
 //     migrates instead of the script meeting half-moved keys (scheduler/store/slotguard.go);
 //   - times are integer unix milliseconds passed in ARGV (never TIME), so tests can
@@ -36,6 +37,8 @@ var (
 	index string
 	//go:embed successor.lua
 	successor string
+	//go:embed cold.lua
+	cold string
 	//go:embed replace.lua
 	replace string
 	//go:embed park.lua
@@ -64,26 +67,38 @@ var (
 
 // The scripts that move messages, with their helpers in front.
 var (
-	Park           = routes + counts + index + park
-	Replace        = routes + counts + index + successor + replace
-	Bury           = routes + counts + index + bury
-	Cancel         = routes + counts + index + successor + cancel
-	Claim          = counts + claim
+	Park           = routes + counts + index + cold + park
+	Replace        = routes + counts + index + successor + cold + replace
+	Bury           = routes + counts + index + cold + bury
+	Cancel         = routes + counts + index + successor + cold + cancel
+	Claim          = counts + index + cold + claim
 	Ack            = counts + index + successor + ack
 	Retry          = counts + successor + retry
 	Recover        = counts + successor + recover
-	Reschedule     = counts + index + reschedule
+	Reschedule     = counts + index + cold + reschedule
 	PurgeDead      = counts + purgeDead
 	PurgeDeadIDs   = counts + purgeDeadIDs
-	CountsBackfill = counts + countsBackfill
+	CountsBackfill = counts + index + cold + countsBackfill
 )
 
 // IndexHelper is index.lua, the helper put in front of the scripts of layout 3's done
 // window: the only source that builds key names (tests look for others that do).
 var IndexHelper = index
 
+// ColdHelper is cold.lua, the helper of the cold tier (layout 3, level 5), which names
+// the shard's bucket keys after its due key (tests look for other sources that build
+// key names).
+var ColdHelper = cold
+
 // Get is get.lua with its helper in front.
-var Get = index + successor + get
+var Get = index + successor + cold + get
+
+//go:embed cold_read.lua
+var coldRead string
+
+// ColdRead is cold_read.lua (browse, counts and edges of the cold tier) with its
+// helpers in front.
+var ColdRead = counts + index + cold + coldRead
 
 // Script sources, named after their files.
 var (
@@ -152,6 +167,7 @@ func All() map[string]string {
 		"get":                Get,
 		"purge_dead":         PurgeDead,
 		"browse":             Browse,
+		"cold_read":          ColdRead,
 		"purge_dead_ids":     PurgeDeadIDs,
 		"counts_backfill":    CountsBackfill,
 		"job_claim":          JobClaim,

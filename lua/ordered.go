@@ -21,13 +21,14 @@ func wrap(helpers, body, tail string) string {
 var (
 	// OrderedPark: park's 9 keys, then ko, ki and one key per quintuple: its key's
 	// queue, or ko itself for a message without a key. Returns park's reply.
-	OrderedPark = wrap(routes+counts+index, park, `
+	OrderedPark = wrap(routes+counts+index+cold, park, `
 ostart(KEYS[10], KEYS[11], KEYS[1], KEYS[2])
+ARGV[2] = '-1' -- keyed messages never go to the cold tier (their key's queue holds them)
 local out = body()
 for j = 1, #out do
   local kz = KEYS[11 + j]
   if kz ~= KEYS[10] and out[j] == 'parked' then
-    local i = (j - 1) * 5 + 1
+    local i = (j - 1) * 5 + 3
     oadd(ARGV[i], tonumber(ARGV[i + 1]), kz)
   end
 end
@@ -88,7 +89,7 @@ return r
 `)
 	// OrderedCancel: cancel's 10 keys, then ko, ki. Returns cancel's reply; a cancelled
 	// head is replaced by the next of its key.
-	OrderedCancel = wrap(routes+counts+index+successor, cancel, `
+	OrderedCancel = wrap(routes+counts+index+successor+cold, cancel, `
 ostart(KEYS[11], KEYS[12], KEYS[1], KEYS[2])
 local pre = opre({ ARGV[1] })
 local r = body()
@@ -98,7 +99,7 @@ return r
 	// OrderedReschedule: reschedule's 8 keys, then ko, ki and the key queue of the
 	// message's key (ko when none). A message of an ordered key is not rescheduled:
 	// "ordered". A requeued dead letter of an ordered key joins its key's queue.
-	OrderedReschedule = wrap(counts+index, reschedule, `
+	OrderedReschedule = wrap(counts+index+cold, reschedule, `
 ostart(KEYS[9], KEYS[10], KEYS[1], KEYS[2])
 if redis.call('HEXISTS', KEYS[10], ARGV[1]) == 1 then
   return 'ordered'
@@ -117,11 +118,12 @@ return r
 	// recomputed: it may become or stop being the unclaimed head); a newly parked one
 	// (new, delivered, dead) joins its key; an in-flight one keeps its place (its
 	// successor takes it when acked: the key stays blocked until it is delivered).
-	OrderedReplace = routes + counts + index + successor + order + `
+	OrderedReplace = routes + counts + index + successor + cold + order + `
 ostart(KEYS[11], KEYS[12], KEYS[1], KEYS[2])
-local out, keep, argv = {}, {}, { ARGV[1] }
+-- New versions go to due, never to the cold tier (a keyed one joins its key's queue).
+local out, keep, argv = {}, {}, { ARGV[1], ARGV[2], '-1' }
 local j = 0
-for i = 2, #ARGV, 5 do
+for i = 4, #ARGV, 5 do
   local id = ARGV[i]
   j = j + 1
   local kz, m = oinfo(id)
@@ -147,7 +149,7 @@ local function body(ARGV)
 end
 local r = body(argv)
 for n, jj in ipairs(keep) do
-  local i = (n - 1) * 5 + 2
+  local i = (n - 1) * 5 + 4
   local id, d, kz = argv[i], tonumber(argv[i + 1]), KEYS[12 + jj]
   local res = r[n]
   out[jj] = res

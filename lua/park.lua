@@ -10,8 +10,13 @@
 -- KEYS[8] ix         HASH the id index's state (index.lua); its sub-hashes hold the
 --                    done window: fp -> delivered or cancelled state
 -- KEYS[9] dn         ZSET the done slices (index.lua)
--- ARGV    quintuples: id, due (integer unix ms), envelope bytes, route, fp (12 bytes of
---         SHA-256(id)); the caller bounds the batch (at most a few hundred: ZADD gets
+-- ARGV[1] now (integer unix ms)
+-- ARGV[2] the cold horizon (ms): a message due at least this far ahead (and not
+--         before the cold tier's watermark) is parked in the cold tier (cold.lua); -1
+--         parks every message in due (the cold tier is off, or the batch holds ordered
+--         messages)
+-- ARGV[3..] quintuples: id, due (integer unix ms), envelope bytes, route, fp (12 bytes
+--         of SHA-256(id)); the caller bounds the batch (at most a few hundred: ZADD gets
 --         them in one unpack).
 -- Returns an array with one string per quintuple: "parked", or why it was refused:
 -- the state the id is already in, "pending", "inflight", "dead", "delivered" or
@@ -27,24 +32,36 @@
 -- dead, so HSETNX on msg is the test for those three states (one call instead of three
 -- lookups). The done window is read with one HMGET per index sub-hash for the batch,
 -- and layout 2's done set only while it exists (one EXISTS per call).
+-- A message parked in the cold tier is an element of one RPUSH per bucket and one index
+-- entry; its id is looked for in msg first (HEXISTS), so an id in flight or dead is
+-- refused as before.
 -- hasRoute comes from routes.lua, cstart/cadd/cflush from counts.lua, ixstart/ixget/
--- doneOf from index.lua, which lua.go puts in front of this script.
+-- doneOf from index.lua, co* from cold.lua, which lua.go puts in front of this script.
 cstart(KEYS[7])
 ixstart(KEYS[8], KEYS[9])
+costart(KEYS[1])
+local now, horizon = tonumber(ARGV[1]), tonumber(ARGV[2])
+if not C.exact then
+  horizon = -1 -- the counts backfill walks due: nothing goes cold until it is done
+end
 local legacy = redis.call('EXISTS', KEYS[5]) == 1
 local fps = {}
-for i = 5, #ARGV, 5 do
+for i = 7, #ARGV, 5 do
   fps[#fps + 1] = ARGV[i]
 end
 local states = ixget(fps)
 local out = {}
 local zadd = {}
+local cold = {}
 local n = 0
-for i = 1, #ARGV, 5 do
+for i = 3, #ARGV, 5 do
   local id, route = ARGV[i], ARGV[i + 3]
   local st
   n = n + 1
   local t, routes = doneOf(states[n])
+  if cold[id] or cofind(states[n], id) then
+    t, st = nil, 'pending'
+  end
   if not t and legacy and redis.call('ZSCORE', KEYS[5], id) then
     t, routes = 1, redis.call('HGET', KEYS[6], id)
   end
@@ -54,6 +71,13 @@ for i = 1, #ARGV, 5 do
     elseif hasRoute(routes, route) then
       st = 'cancelled'
     end
+  end
+  if not st and not states[n] and cocold(ARGV[i + 1], now, horizon)
+      and redis.call('HEXISTS', KEYS[2], id) == 0 then
+    st = 'parked'
+    cold[id] = true
+    cadd('pending', route, 1, ARGV[i + 1], id)
+    coadd(id, ARGV[i + 1], ARGV[i + 2], ARGV[i + 4])
   end
   if not st then
     if redis.call('HSETNX', KEYS[2], id, ARGV[i + 2]) == 1 then
@@ -73,6 +97,11 @@ for i = 1, #ARGV, 5 do
 end
 if #zadd > 0 then
   redis.call('ZADD', KEYS[1], unpack(zadd))
+end
+local cfps, cmarks = coflush()
+if #cfps > 0 then
+  ixset(cfps, cmarks)
+  ixflush()
 end
 cflush()
 return out

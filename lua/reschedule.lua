@@ -17,6 +17,12 @@
 -- ARGV[5] optional with ARGV[4]: the score (due time or dead-letter time) the caller
 --         read the envelope at; if it changed since, nothing is done and "stale" is
 --         returned so the caller can read again instead of overwriting a newer envelope
+-- ARGV[6] now (integer unix ms)
+-- ARGV[7] the cold horizon (ms), as in park; -1: the message is put in due
+-- (ARGV[4] and ARGV[5] are "" when not given.)
+-- A pending message in the cold tier (cold.lua) is found through its index entry: its
+-- element is emptied and the message put where its new due time belongs (its bucket,
+-- or due).
 -- Returns the state the id was in: "pending" (due time changed), "dead" (moved to
 -- due), "inflight", "delivered", "cancelled" or "" (unchanged:
 -- a message being published or already gone cannot be rescheduled), or "stale".
@@ -24,6 +30,12 @@
 -- ixstart/ixget/doneOf come from index.lua, which lua.go puts in front of this script.
 local id = ARGV[1]
 local newEnv, readAt = ARGV[4], ARGV[5]
+if newEnv == '' then
+  newEnv = nil
+end
+if readAt == '' then
+  readAt = nil
+end
 local function route()
   return routeOf(newEnv or redis.call('HGET', KEYS[2], id))
 end
@@ -47,6 +59,30 @@ if dueAt then
   end
   return 'pending'
 end
+ixstart(KEYS[8], '')
+costart(KEYS[1])
+local state = ixget({ ARGV[3] })[1]
+local b, pos, cdue, cenv = cofind(state, id)
+if b then
+  if newEnv and readAt and tonumber(readAt) ~= cdue then
+    return 'stale'
+  end
+  local env = newEnv or cenv
+  codrop(b, pos)
+  cstart(KEYS[7])
+  caddc(routeOf(env), -1, b, pos)
+  if cocold(ARGV[2], tonumber(ARGV[6]), tonumber(ARGV[7])) then
+    ixset({ ARGV[3] }, { coput(id, ARGV[2], env, ARGV[3]) })
+  else
+    ixdel({ ARGV[3] })
+    redis.call('HSET', KEYS[2], id, env)
+    redis.call('ZADD', KEYS[1], ARGV[2], id)
+  end
+  cadd('pending', routeOf(env), 1, ARGV[2], id) -- (cold only once the counts are exact)
+  cflush()
+  ixflush()
+  return 'pending'
+end
 local deadAt = redis.call('ZSCORE', KEYS[4], id)
 if deadAt then
   if newEnv then
@@ -67,8 +103,7 @@ end
 if redis.call('ZSCORE', KEYS[3], id) then
   return 'inflight'
 end
-ixstart(KEYS[8], '')
-local t, routes = doneOf(ixget({ ARGV[3] })[1])
+local t, routes = doneOf(state)
 if t then
   if routes then
     return 'cancelled'

@@ -290,6 +290,14 @@ func (b *Bridge) ackInterval() time.Duration {
 	return 10 * time.Millisecond
 }
 
+// coldOptions maps scheduler.cold_horizon (0 = off) onto the store's cold tier.
+func coldOptions(horizon time.Duration) store.ColdOptions {
+	if horizon == 0 {
+		return store.ColdOptions{Horizon: -1}
+	}
+	return store.ColdOptions{Horizon: horizon}
+}
+
 // connectStore waits for Redis (logging while it is down, retrying with the clock's
 // Backoff) and opens the shard store. A wrong shard count is permanent and returned at
 // once; nil, nil means ctx ended first.
@@ -299,7 +307,7 @@ func (b *Bridge) connectStore(ctx context.Context) (storeapi.Store, error) {
 		shardStore, err := store.New(ctx, b.rdb, store.Options{
 			Prefix: b.cfg.Prefix, Cluster: b.cfg.Cluster, Shards: b.cfg.Shards,
 			DoneWindow: b.cfg.Scheduler.DoneWindow, MinReplicas: b.cfg.Redis.MinReplicas, Observer: b.obs, Clock: b.clk,
-			Logger: b.log, Ordered: b.cfg.OrderedRoutes(),
+			Logger: b.log, Ordered: b.cfg.OrderedRoutes(), Cold: coldOptions(b.cfg.Scheduler.ColdHorizon),
 		})
 		if err == nil {
 			return shardStore, nil

@@ -104,16 +104,22 @@ func parseScore(v string) (int64, error) {
 type candidate struct {
 	position
 	shard int
+	raw   string // the envelope, read with the position (the cold tier); "" = read it from msg
+	cold  bool
 }
 
 // browseRound reads up to per members after cur from every shard and returns the
 // merged candidates that are certainly in order (up to horizon), and whether any shard
-// may hold more after horizon.
+// may hold more after horizon. Pending messages come from two sources per shard, the
+// due set and the cold tier (cold.go), merged the same way.
 func (s *Store) browseRound(ctx context.Context, q BrowseQuery, cur position, per int) ([]candidate, position, bool, error) {
-	calls := make([]call, len(s.keys))
+	calls := make([]call, 0, 2*len(s.keys))
 	for sh := range s.keys {
-		calls[sh] = call{sc: s.browse, keys: []string{s.setKey(q.State, sh)},
-			args: []any{cur.score, cur.id, q.To, per}}
+		calls = append(calls, call{sc: s.browse, keys: []string{s.setKey(q.State, sh)},
+			args: []any{cur.score, cur.id, q.To, per}})
+		if q.State == StatePending {
+			calls = append(calls, s.coldPageCall(sh, cur, q.To, per))
+		}
 	}
 	cmds, err := s.evalPipelined(ctx, calls, false)
 	if err != nil {
@@ -121,22 +127,34 @@ func (s *Store) browseRound(ctx context.Context, q BrowseQuery, cur position, pe
 	}
 	var all []candidate
 	horizon, more := position{score: math.MaxInt64, id: "\xff"}, false
-	for sh, cmd := range cmds {
+	for ci, cmd := range cmds {
+		sh, cold := ci, false
+		if q.State == StatePending {
+			sh, cold = ci/2, ci%2 == 1
+		}
 		vals, err := cmd.Slice()
 		if err != nil {
 			return nil, position{}, false, fmt.Errorf("scheduler: browse shard %d: %w", sh, err)
 		}
+		step := 2
+		if cold {
+			step = 3
+		}
 		var lastOfShard position
-		for i := 0; i+1 < len(vals); i += 2 {
+		for i := 0; i+step-1 < len(vals); i += step {
 			id, _ := vals[i].(string)
 			score, err := parseScore(fmt.Sprint(vals[i+1]))
 			if err != nil {
 				return nil, position{}, false, fmt.Errorf("scheduler: browse shard %d: score %v: %w", sh, vals[i+1], err)
 			}
 			lastOfShard = position{score: score, id: id}
-			all = append(all, candidate{position: lastOfShard, shard: sh})
+			c := candidate{position: lastOfShard, shard: sh, cold: cold}
+			if cold {
+				c.raw, _ = vals[i+2].(string)
+			}
+			all = append(all, c)
 		}
-		if len(vals)/2 == per && lastOfShard.less(horizon) {
+		if len(vals)/step == per && lastOfShard.less(horizon) {
 			horizon, more = lastOfShard, true
 		}
 	}
@@ -206,7 +224,16 @@ func (s *Store) envelopesOf(ctx context.Context, cands []candidate) ([]*envelope
 	}
 	byShard := map[int][]int{}
 	for i, c := range cands {
+		if c.cold {
+			if e, err := envelope.Decode([]byte(c.raw), c.id); err == nil {
+				out[i] = e
+			}
+			continue
+		}
 		byShard[c.shard] = append(byShard[c.shard], i)
+	}
+	if len(byShard) == 0 {
+		return out, nil
 	}
 	pipe := s.rdb.Pipeline()
 	cmds := make(map[int]*redis.SliceCmd, len(byShard))

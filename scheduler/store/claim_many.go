@@ -25,8 +25,8 @@ func (s *Store) ClaimMany(ctx context.Context, reqs []storeapi.ClaimRequest) []s
 			out[i].Err = err
 			continue
 		}
-		calls = append(calls, call{sc: s.claim, keys: []string{k.due, k.msg, k.inflight, k.owner, k.counts},
-			args: []any{OwnerValue(r.Instance, r.Token), r.UpTo, r.LeaseDeadline, r.Limit}})
+		calls = append(calls, call{sc: s.claim, keys: claimKeys(k),
+			args: s.claimArgs(OwnerValue(r.Instance, r.Token), r.UpTo, r.LeaseDeadline, r.Limit)})
 		idx = append(idx, i)
 	}
 	cmds, err := s.evalPipelined(ctx, calls, false)

@@ -22,10 +22,26 @@ import (
 // recorded 3 does not know: replace's successors (the nx key, promoted only by this
 // release's ack, retry, recover). While a member records 3, a replace of an in-flight id
 // is refused as in compat mode, so no successor is left for an old ack to forget.
+//
+// 5 adds the cold tier (lua/cold.lua): pending messages due far ahead live in bucket
+// lists that only this release promotes and finds by id. While a member records less,
+// every message is parked in due as before (what is cold already is still served by
+// the instances of this release).
 const (
-	currentLayout = layoutV3
-	recordedLevel = 4
+	currentLayout   = layoutV3
+	recordedLevel   = 5
+	levelSuccessors = 4
+	levelCold       = 5
 )
+
+// coldHorizon is the park scripts' cold horizon argument (ms): -1 while the cold tier
+// is off (an older member, layout 2, or Options.Cold.Horizon < 0).
+func (s *Store) coldHorizon() int64 {
+	if s.opt.Cold.Horizon < 0 || !s.cold.Load() || s.writing() == layoutV2 {
+		return -1
+	}
+	return s.opt.Cold.Horizon.Milliseconds()
+}
 
 // WritingLayout is the store layout this store writes now: 3, or 2 while a member of an
 // older release is alive (compat mode).
@@ -49,16 +65,27 @@ func (s *Store) decideLayout(names []string, recorded map[string]string) {
 	if s.forced.Load() {
 		return
 	}
-	l, older := currentLayout, ""
-	succ := true
+	l, older, olderCold := currentLayout, "", ""
+	succ, cold := true, true
 	for _, name := range names {
 		v, err := strconv.Atoi(recorded[name])
 		if err != nil || v < layoutV3 {
-			l, older, succ = layoutV2, name, false
+			l, older, succ, cold = layoutV2, name, false, false
 			break
 		}
-		if v < recordedLevel {
+		if v < levelSuccessors {
 			succ, older = false, name
+		}
+		if v < levelCold {
+			cold, olderCold = false, name
+		}
+	}
+	if prev := s.cold.Swap(cold); prev != cold && s.opt.Logger != nil && l == currentLayout {
+		if cold {
+			s.opt.Logger.Info("store layout: cold tier on, every member records level 5")
+		} else {
+			s.opt.Logger.Info("store layout: cold tier off for new messages while an instance of an older release is a member",
+				"member", olderCold)
 		}
 	}
 	if prev := s.successors.Swap(succ); prev != succ && s.opt.Logger != nil && l == currentLayout {

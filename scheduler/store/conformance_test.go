@@ -10,6 +10,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/testkit"
 	"github.com/delaybridge/delay-bridge/internal/testkit/storetest"
 	"github.com/delaybridge/delay-bridge/scheduler/store"
@@ -25,9 +26,13 @@ func ctxFor(t *testing.T) context.Context {
 }
 
 // subject opens a Store on rdb with cfg, under a prefix and cluster name of its own.
-func subject(t *testing.T, rdb redis.UniversalClient, prefix, cluster string, cfg storetest.Config, elapse func(time.Duration)) storetest.Subject {
+func subject(t *testing.T, rdb redis.UniversalClient, prefix, cluster string, cfg storetest.Config, elapse func(time.Duration), cold ...store.ColdOptions) storetest.Subject {
 	t.Helper()
-	s, err := store.New(ctxFor(t), rdb, store.Options{Prefix: prefix, Cluster: cluster, Shards: cfg.Shards, DoneWindow: cfg.DoneWindow, Ordered: cfg.Ordered})
+	opt := store.Options{Prefix: prefix, Cluster: cluster, Shards: cfg.Shards, DoneWindow: cfg.DoneWindow, Ordered: cfg.Ordered}
+	if len(cold) > 0 {
+		opt.Cold, opt.Clock = cold[0], beforeT0{}
+	}
+	s, err := store.New(ctxFor(t), rdb, opt)
 	if err != nil {
 		t.Fatalf("store.New: %v", err)
 	}
@@ -50,6 +55,49 @@ func TestConformanceRedis(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, cfg storetest.Config) storetest.Subject {
 		r := testkit.StartRedis(t)
 		return subject(t, r.Client(), "delaybridge", "default", cfg, time.Sleep)
+	}, storetest.Options{})
+}
+
+// allCold parks every message due a millisecond or more ahead in the cold tier
+// (lua/cold.lua), so that the suite's cases run on it: by id, browse, counts, replace,
+// and promotion on claim. The suite's times are around its fixed t0 (2023): the store
+// reads its park time from a clock an hour before t0.
+var allCold = store.ColdOptions{Horizon: time.Millisecond}
+
+const suiteT0 = int64(1_700_000_000_000) // storetest's t0
+
+// beforeT0 is the real clock moved back to an hour before the suite's t0.
+type beforeT0 struct{ clock.Real }
+
+var sinceT0 = time.Since(time.UnixMilli(suiteT0 - 3_600_000))
+
+func (beforeT0) Now() time.Time { return time.Now().Add(-sinceT0) }
+
+// TestConformanceRedisCold: the suite with (nearly) every message in the cold tier.
+func TestConformanceRedisCold(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, cfg storetest.Config) storetest.Subject {
+		r := testkit.StartRedis(t)
+		return subject(t, r.Client(), "delaybridge", "default", cfg, time.Sleep, allCold)
+	}, storetest.Options{})
+}
+
+// TestConformanceRedisClusterCold: the suite on the cold tier of a real Redis Cluster,
+// whose bucket keys the scripts name (they must share the shard's slot).
+func TestConformanceRedisClusterCold(t *testing.T) {
+	cc := testkit.StartRedisCluster(t, 3).Client()
+	var n atomic.Int64
+	storetest.Run(t, func(t *testing.T, cfg storetest.Config) storetest.Subject {
+		return subject(t, cc, "delaybridge", fmt.Sprintf("cold%d", n.Add(1)), cfg, time.Sleep, allCold)
+	}, storetest.Options{})
+}
+
+// TestConformanceMiniredisCold: the suite on the cold tier of `bridge dev`'s server.
+func TestConformanceMiniredisCold(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, cfg storetest.Config) storetest.Subject {
+		m := miniredis.RunT(t)
+		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		t.Cleanup(func() { c.Close() })
+		return subject(t, c, "delaybridge", "default", cfg, m.FastForward, allCold)
 	}, storetest.Options{})
 }
 

@@ -92,7 +92,7 @@ func (s *Store) BackfillCounts(ctx context.Context, limit int) (exact bool, coun
 		if s.exact.shards[i].Load() {
 			continue
 		}
-		calls = append(calls, call{sc: countsBackfillScript, keys: []string{k.due, k.msg, k.inflight, k.dead, k.counts}, args: []any{limit}})
+		calls = append(calls, call{sc: countsBackfillScript, keys: withGuard(k, []string{k.due, k.msg, k.inflight, k.dead, k.counts}), args: []any{limit}})
 		shards = append(shards, i)
 	}
 	if len(calls) == 0 {

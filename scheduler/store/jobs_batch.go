@@ -301,6 +301,15 @@ func (s *Store) CountRange(ctx context.Context, st State, from, to int64) (int64
 	for _, c := range cmds {
 		n += c.Val()
 	}
+	if q.State == StatePending {
+		cold, err := s.coldCounts(ctx, q.From, q.To)
+		if err != nil {
+			return 0, err
+		}
+		for _, c := range cold {
+			n += c
+		}
+	}
 	return n, nil
 }
 
@@ -335,6 +344,15 @@ func (s *Store) EdgeScore(ctx context.Context, st State, from, to int64, highest
 			if !ok || (highest && v > best) || (!highest && v < best) {
 				best, ok = v, true
 			}
+		}
+	}
+	if q.State == StatePending {
+		v, found, err := s.coldEdge(ctx, q.From, q.To, highest)
+		if err != nil {
+			return 0, false, err
+		}
+		if found && (!ok || (highest && v > best) || (!highest && v < best)) {
+			best, ok = v, true
 		}
 	}
 	return best, ok, nil

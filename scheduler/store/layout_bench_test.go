@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
@@ -74,6 +75,12 @@ func BenchmarkStoreLayout(b *testing.B) {
 	fmt.Println(sb.String())
 }
 
+// fixedClock is a clock standing at ms (the bench's park time).
+type fixedClock int64
+
+func (f fixedClock) Now() time.Time                     { return time.UnixMilli(int64(f)) }
+func (fixedClock) NewTimer(d time.Duration) clock.Timer { return clock.Real{}.NewTimer(d) }
+
 func envInt(b *testing.B, name string, def int) int {
 	v := os.Getenv(name)
 	if v == "" {
@@ -86,8 +93,12 @@ func envInt(b *testing.B, name string, def int) int {
 	return n
 }
 
-// benchLayouts are the layouts BenchmarkStoreLayout compares.
-var benchLayouts = []int{layoutV2, layoutV3}
+// benchLayouts are the layouts BenchmarkStoreLayout compares: 2, 3 with every pending
+// message in due (the previous release), and 3 with the cold tier (level 5, this
+// release's default), reported as "v5".
+var benchLayouts = []int{layoutV2, layoutV3, benchCold}
+
+const benchCold = 5
 
 type layoutCost struct {
 	pendingBytes, doneBytes float64 // per message, per id
@@ -117,11 +128,15 @@ func measureLayout(b *testing.B, layout, n int) layoutCost {
 	ctx := context.Background()
 	r := testkit.StartRedis(b, "--appendonly", "no")
 	c := r.Client()
-	s, err := New(ctx, c, Options{Shards: shards, DoneWindow: time.Hour})
+	opt := Options{Shards: shards, DoneWindow: time.Hour, Clock: fixedClock(now), Cold: ColdOptions{Horizon: -1}}
+	if layout == benchCold {
+		opt.Cold = ColdOptions{} // the defaults: due 5 min or more ahead goes cold
+	}
+	s, err := New(ctx, c, opt)
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := s.forceLayout(layout); err != nil {
+	if err := s.forceLayout(min(layout, layoutV3)); err != nil {
 		b.Fatal(err)
 	}
 	body := make([]byte, payload)

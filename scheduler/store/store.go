@@ -57,6 +57,60 @@ type Options struct {
 	// Logger gets one info line whenever the store layout it writes changes (compat
 	// mode, compat.go); nil logs nothing.
 	Logger *slog.Logger
+	// Cold tunes the cold tier (lua/cold.lua): pending messages due far ahead kept as
+	// elements of per-bucket lists instead of sorted-set members.
+	Cold ColdOptions
+}
+
+// ColdOptions tune the cold tier. Zero values take the defaults.
+type ColdOptions struct {
+	// Horizon: a message due at least this far ahead is parked in the cold tier;
+	// default 5 minutes. Negative turns the cold tier off for new messages (what is
+	// cold is still promoted).
+	Horizon time.Duration
+	// Lead: a bucket is promoted into due when its start is this far ahead of a
+	// claim's horizon (now + lookahead); default 30 s.
+	Lead time.Duration
+	// Budget: at most this many cold elements promoted per claim call; default 2000.
+	Budget int
+}
+
+const (
+	defaultColdHorizon = 5 * time.Minute
+	defaultColdLead    = 30 * time.Second
+	defaultColdBudget  = 2000
+)
+
+// defaults fills in the zero values.
+func (o *Options) defaults() {
+	if o.Prefix == "" {
+		o.Prefix = defaultPrefix
+	}
+	if o.Cluster == "" {
+		o.Cluster = defaultCluster
+	}
+	if o.Shards == 0 {
+		o.Shards = defaultShards
+	}
+	if o.WaitTimeout <= 0 {
+		o.WaitTimeout = defaultWaitTime
+	}
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	o.Cold.defaults()
+}
+
+func (o *ColdOptions) defaults() {
+	if o.Horizon == 0 {
+		o.Horizon = defaultColdHorizon
+	}
+	if o.Lead <= 0 {
+		o.Lead = defaultColdLead
+	}
+	if o.Budget <= 0 {
+		o.Budget = defaultColdBudget
+	}
 }
 
 // shardKeys are the Redis keys of one shard. They share the hash tag {cluster:shard}, so
@@ -92,6 +146,9 @@ type script struct {
 //	                         index: the done window (dedup), fp = 12 bytes of SHA-256(id)
 //	P:{C:n}:dn        ZSET   "<start>:<width>" -> end: the done window's time slices
 //	P:{C:n}:dn:<s>:<w> LIST  the fps remembered in that slice, for trimming it
+//	P:{C:n}:cb        ZSET   the cold tier's buckets (b -> b); P:{C:n}:cb:<b> LIST the
+//	                         pending messages due in [b*W, (b+1)*W), W = 65.536 s;
+//	                         P:{C:n}:cw HASH wm, cur: how far promotion went (lua/cold.lua)
 //	P:{C:n}:slotguard never exists; declared by the scripts of the index (slotguard.go)
 //	P:{C:n}:done      ZSET   layout 2's done window: id -> time delivered or cancelled
 //	P:{C:n}:cancelled HASH   layout 2's cancel routes of its done ids; both are read
@@ -130,10 +187,13 @@ type Store struct {
 	// successors: every member records level 4 (compat.go), so a replace of an in-flight
 	// id may keep a successor; initially false until the members are read.
 	successors atomic.Bool
+	// cold: every member records level 5, which knows the cold tier (compat.go).
+	cold       atomic.Bool
 	v2, v3     byLayout
 	layoutsKey string
 
 	claim, retry, recover, purgeDead, browse *script
+	coldRead                                 *script // lua/cold_read.lua (cold.go)
 	replace                                  *script // replace.lua (store_replace.go)
 	// ord are the ordered routes; the ordered_* scripts wrap park (for a batch with
 	// ordering keys), ack, cancel and reschedule of layout 3 (order.go).
@@ -146,27 +206,13 @@ type Store struct {
 // New checks the recorded shard count (recording it on first start) and loads the
 // scripts. A different shard count than the one recorded is refused with ErrShardCount.
 func New(ctx context.Context, rdb redis.UniversalClient, opt Options) (*Store, error) {
-	if opt.Prefix == "" {
-		opt.Prefix = defaultPrefix
-	}
-	if opt.Cluster == "" {
-		opt.Cluster = defaultCluster
-	}
-	if opt.Shards == 0 {
-		opt.Shards = defaultShards
-	}
-	if opt.WaitTimeout <= 0 {
-		opt.WaitTimeout = defaultWaitTime
-	}
+	opt.defaults()
 	if opt.Shards < 1 || opt.Shards > 16384 {
 		return nil, fmt.Errorf("%w: shards must be between 1 and 16384, got %d", ErrInvalid, opt.Shards)
 	}
 	// A brace would end the hash tag early and scatter a shard's keys over slots.
 	if strings.ContainsAny(opt.Prefix, "{}") || strings.ContainsAny(opt.Cluster, "{}") {
 		return nil, fmt.Errorf("%w: prefix %q and cluster %q must not contain '{' or '}'", ErrInvalid, opt.Prefix, opt.Cluster)
-	}
-	if opt.Clock == nil {
-		opt.Clock = clock.Real{}
 	}
 	obs := opt.Observer
 	if obs == nil {
@@ -201,6 +247,7 @@ func New(ctx context.Context, rdb redis.UniversalClient, opt Options) (*Store, e
 	s.purgeDead = mk("purge_dead", lua.PurgeDead)
 	s.replace = mk("replace", lua.Replace)
 	s.browse = mk("browse", lua.Browse)
+	s.coldRead = mk("cold_read", lua.ColdRead)
 	s.leaseAcquire = mk("lease_acquire", lua.LeaseAcquire)
 	s.leaseRenew = mk("lease_renew", lua.LeaseRenew)
 	s.leaseRelease = mk("lease_release", lua.LeaseRelease)
@@ -227,7 +274,7 @@ func New(ctx context.Context, rdb redis.UniversalClient, opt Options) (*Store, e
 }
 
 func (s *Store) scripts() []*script {
-	return append(append([]*script{s.claim, s.retry, s.recover, s.purgeDead, s.replace, s.browse, s.leaseAcquire,
+	return append(append([]*script{s.claim, s.retry, s.recover, s.purgeDead, s.replace, s.browse, s.coldRead, s.leaseAcquire,
 		s.leaseRenew, s.leaseRelease, countsBackfillScript, s.oPark, s.oAck, s.oCancel, s.oReschedule, s.oReplace}, s.v2.all()...), s.v3.all()...)
 }
 

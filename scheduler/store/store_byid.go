@@ -259,6 +259,12 @@ func (s *Store) Envelopes(ctx context.Context, ids []string) ([]*envelope.Envelo
 	for i, g := range gets {
 		raw, err := g.Bytes()
 		if err != nil {
+			// Not in msg: a pending message in the cold tier is read by id (Get).
+			if errors.Is(err, redis.Nil) {
+				if st, _, e, gerr := s.Get(ctx, ids[i]); gerr == nil && st == StatePending && e != nil {
+					out[i] = e
+				}
+			}
 			continue
 		}
 		if e, err := envelope.Decode(raw, ids[i]); err == nil {

@@ -32,9 +32,19 @@ func (s *Store) Claim(ctx context.Context, shard int, instance string, token int
 	if limit <= 0 {
 		return nil, 0, fmt.Errorf("%w: claim limit %d", ErrInvalid, limit)
 	}
-	cmd := s.eval(ctx, s.claim, []string{k.due, k.msg, k.inflight, k.owner, k.counts},
-		OwnerValue(instance, token), upTo, leaseDeadline, limit)
+	cmd := s.eval(ctx, s.claim, claimKeys(k), s.claimArgs(OwnerValue(instance, token), upTo, leaseDeadline, limit)...)
 	return s.claimReply(ctx, cmd, shard, instance, token, upTo)
+}
+
+// claimKeys are claim.lua's keys: it promotes the cold tier's buckets (lua/cold.lua),
+// whose names it builds, so it declares the slot guard (slotguard.go).
+func claimKeys(k shardKeys) []string {
+	return withGuard(k, []string{k.due, k.msg, k.inflight, k.owner, k.counts, k.ix})
+}
+
+// claimArgs are claim.lua's arguments, the cold tier's promotion lead and budget last.
+func (s *Store) claimArgs(owner string, upTo, leaseDeadline int64, limit int) []any {
+	return []any{owner, upTo, leaseDeadline, limit, s.opt.Cold.Lead.Milliseconds(), s.opt.Cold.Budget}
 }
 
 // claimReply reads the reply of one claim call (Claim, ClaimMany).

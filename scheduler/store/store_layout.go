@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 
+	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/lua"
 	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
@@ -132,7 +133,10 @@ func (s *Store) rescheduleCall(sh int, id string, due int64, kz string, rest ...
 	}
 	k := s.keys[sh]
 	keys := append(s.idKeys(sh, l)[:8:8], k.ko, k.ki, kz)
-	return call{sc: s.oReschedule, keys: withGuard(k, keys), args: append([]any{id, due, fingerprint(id)}, rest...)}
+	args := []any{id, due, fingerprint(id), "", ""} // ARGV[4], [5] optional: "" = not given
+	copy(args[3:], rest)
+	args = append(args, clock.NowMs(s.opt.Clock), s.coldHorizon())
+	return call{sc: s.oReschedule, keys: withGuard(k, keys), args: args}
 }
 
 // parkKeys are the keys of park and bury on shard k in layout l.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 )
 
@@ -105,10 +106,20 @@ func (s *Store) ParkEach(ctx context.Context, envs []*envelope.Envelope) (prior 
 	var calls []call
 	var chunks [][]encoded
 	l := s.writing()
+	now, horizon := clock.NowMs(s.opt.Clock), s.coldHorizon()
 	for gi, g := range groups {
 		k := s.keys[shards[gi]]
 		for _, ch := range chunk(g) {
-			args := make([]any, 0, 5*len(ch))
+			args := make([]any, 0, 2+5*len(ch))
+			if l != layoutV2 {
+				h := horizon
+				if s.onOrdered(envs, ch) {
+					// Messages of order: key routes stay in due, keyed or not: a
+					// replace finds a route's stored ids in other shards by msg.
+					h = -1
+				}
+				args = append(args, now, h)
+			}
 			keys, queues := parkKeys(k, l), []string(nil)
 			for _, it := range ch {
 				e := envs[it.idx]

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
@@ -37,6 +38,7 @@ func (s *Store) ReplaceEach(ctx context.Context, envs []*envelope.Envelope) ([]s
 	if s.writing() == layoutV2 || !s.successors.Load() {
 		succ = 0 // compat mode, or a member of a release without successors (compat.go)
 	}
+	now, horizon := clock.NowMs(s.opt.Clock), s.coldHorizon()
 	groups, shards, err = s.refuseElsewhere(ctx, envs, groups, shards, res)
 	if err != nil {
 		return res, minDue, err
@@ -47,8 +49,8 @@ func (s *Store) ReplaceEach(ctx context.Context, envs []*envelope.Envelope) ([]s
 		k := s.keys[shards[gi]]
 		keys := []string{k.due, k.msg, k.inflight, k.dead, k.done, k.cancelled, k.counts, k.ix, k.dn, k.nx}
 		for _, ch := range chunk(g) {
-			args := make([]any, 0, 1+5*len(ch))
-			args = append(args, succ)
+			args := make([]any, 0, 3+5*len(ch))
+			args = append(args, succ, now, horizon)
 			sc, ks, ordered := s.replace, withGuard(k, keys), s.onOrdered(envs, ch)
 			if ordered {
 				// ordered_replace: the keys' queues after ko and ki, the guard last.

@@ -70,8 +70,8 @@ func TestStoreReplaceBesideLevel3Member(t *testing.T) {
 	if l := s.WritingLayout(); l != layoutV3 {
 		t.Fatalf("beside a level-3 member the store writes layout %d, want 3", l)
 	}
-	if got := c.HGet(ctx, s.layoutsKey, "new").Val(); got != "4" {
-		t.Fatalf("this release records level %q, want 4", got)
+	if got := c.HGet(ctx, s.layoutsKey, "new").Val(); got != "5" {
+		t.Fatalf("this release records level %q, want 5", got)
 	}
 	mustPark(t, s, env("a", t0), env("b", t0))
 	tok := mustLease(t, s, 0, "i1")

@@ -110,6 +110,7 @@ func (s *Store) ShardStats(ctx context.Context) ([]ShardStat, error) {
 		due, inflight, dead *redis.IntCmd
 		head                *redis.ZSliceCmd
 		owner               *redis.StringCmd
+		cold                coldStat
 	}
 	pipe := s.rdb.Pipeline()
 	cs := make([]cmds, len(s.keys))
@@ -117,6 +118,7 @@ func (s *Store) ShardStats(ctx context.Context) ([]ShardStat, error) {
 		cs[i] = cmds{
 			due: pipe.ZCard(ctx, k.due), inflight: pipe.ZCard(ctx, k.inflight), dead: pipe.ZCard(ctx, k.dead),
 			head: pipe.ZRangeWithScores(ctx, k.due, 0, 0), owner: pipe.Get(ctx, k.owner),
+			cold: s.coldStatCmds(ctx, pipe, k),
 		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
@@ -128,6 +130,7 @@ func (s *Store) ShardStats(ctx context.Context) ([]ShardStat, error) {
 		if h := c.head.Val(); len(h) > 0 {
 			st.NextDue = int64(h[0].Score)
 		}
+		c.cold.add(&st)
 		st.Owner, st.Token = parseOwner(c.owner.Val())
 		out[i] = st
 	}

@@ -1,0 +1,270 @@
+-- cold: the cold tier of store layout 3 (level 5), put in front of the scripts that
+-- park, find, move or promote pending messages by lua.go. docs/ARCHITECTURE.md "Cold
+-- tier" gives the reasons and the figures.
+--
+-- A pending message due at least the cold horizon ahead is not a member of the shard's
+-- `due` sorted set and a field of its `msg` hash (~205 bytes of structure); it is one
+-- element of a LIST per due-time bucket, and its id's entry in the id index (index.lua)
+-- says where: "p<bucket>:<position>". Ahead of the bucket's start the shard's owner
+-- promotes the bucket (claim.lua): its elements become ordinary pending messages in
+-- `due` and `msg`, so claim, ack, retry, recover and per-key order never see the cold
+-- tier.
+--
+-- Keys (shard n, prefix P; built from the shard's `due` key, KEYS[1] of every script
+-- that uses them, so they carry its hash tag {C:n}; the callers declare the shard's
+-- P:{C:n}:slotguard, as for the index):
+--   P:{C:n}:cb         ZSET  bucket number b -> the earliest due time parked in it (a
+--                            cancel does not raise it: it may be earlier than the
+--                            earliest left): the buckets that exist
+--   P:{C:n}:cb:<b>     LIST  the messages due in [b*W, (b+1)*W), in arrival order;
+--                            an element is fp uvarint(#id) id uvarint(due - b*W)
+--                            envelope (fp: the id's 12-byte fingerprint, index.lua),
+--                            or "" once cancelled, rescheduled or replaced
+--   P:{C:n}:cw         HASH  wm: no message due before wm is parked cold (the buckets
+--                            below it are promoted or being promoted); cur:
+--                            "<b>:<position>" how far the promotion of bucket b read;
+--                            n: the messages in the cold tier; x<b>: the emptied
+--                            elements of bucket b (so LLEN - x<b> are live)
+--
+-- Elements are never removed from a bucket before the whole bucket is promoted, so a
+-- position stays valid as long as the bucket exists. A cold message has exactly one
+-- index entry, written when it is parked and deleted when it is promoted, cancelled,
+-- rescheduled or replaced. Two ids whose fingerprints collide cannot both be cold: the
+-- second is parked as an ordinary pending message (cofind compares the full id).
+local CO = { base = nil, wm = nil }
+local CO_W = 65536 -- bucket width in ms (2^16: about 65.5 s)
+
+local function costart(dueKey)
+  CO.base, CO.wm = string.sub(dueKey, 1, #dueKey - 3), nil
+end
+
+local function cobkey(b)
+  return CO.base .. 'cb:' .. string.format('%d', b)
+end
+
+local function couv(n)
+  local out = {}
+  while n >= 128 do
+    out[#out + 1] = string.char(n % 128 + 128)
+    n = math.floor(n / 128)
+  end
+  out[#out + 1] = string.char(n)
+  return table.concat(out)
+end
+
+local function couvread(s, pos)
+  local v, mul = 0, 1
+  while true do
+    local c = string.byte(s, pos)
+    if not c then
+      return nil, pos
+    end
+    pos = pos + 1
+    if c < 128 then
+      return v + c * mul, pos
+    end
+    v, mul = v + (c - 128) * mul, mul * 128
+  end
+end
+
+-- coparse reads an element of bucket b: id, due (unix ms), envelope, fp; nil for "".
+local function coparse(el, b)
+  if not el or el == '' then
+    return nil
+  end
+  local n, pos = couvread(el, 13)
+  if not n then
+    return nil
+  end
+  local id = string.sub(el, pos, pos + n - 1)
+  local off, pos2 = couvread(el, pos + n)
+  if not off then
+    return nil
+  end
+  return id, b * CO_W + off, string.sub(el, pos2), string.sub(el, 1, 12)
+end
+
+-- comark reads an index state: the bucket and position of a cold message, or nil.
+local function comark(v)
+  if not v or string.sub(v, 1, 1) ~= 'p' then
+    return nil
+  end
+  local c = string.find(v, ':', 2, true)
+  return tonumber(string.sub(v, 2, c - 1)), tonumber(string.sub(v, c + 1))
+end
+
+-- cofind: where id is cold, given its index state v: bucket, position, due, envelope;
+-- nil when v is no cold state or a stale one.
+local function cofind(v, id)
+  local b, pos = comark(v)
+  if not b then
+    return nil
+  end
+  local got, due, env = coparse(redis.call('LINDEX', cobkey(b), pos), b)
+  if got ~= id then
+    return nil
+  end
+  return b, pos, due, env
+end
+
+local function cowm()
+  if not CO.wm then
+    CO.wm = tonumber(redis.call('HGET', CO.base .. 'cw', 'wm')) or 0
+  end
+  return CO.wm
+end
+
+-- cocold: whether a message due at due goes to the cold tier; horizon is the cold
+-- horizon in ms (negative: the cold tier is off for this call), now unix ms.
+local function cocold(due, now, horizon)
+  if horizon < 0 or (C ~= nil and not C.exact) then
+    return false -- off; or the counts backfill runs (counts.lua): nothing new goes cold
+  end
+  due = tonumber(due)
+  return due >= now + horizon and due >= cowm()
+end
+
+-- coadd queues a message for its bucket; coflush appends the queued messages, one
+-- RPUSH per bucket, and returns their fps and index states (the caller writes them).
+local COQ = { order = {}, by = {}, n = 0 }
+
+local function coadd(id, due, env, fp)
+  due = tonumber(due)
+  local b = math.floor(due / CO_W)
+  -- keyed by string: gopher-lua (bridge dev's server) grows a table's array part up
+  -- to a large integer key
+  local g = COQ.by['b' .. b]
+  if not g then
+    g = { b = b, els = {}, fps = {}, min = due }
+    COQ.by['b' .. b] = g
+    COQ.order[#COQ.order + 1] = g
+  end
+  g.els[#g.els + 1] = fp .. couv(#id) .. id .. couv(due - b * CO_W) .. env
+  g.fps[#g.fps + 1] = fp
+  if due < g.min then
+    g.min = due
+  end
+  COQ.n = COQ.n + 1
+end
+
+local function coflush()
+  local fps, marks = {}, {}
+  local cb = CO.base .. 'cb'
+  for _, g in ipairs(COQ.order) do
+    local member = string.format('%d', g.b)
+    local first = redis.call('RPUSH', cobkey(g.b), unpack(g.els)) - #g.els
+    local cur = first > 0 and tonumber(redis.call('ZSCORE', cb, member))
+    if not cur or g.min < cur then
+      redis.call('ZADD', cb, g.min, member)
+    end
+    for i = 1, #g.fps do
+      fps[#fps + 1] = g.fps[i]
+      marks[#fps] = 'p' .. member .. ':' .. string.format('%d', first + i - 1)
+    end
+  end
+  if COQ.n > 0 then
+    redis.call('HINCRBY', CO.base .. 'cw', 'n', COQ.n)
+  end
+  COQ = { order = {}, by = {}, n = 0 }
+  return fps, marks
+end
+
+-- coput appends one message to its bucket and returns its index state.
+local function coput(id, due, env, fp)
+  coadd(id, due, env, fp)
+  local _, marks = coflush()
+  return marks[1]
+end
+
+-- codrop empties a cold message's element (the bucket keeps its length).
+local function codrop(b, pos)
+  redis.call('LSET', cobkey(b), pos, '')
+  redis.call('HINCRBY', CO.base .. 'cw', 'n', -1)
+  redis.call('HINCRBY', CO.base .. 'cw', 'x' .. string.format('%d', b), 1)
+end
+
+-- conext: the earliest due time in the cold tier (or earlier: see cb), nil if none.
+local function conext()
+  local h = redis.call('ZRANGE', CO.base .. 'cb', 0, 0, 'WITHSCORES')
+  if #h == 0 then
+    return nil
+  end
+  return tonumber(h[2])
+end
+
+-- copromote moves the elements of the buckets starting at or before upTo (unix ms)
+-- into due and msg, at most budget elements, and deletes their index entries (the
+-- caller has run ixstart and cstart, and runs ixflush and cflush); returns how many it moved, how many it
+-- dropped because the id was pending already (a rollback to a release without the cold
+-- tier parked it again), and whether it stopped on its budget.
+local function copromote(dueKey, msgKey, upTo, budget)
+  local moved, dup = 0, 0
+  local cw = CO.base .. 'cw'
+  while budget > 0 do
+    local h = redis.call('ZRANGE', CO.base .. 'cb', 0, 0)
+    if #h == 0 or tonumber(h[1]) * CO_W > upTo then
+      return moved, dup, false
+    end
+    local b = tonumber(h[1])
+    local key = cobkey(b)
+    if cowm() < (b + 1) * CO_W then
+      CO.wm = (b + 1) * CO_W
+      redis.call('HSET', cw, 'wm', string.format('%d', CO.wm))
+    end
+    local from = 0
+    local cur = redis.call('HGET', cw, 'cur')
+    if cur then
+      local c = string.find(cur, ':', 1, true)
+      if tonumber(string.sub(cur, 1, c - 1)) == b then
+        from = tonumber(string.sub(cur, c + 1))
+      end
+    end
+    local els = redis.call('LRANGE', key, from, from + math.min(budget, 500) - 1)
+    local zadd, fps, marks = {}, {}, {}
+    for i = 1, #els do
+      local id, due, env, fp = coparse(els[i], b)
+      if id then
+        fps[#fps + 1] = fp
+        marks[#fps] = 'p' .. h[1] .. ':' .. string.format('%d', from + i - 1)
+        local p = from + i - 1
+        if redis.call('HSETNX', msgKey, id, env) == 1 then
+          zadd[#zadd + 1] = due
+          zadd[#zadd + 1] = id
+          moved = moved + 1
+          if not C.exact and cocounted(b, p) ~= counted('pending', due, id) then
+            -- the backfill runs: the message crossed from one cursor's side to the other's
+            local d = C.d.pending or {}
+            C.d.pending = d
+            d[routeOf(env)] = (d[routeOf(env)] or 0) + (cocounted(b, p) and -1 or 1)
+          end
+        else
+          dup = dup + 1 -- its copy in msg stays; this one leaves the route's count
+          caddc(routeOf(env), -1, b, p)
+        end
+      end
+    end
+    if #zadd > 0 then
+      redis.call('ZADD', dueKey, unpack(zadd))
+    end
+    if #fps > 0 then
+      redis.call('HINCRBY', cw, 'n', -#fps)
+    end
+    -- Only entries that still point here: a colliding id's state stays.
+    local st, del = ixget(fps), {}
+    for i = 1, #fps do
+      if st[i] == marks[i] then
+        del[#del + 1] = fps[i]
+      end
+    end
+    ixdel(del)
+    budget = budget - math.max(#els, 1)
+    if #els == 0 then
+      redis.call('DEL', key)
+      redis.call('ZREM', CO.base .. 'cb', h[1])
+      redis.call('HDEL', cw, 'cur', 'x' .. h[1])
+    else
+      redis.call('HSET', cw, 'cur', h[1] .. ':' .. string.format('%d', from + #els))
+    end
+  end
+  return moved, dup, true
+end
