@@ -157,8 +157,8 @@ func renderMarkdown(r *Results) string {
 		for _, p := range x.Points {
 			t.row(fmt.Sprint(p.Pending), mib(p.RedisUsed), fmt.Sprintf("%.0f", p.BytesPerMsg), fmt.Sprintf("%.0f", p.BeyondPayload), mib(p.BridgeRSS))
 		}
-		fmt.Fprintf(&b, "\nParked through the product's Store.Park (park.lua, 4 callers × 1000 per call): %.0f msgs/s. Bridge RSS change 0 → %d pending: %+.1f %%. MEMORY USAGE of one shard: %.0f B per `msg` hash entry, %.0f B per `due` zset entry.\n\n",
-			x.ParkRate, x.N, 100*x.RSSChange, x.HashBytesPer, x.ZsetBytesPer)
+		fmt.Fprintf(&b, "\nParked through the product's Store.Park (park.lua, 4 callers × 1000 per call): %.0f msgs/s. Bridge RSS change 0 → %d pending: %+.1f %%. MEMORY USAGE of one shard: %.0f B per `msg` hash entry, %.0f B per `due` zset entry; %.0f %% of its messages in the cold tier at %.0f B per bucket element (envelope included; the id index entry is apart).\n\n",
+			x.ParkRate, x.N, 100*x.RSSChange, x.HashBytesPer, x.ZsetBytesPer, 100*x.ColdShare, x.ColdBytesPer)
 		t = newTable(&b, "short delays", "offered/s", "arrived", "p50 ms", "p99 ms", "p999 ms", "max ms", "early", "p99 vs no pending")
 		s := x.Short
 		t.row(s.Label, rate(s.Offered), fmt.Sprintf("%d/%d", s.Arrived, s.Produced.Sent), ms(s.Lat.P50), ms(s.Lat.P99), ms(s.Lat.P999), ms(s.Lat.Max), fmt.Sprint(s.Lat.Early), ratio(x.ShortP99Factor))

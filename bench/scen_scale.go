@@ -34,6 +34,8 @@ type ScaleResult struct {
 	RSSUnderLoad   int64        `json:"bridge_rss_short_flow_bytes"` // after the short-delay flow
 	HashBytesPer   float64      `json:"msg_hash_bytes_per_entry"`
 	ZsetBytesPer   float64      `json:"due_zset_bytes_per_entry"`
+	ColdBytesPer   float64      `json:"cold_bucket_bytes_per_element"` // MEMORY USAGE of shard 0's cold buckets / elements
+	ColdShare      float64      `json:"cold_share"`                    // shard 0's messages in its cold tier / pending there
 	Short          ProbeResult  `json:"short_delay_while_pending"`
 	ShortSameRate  *ProbeResult `json:"short_delay_reference,omitempty"` // steady step at the same rate, if it ran
 	ShortP99Factor float64      `json:"short_p99_vs_reference"`
@@ -146,6 +148,7 @@ func runScale(e *env) error {
 	if hn > 0 && zn > 0 {
 		r.HashBytesPer, r.ZsetBytesPer = float64(hb)/float64(hn), float64(zb)/float64(zn)
 	}
+	r.ColdBytesPer, r.ColdShare = coldUsage(e, zn)
 
 	// Short delays while N are pending.
 	rate := pick(e, 10000.0, 1000.0)
@@ -227,4 +230,22 @@ func count(n int) string {
 		return strconv.FormatFloat(float64(n)/1e3, 'f', -1, 64) + "k"
 	}
 	return strconv.Itoa(n)
+}
+
+// coldUsage is MEMORY USAGE per element of shard 0's cold-tier buckets (the store's
+// cold tier, docs/ARCHITECTURE.md) and the share of that shard's pending messages in
+// them (due holds the rest).
+func coldUsage(e *env, due int64) (perElement, share float64) {
+	buckets, _ := e.redis.rdb.ZRange(e.ctx, "delaybridge:{scale:0}:cb", 0, -1).Result()
+	var bytes, n int64
+	for _, b := range buckets {
+		key := "delaybridge:{scale:0}:cb:" + b
+		u, _ := e.redis.rdb.MemoryUsage(e.ctx, key, 0).Result()
+		l, _ := e.redis.rdb.LLen(e.ctx, key).Result()
+		bytes, n = bytes+u, n+l
+	}
+	if n == 0 {
+		return 0, 0
+	}
+	return float64(bytes) / float64(n), float64(n) / float64(n+due)
 }

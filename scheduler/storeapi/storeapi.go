@@ -182,7 +182,10 @@ type Delivery interface {
 	// in flight with the lease deadline leaseDeadline, and returns them in (due, id)
 	// order, each with FireAt set to the later of its due score and its envelope's
 	// DueAt (a retry's score is later, a recovered message's may be earlier), Attempt
-	// as stored. nextDue is the earliest due time left pending, -1 if none. Refused
+	// as stored. nextDue is when to claim next: the earliest due time left pending, or
+	// an earlier time when the store has work to do first (the Redis store answers the
+	// earliest due time its cold tier may hold, and 0 while it is promoting a bucket:
+	// "at once"); -1 if nothing is pending. Refused
 	// with ErrFenced unless instance holds the shard's lease with token; limit ≤ 0 or a
 	// shard out of range: ErrInvalid.
 	//

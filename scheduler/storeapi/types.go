@@ -152,7 +152,7 @@ type ShardStat struct {
 	Pending  int64
 	Inflight int64
 	Dead     int64
-	NextDue  int64  // earliest pending due time, -1 if none
+	NextDue  int64  // earliest pending due time (or earlier: a cold bucket's after a cancel), -1 if none
 	Owner    string // instance holding the lease (InstanceOf its holder), "" if none
 	Token    int64  // its fencing token
 }
