@@ -16,7 +16,7 @@
 --                              call, the call's fps concatenated (12 bytes each)
 --
 -- A state (the value of an fp) is the integer time in unix seconds at which the id was
--- delivered, "p<bucket>:<position>" while it is a pending message in the cold tier
+-- delivered, "p<bucket>:<position>" (base 36) while it is a pending message in the cold tier
 -- (cold.lua), or "c<seconds>|<routes>" when it was cancelled, routes being the cancels'
 -- routes as "<length>:<route>" entries (routes.lua). Sub-hashes stay small (below the
 -- default hash-max-listpack-entries 128), so Redis keeps each as one listpack: about
