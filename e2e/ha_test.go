@@ -59,8 +59,10 @@ func startHAClusterOn(t *testing.T, redisAddrs []string, partitions int, leaseTT
 
 // config writes instance's bridge.yaml. cold_horizon is 2s, so every message due 2 s
 // or more ahead goes through the store's cold tier (a bucket element, promoted by its
-// shard's owner a lead ahead of its bucket): the HA tests (kill -9, churn, Redis
-// Cluster resharding) exercise it as they do the rest. The delay source is orders.delay in the
+// shard's owner a lead ahead of its bucket): the HA tests whose streams reach 2.5-3 s
+// delays (failover after kill -9, chaos, rebalance) and the resharding test (its
+// stream and its messages 40 s ahead) send part of their messages through it; the
+// churn tests' delays (0.2-2 s) stay below it. The delay source is orders.delay in the
 // cluster's consumer group unless sourceTopic/group say otherwise.
 func (c *haCluster) config(instance, sourceTopic, group, admin string) (string, string) {
 	c.t.Helper()
