@@ -34,10 +34,8 @@ costart(KEYS[1])
 local lead = tonumber(ARGV[5] or '-1')
 local promoting = false
 if lead >= 0 then
-  ixstart(KEYS[6], '')
-  local _, _, more = copromote(KEYS[1], KEYS[2], tonumber(ARGV[2]) + lead, tonumber(ARGV[6]))
+  local _, _, more = copromote(KEYS[1], KEYS[2], KEYS[6], tonumber(ARGV[2]) + lead, tonumber(ARGV[6]))
   promoting = more
-  ixflush()
 end
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[2], 'WITHSCORES', 'LIMIT', 0, ARGV[4])
 local out = { -1, 0 }

@@ -1,6 +1,7 @@
 -- cold: the cold tier of store layout 3 (level 5), put in front of the scripts that
 -- park, find, move or promote pending messages by lua.go. docs/ARCHITECTURE.md "Cold
--- tier" gives the reasons and the figures.
+-- tier" gives the reasons and the figures. counts.lua and index.lua come in front of
+-- it (uvarint, routeOf, the counts and the index helpers).
 --
 -- A pending message due at least the cold horizon ahead is not a member of the shard's
 -- `due` sorted set and a field of its `msg` hash (~205 bytes of structure); it is one
@@ -52,32 +53,17 @@ local function couv(n)
   return table.concat(out)
 end
 
-local function couvread(s, pos)
-  local v, mul = 0, 1
-  while true do
-    local c = string.byte(s, pos)
-    if not c then
-      return nil, pos
-    end
-    pos = pos + 1
-    if c < 128 then
-      return v + c * mul, pos
-    end
-    v, mul = v + (c - 128) * mul, mul * 128
-  end
-end
-
 -- coparse reads an element of bucket b: id, due (unix ms), envelope, fp; nil for "".
 local function coparse(el, b)
   if not el or el == '' then
     return nil
   end
-  local n, pos = couvread(el, 13)
+  local n, pos = uvarint(el, 13)
   if not n then
     return nil
   end
   local id = string.sub(el, pos, pos + n - 1)
-  local off, pos2 = couvread(el, pos + n)
+  local off, pos2 = uvarint(el, pos + n)
   if not off then
     return nil
   end
@@ -138,7 +124,7 @@ end
 -- cocold: whether a message due at due goes to the cold tier; horizon is the cold
 -- horizon in ms (negative: the cold tier is off for this call), now unix ms.
 local function cocold(due, now, horizon)
-  if horizon < 0 or (C ~= nil and not C.exact) then
+  if horizon < 0 or not C.exact then
     return false -- off; or the counts backfill runs (counts.lua): nothing new goes cold
   end
   due = tonumber(due)
@@ -215,19 +201,27 @@ end
 
 -- copromote moves the elements of the buckets starting at or before upTo (unix ms)
 -- into due and msg, at most budget elements, and deletes their index entries (the
--- caller has run ixstart and cstart, and runs ixflush and cflush); returns how many it moved, how many it
+-- caller has run cstart and runs cflush; the index is read only once a bucket is due
+-- for promotion: ixKey is the shard's P:{C:n}:ix); returns how many it moved, how many it
 -- dropped because the id was pending already (a rollback to a release without the cold
 -- tier parked it again), and whether it stopped on its budget.
-local function copromote(dueKey, msgKey, upTo, budget)
-  local moved, dup = 0, 0
+local function copromote(dueKey, msgKey, ixKey, upTo, budget)
+  local moved, dup, ix = 0, 0, false
   local cw = CO.base .. 'cw'
   while budget > 0 do
     local h = redis.call('ZRANGE', CO.base .. 'cb', 0, 0)
     if #h == 0 or tonumber(h[1]) * CO_W > upTo then
+      if ix then
+        ixflush()
+      end
       return moved, dup, false
     end
     local b = tonumber(h[1])
     local key = cobkey(b)
+    if not ix then
+      ixstart(ixKey, '')
+      ix = true
+    end
     if cowm() < (b + 1) * CO_W then
       CO.wm = (b + 1) * CO_W
       redis.call('HSET', cw, 'wm', string.format('%d', CO.wm))
@@ -287,5 +281,6 @@ local function copromote(dueKey, msgKey, upTo, budget)
       redis.call('HSET', cw, 'cur', h[1] .. ':' .. string.format('%d', from + #els))
     end
   end
+  ixflush() -- ix is set: the loop promoted at least one chunk
   return moved, dup, true
 end

@@ -91,7 +91,7 @@ var IndexHelper = index
 var ColdHelper = cold
 
 // Get is get.lua with its helper in front.
-var Get = index + successor + cold + get
+var Get = counts + index + successor + cold + get
 
 //go:embed cold_read.lua
 var coldRead string
