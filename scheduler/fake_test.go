@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -460,20 +461,21 @@ func TestParkWakesThePumpOnlyWhenThePlannedClaimWouldBeLate(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	// While a claim is under way (held in the store), a park of something due much later
-	// still wakes the pump: one more claim follows the held one.
+	// Parks while a claim is under way, after it read the shard (so it cannot take
+	// them): one due much later adds no claim now, but the pump plans its next claim for
+	// it (half a lookahead from due, as for anything the claim had seen); one already
+	// within half a lookahead of due is claimed at once.
+	var armed atomic.Bool // the next claim is held (once)
 	held, release := make(chan struct{}), make(chan struct{})
-	w.ms.SetHook(func(ctx context.Context, op string) error {
-		if op == memstore.OpClaim {
-			select {
-			case held <- struct{}{}:
-				<-release
-			default:
-			}
+	w.ms.SetAfterClaimHook(func(ctx context.Context, op string) error {
+		if armed.CompareAndSwap(true, false) {
+			held <- struct{}{}
+			<-release
 		}
 		return nil
 	})
-	defer w.ms.SetHook(nil)
+	defer w.ms.SetAfterClaimHook(nil)
+	armed.Store(true)
 	stop := make(chan struct{})
 	go func() { // move the clock to the pump's planned claim, then hold it still
 		for {
@@ -489,20 +491,54 @@ func TestParkWakesThePumpOnlyWhenThePlannedClaimWouldBeLate(t *testing.T) {
 	<-held
 	close(stop)
 	before := w.ms.Calls(memstore.OpClaim)
-	park("during-claim", w.fc.Now().Add(8*time.Second))
+	lateDue := w.fc.Now().Add(3 * time.Second)
+	park("during-claim", lateDue)
+	close(release)
+	time.Sleep(200 * time.Millisecond) // real time for a (wrongly) woken pump to claim
+	if n := w.ms.Calls(memstore.OpClaim) - before; n != 0 {
+		t.Fatalf("%d claims right after a park during a claim of a message due in 3 s, want none (it is planned for)", n)
+	}
+	w.drive("during-claim claimed half a lookahead before due", 10*time.Second, func() bool {
+		return w.ms.Calls(memstore.OpClaim) > before && !w.fc.Now().Before(lateDue.Add(-opt.Lookahead))
+	})
+	if now := w.fc.Now(); now.After(lateDue.Add(-opt.Lookahead / 4)) {
+		t.Fatalf("the message parked during a claim was claimed %s before due, want about lookahead/2 (%s)", lateDue.Sub(now), opt.Lookahead/2)
+	}
+	// The clock stands still from here: only an immediate claim can take "soon".
+	release = make(chan struct{})
+	armed.Store(true)
+	anchorDue := w.fc.Now().Add(2 * opt.Lookahead)
+	anchorErr := make(chan error, 1)
+	go func() { // wakes the pump (its plan was the hour-long safety scan)
+		env := &envelope.Envelope{ID: "anchor", Route: "r", DueAt: anchorDue.UnixMilli(), Payload: []byte("p")}
+		_, err := a.s.Park(context.Background(), []*envelope.Envelope{env}, nil)
+		anchorErr <- err
+	}()
+	<-held
+	if err := <-anchorErr; err != nil {
+		t.Fatal(err)
+	}
+	before = w.ms.Calls(memstore.OpClaim)
+	soonDue := w.fc.Now().Add(opt.Lookahead / 4)
+	park("soon-during-claim", soonDue)
 	close(release)
 	deadline = time.Now().Add(5 * time.Second)
-	for w.ms.Calls(memstore.OpClaim) < before+1 {
+	for w.ms.Calls(memstore.OpClaim) == before {
 		if time.Now().After(deadline) {
-			t.Fatal("a park during a claim did not wake the pump for another claim")
+			t.Fatal("a park during a claim of a message due within half a lookahead did not make the pump claim at once")
 		}
 		time.Sleep(time.Millisecond)
 	}
 	dues := map[string]time.Time{"planned": start.Add(10 * time.Second), "after-margin": start.Add(9700 * time.Millisecond),
-		"within-margin": start.Add(9600 * time.Millisecond)}
+		"within-margin": start.Add(9600 * time.Millisecond), "during-claim": lateDue, "anchor": anchorDue, "soon-during-claim": soonDue}
 	w.drive("all published", 20*time.Second, func() bool {
 		p := a.disp.published()
-		return p["planned"] == 1 && p["after-margin"] == 1 && p["within-margin"] == 1
+		for id := range dues {
+			if p[id] != 1 {
+				return false
+			}
+		}
+		return true
 	})
 	for id, due := range dues {
 		if at := a.disp.tries(id)[0].at; at.Before(due) {

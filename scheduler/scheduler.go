@@ -60,6 +60,7 @@ type Scheduler struct {
 	credits *credits
 	acks    *acker
 	claims  claimGroup // the pumps' claims, sent together (claims.go)
+	parks   parkGroup  // parks, sent together (parkgroup.go)
 	disp    Dispatcher
 	log     *slog.Logger
 	obs     observe.Observer
@@ -92,10 +93,14 @@ type shardState struct {
 	leaseUntil atomic.Int64 // Scheduler.mono ms until which our lease is surely valid
 	wakeAt     atomic.Int64 // the pump's next planned claim (unix ms)
 	claiming   atomic.Bool  // the pump is between its claim and storing the next wakeAt
-	wake       chan struct{}
-	cancel     context.CancelFunc
-	done       chan struct{}
-	leaving    bool // guarded by Scheduler.mu: handing over, pump stopped
+	// parkedDuring is the earliest due time (unix ms) Notify saw parked while the pump
+	// was claiming (0: none): the claim may have read the shard before those messages
+	// were there, so the pump plans its next claim for them too (pump.go).
+	parkedDuring atomic.Int64
+	wake         chan struct{}
+	cancel       context.CancelFunc
+	done         chan struct{}
+	leaving      bool // guarded by Scheduler.mu: handing over, pump stopped
 
 	// orphans are outcomes that could not be written while the lease was not surely
 	// valid (see Dropped); they are written after the next successful renewal, or

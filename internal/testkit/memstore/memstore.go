@@ -118,6 +118,7 @@ type Store struct {
 
 	hookMu  sync.Mutex
 	hook    Hook
+	afterCl Hook // SetAfterClaimHook
 	inject  []*injection
 	counter map[string]int
 }
@@ -148,6 +149,25 @@ func New(opt Options) (*Store, error) {
 		}
 	}
 	return s, nil
+}
+
+// SetAfterClaimHook installs h (nil removes it), called when a Claim has read and
+// changed the store, before it returns (its error is ignored): a test parks "during"
+// a claim that can no longer see the message.
+func (s *Store) SetAfterClaimHook(h Hook) {
+	s.hookMu.Lock()
+	defer s.hookMu.Unlock()
+	s.afterCl = h
+}
+
+// afterClaim runs the after-claim hook, if any.
+func (s *Store) afterClaim(ctx context.Context) {
+	s.hookMu.Lock()
+	h := s.afterCl
+	s.hookMu.Unlock()
+	if h != nil {
+		_ = h(ctx, OpClaim)
+	}
 }
 
 // SetHook installs h (nil removes it). See Hook.

@@ -179,6 +179,7 @@ func (s *Store) Claim(ctx context.Context, shard int, instance string, token int
 	if err != nil {
 		return nil, 0, err
 	}
+	defer s.afterClaim(ctx) // runs after the unlock below
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	want := holder(instance, token)
