@@ -99,7 +99,7 @@ func (s *Scheduler) Park(ctx context.Context, envs []*envelope.Envelope, invalid
 	if len(envs) == 0 {
 		return nil, nil
 	}
-	prior, minDue, err := s.store.ParkEach(ctx, envs)
+	prior, minDue, err := s.parks.park(ctx, envs, s.store.ParkEach) // merged with concurrent parks (parkgroup.go)
 	if prior == nil {
 		return nil, err
 	}
