@@ -287,7 +287,7 @@ func (b *Bridge) ackInterval() time.Duration {
 	if b.cfg.Delivery == config.DeliveryAtMostOnce {
 		return 0
 	}
-	return 10 * time.Millisecond
+	return 50 * time.Millisecond
 }
 
 // coldOptions maps scheduler.cold_horizon (0 = off) onto the store's cold tier.
