@@ -142,12 +142,12 @@ func renderMarkdown(r *Results) string {
 	}
 	if x := r.Burst; x != nil {
 		fmt.Fprintf(&b, "## 3. Same-instant burst (+ trickle %.0f/s due 1 s after sending)\n\n", x.TrickleRate)
-		t := newTable(&b, "route", "N", "parked before T0", "park s", "first after T0 s", "drain s", "drain msgs/s", "trickle during drain p50/p99/max ms", "trickle outside p99 ms", "early", "bridge RSS peak MiB", "CPU (cores)")
+		t := newTable(&b, "route", "N", "parked before T0", "park s", "first after T0 s", "drain s", "drain msgs/s", "trickle during drain p50/p99/max ms", "trickle outside p99 ms", "early", "bridge RSS peak MiB", "CPU (cores)", "CPU during the drain (cores)")
 		for _, u := range x.Runs {
 			t.row(u.Label, fmt.Sprint(u.N), yes(u.ParkedBeforeT0), fmt.Sprintf("%.1f", u.ParkSeconds), fmt.Sprintf("%.2f", u.FirstArrival),
 				fmt.Sprintf("%.2f", u.DrainSeconds), rate(u.DrainRate),
 				fmt.Sprintf("%s / %s / %s", ms(u.TrickleDuring.P50), ms(u.TrickleDuring.P99), ms(u.TrickleDuring.Max)),
-				ms(u.TrickleOutside.P99), fmt.Sprint(u.Burst.Early+u.TrickleDuring.Early+u.TrickleOutside.Early), mib(u.BridgeRSSPeak), cores(u.CPU))
+				ms(u.TrickleOutside.P99), fmt.Sprint(u.Burst.Early+u.TrickleDuring.Early+u.TrickleOutside.Early), mib(u.BridgeRSSPeak), cores(u.CPU), cores(u.DrainCPU))
 		}
 		b.WriteString("\n")
 	}

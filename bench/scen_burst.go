@@ -35,8 +35,11 @@ type BurstRun struct {
 	TrickleSeries  [][2]float64 `json:"trickle_series"` // (due - T0 in s, lateness ms)
 	DrainSeries    [][2]float64 `json:"drain_series"`   // (s after T0, fraction delivered)
 	CPU            CPUUse       `json:"cpu"`
-	BridgeRSSPeak  int64        `json:"bridge_rss_peak_bytes"`
-	RedisBytesPer  float64      `json:"redis_bytes_per_pending"` // used_memory delta / N at T0
+	// DrainCPU is the CPU from T0 until the last burst message arrived: the drain
+	// alone (CPU covers the park, the wait for T0 and the tail as well).
+	DrainCPU      CPUUse  `json:"drain_cpu"`
+	BridgeRSSPeak int64   `json:"bridge_rss_peak_bytes"`
+	RedisBytesPer float64 `json:"redis_bytes_per_pending"` // used_memory delta / N at T0
 }
 
 // BurstResult is scenario 3.
@@ -152,9 +155,12 @@ func burstRun(e *env, i, n int, maxRate, trickleRate float64) (BurstRun, error) 
 	run.RedisBytesPer = float64(e.redis.usedMemory(e.ctx)-mem0) / float64(n)
 	logf("%s: parked %d in %.1fs (before T0 - 1s: %v)", run.Label, n, run.ParkSeconds, run.ParkedBeforeT0)
 
-	// Wait for the burst (and the trickle) to arrive.
+	// Wait for the burst (and the trickle) to arrive. The drain's own CPU is metered
+	// from T0 until the whole burst is seen (polled every 200 ms: at most that late).
 	limit := time.Until(t0) + time.Duration((expectDrain*4+60)*float64(time.Second))
 	deadline := time.Now().Add(limit)
+	sleepCtx(e.ctx, time.Until(t0))
+	drainMeter := newCPUMeter(e.pids(map[string]int{"bridge": b.pid()}))
 	for time.Now().Before(deadline) && e.ctx.Err() == nil {
 		s, _, _ := c.snapshot()
 		nb := 0
@@ -162,6 +168,10 @@ func burstRun(e *env, i, n int, maxRate, trickleRate float64) (BurstRun, error) 
 			if !x.trickle {
 				nb++
 			}
+		}
+		if nb >= n && drainMeter != nil {
+			run.DrainCPU = drainMeter.done()
+			drainMeter = nil
 		}
 		if nb >= n && time.Now().After(trickleEnd.Add(2*time.Second)) {
 			break
@@ -216,9 +226,9 @@ func burstRun(e *env, i, n int, maxRate, trickleRate float64) (BurstRun, error) 
 	run.Burst = Summarize(burst)
 	run.TrickleDuring = Summarize(during)
 	run.TrickleOutside = Summarize(outside)
-	logf("%s: burst %d/%d arrived, first %.2fs after T0, drained in %.2fs (%.0f/s), trickle %d sent: during drain p50 %.0f p99 %.0f ms, outside p99 %.1f ms; early %d+%d  cpu: %s",
+	logf("%s: burst %d/%d arrived, first %.2fs after T0, drained in %.2fs (%.0f/s), trickle %d sent: during drain p50 %.0f p99 %.0f ms, outside p99 %.1f ms; early %d+%d  cpu: %s; during the drain: %s",
 		run.Label, run.Arrived, n, run.FirstArrival, run.DrainSeconds, run.DrainRate, trickleSent,
-		run.TrickleDuring.P50, run.TrickleDuring.P99, run.TrickleOutside.P99, run.Burst.Early, run.TrickleDuring.Early+run.TrickleOutside.Early, run.CPU)
+		run.TrickleDuring.P50, run.TrickleDuring.P99, run.TrickleOutside.P99, run.Burst.Early, run.TrickleDuring.Early+run.TrickleOutside.Early, run.CPU, run.DrainCPU)
 	if run.Arrived < n {
 		return run, fmt.Errorf("%s: only %d of %d burst messages arrived", run.Label, run.Arrived, n)
 	}
