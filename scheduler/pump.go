@@ -58,13 +58,7 @@ func (s *Scheduler) pump(ctx context.Context, st *shardState) {
 			if ctx.Err() != nil {
 				return
 			}
-			st.claiming.Store(false)
-			if st.parkedDuring.Swap(0) > 0 { // as before this rule: a park during a failed claim retries at once
-				select {
-				case st.wake <- struct{}{}:
-				default:
-				}
-			}
+			s.endFailedClaim(st)
 			wait := bo.Next()
 			s.log.Warn("claim failed; retrying", "shard", st.shard, "err", err, "backoff", wait)
 			if !sleep(wait) { // a wake-up retries at once
@@ -78,29 +72,49 @@ func (s *Scheduler) pump(ctx context.Context, st *shardState) {
 			st.claiming.Store(false)
 			continue // a full batch: more may be due right now
 		}
-		// Wake when the next message is half a lookahead from due, not as soon as it
-		// enters the horizon: the claim then also takes everything due in the half
-		// lookahead after it, so at low rates one claim moves many messages instead of
-		// one claim per message (each still claimed at least lookahead/2 ahead).
-		at := now + s.nextClaimIn(nextDue, now).Milliseconds()
-		st.wakeAt.Store(at)
-		st.claiming.Store(false)
-		// Messages parked while the claim ran (it may have read the shard before them)
-		// are planned for like nextDue, not claimed at once: at 20k msgs/s over 64 shards
-		// a park landed during most claims, and waking for each chained claims of a few
-		// messages each (bench: about one claim per five messages). Read after claiming
-		// is false: a Notify later than this read wakes the pump itself.
-		if d := st.parkedDuring.Swap(0); d > 0 {
-			if at2 := now + s.nextClaimIn(d, now).Milliseconds(); at2 < at {
-				at = at2
-				st.wakeAt.Store(at)
-			}
-		}
+		at := s.planClaim(st, nextDue, now)
 		// Sleep until the planned instant, not for wait from whenever the timer is set:
 		// the clock moved on while the claim ran (on a loaded machine, or a test's fake
 		// clock advancing meanwhile), and a relative wait would wake that much late.
 		if !sleep(time.Duration(at-clock.NowMs(s.clk)) * time.Millisecond) {
 			return
+		}
+	}
+}
+
+// planClaim ends a claim made at now that left nextDue as the earliest pending due
+// time: it stores and returns when the pump claims next. Wake when the next message is
+// half a lookahead from due, not as soon as it enters the horizon: the claim then also
+// takes everything due in the half lookahead after it, so at low rates one claim moves
+// many messages instead of one claim per message (each still claimed at least
+// lookahead/2 ahead).
+//
+// Messages parked while the claim ran (it may have read the shard before them) are
+// planned for like nextDue, not claimed at once: at 20k msgs/s over 64 shards a park
+// landed during most claims, and waking for each chained claims of a few messages each
+// (bench: about one claim per five messages). parkedDuring is read after claiming is
+// false: a Notify later than this read wakes the pump itself.
+func (s *Scheduler) planClaim(st *shardState, nextDue, now int64) int64 {
+	at := now + s.nextClaimIn(nextDue, now).Milliseconds()
+	st.wakeAt.Store(at)
+	st.claiming.Store(false)
+	if d := st.parkedDuring.Swap(0); d > 0 {
+		if at2 := now + s.nextClaimIn(d, now).Milliseconds(); at2 < at {
+			at = at2
+			st.wakeAt.Store(at)
+		}
+	}
+	return at
+}
+
+// endFailedClaim ends a claim that failed: a park noted during it makes the retry go
+// at once, as any wake-up does.
+func (s *Scheduler) endFailedClaim(st *shardState) {
+	st.claiming.Store(false)
+	if st.parkedDuring.Swap(0) > 0 {
+		select {
+		case st.wake <- struct{}{}:
+		default:
 		}
 	}
 }
