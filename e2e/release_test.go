@@ -18,7 +18,7 @@ import (
 // <tag>^{commit}`), so the next changes are tested against what is deployed; adjust
 // release.adapt if HEAD's configuration is no longer what that release reads.
 // DELAYBRIDGE_PREVIOUS_RELEASE overrides it for one run (any commit-ish git knows).
-const previousRelease = "9fc0e734ba95af17940724481f77b9492367542f"
+const previousRelease = "ca186271018579271e44eddc5920ef4f3c5b1c03"
 
 // groupRelease is the last release whose Kafka ingress was a consumer group (before
 // partition leases): TestRollingUpgradeFromGroupRelease upgrades from it.
@@ -28,6 +28,8 @@ const groupRelease = "9766fd297adaf5f0b5dea8b501d29a52b8fa060e"
 type release struct {
 	name string // "old" or "new", for logs
 	bin  string
+	// coldTier: the release has the cold tier (store level 5, scheduler.cold_horizon).
+	coldTier bool
 	// version is what the binary reports (build_info's version label), to check that
 	// each process is the release the test meant.
 	version string
@@ -43,7 +45,7 @@ func (r release) argv(cfg string) []string { return []string{r.bin, "run", "-c",
 
 // headRelease is the binary TestMain built from this tree.
 func headRelease() release {
-	return release{name: "new", bin: bridgeBin, version: "dev", adapt: func(cfg string) string { return cfg }}
+	return release{name: "new", bin: bridgeBin, version: "dev", coldTier: true, adapt: func(cfg string) string { return cfg }}
 }
 
 // previousBuilds caches the previous-release binaries by commit for the test binary's
@@ -72,6 +74,13 @@ func previousReleaseBuild(t *testing.T) release {
 // tests' configurations.
 var coldHorizonKey = regexp.MustCompile(`, cold_horizon: [0-9a-z]+`)
 
+// beforeColdHorizon are the releases the upgrade tests run that predate
+// scheduler.cold_horizon (the cold tier, store level 5): their adapt removes the key.
+var beforeColdHorizon = map[string]bool{
+	"9fc0e734ba95af17940724481f77b9492367542f": true, // store level 4
+	groupRelease: true,
+}
+
 // releaseBuild returns the release at the commit-ish want, built from git once per run.
 func releaseBuild(t *testing.T, want string) release {
 	t.Helper()
@@ -79,8 +88,11 @@ func releaseBuild(t *testing.T, want string) release {
 	version := "previous-" + commit[:12]
 	previousBuilds.Lock()
 	defer previousBuilds.Unlock()
-	// scheduler.cold_horizon came with the cold tier (level 5), after previousRelease.
-	old := release{name: "old", version: version, adapt: func(cfg string) string { return coldHorizonKey.ReplaceAllString(cfg, "") }}
+	old := release{name: "old", version: version, coldTier: true, adapt: func(cfg string) string { return cfg }}
+	if beforeColdHorizon[commit] {
+		old.coldTier = false
+		old.adapt = func(cfg string) string { return coldHorizonKey.ReplaceAllString(cfg, "") }
+	}
 	if bin, ok := previousBuilds.bins[commit]; ok {
 		old.bin = bin
 		return old
