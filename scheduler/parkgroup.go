@@ -2,14 +2,13 @@ package scheduler
 
 import (
 	"context"
-	"sync"
 
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
 // parkGroup merges the parks that arrive while one is under way into the next
-// Store.ParkEach — a group commit like claimGroup's (claims.go), with no waiting added:
+// Store.ParkEach — the group commit of commitgroup.go, as for the claims, no waiting added:
 // a park that finds none under way goes at once; parks that arrive meanwhile are
 // queued, and when it returns the first of them sends them all. The Kafka ingress parks
 // each partition's batch from its own goroutine, and spread over 64 shards such a batch
@@ -23,9 +22,7 @@ import (
 // Like claimGroup's, the call runs without the leader's cancellation (it answers other
 // callers too), as bounded as any store call.
 type parkGroup struct {
-	mu    sync.Mutex
-	busy  bool
-	queue []*parkWaiter
+	commitGroup[[]*envelope.Envelope, parkOutcome]
 }
 
 // maxParksPerCall bounds the messages of one combined call; more wait for the next
@@ -35,80 +32,52 @@ const maxParksPerCall = 4096
 // parkFunc is Intake.ParkEach.
 type parkFunc func(ctx context.Context, envs []*envelope.Envelope) ([]storeapi.State, map[int]int64, error)
 
-type parkWaiter struct {
-	envs []*envelope.Envelope
-	done chan parkOutcome // capacity 1: answered once, or told to lead once
-}
-
 type parkOutcome struct {
 	prior  []storeapi.State
 	minDue map[int]int64
 	err    error
-	lead   bool
 }
 
 // park parks envs through fn together with the parks queued meanwhile.
 func (g *parkGroup) park(ctx context.Context, envs []*envelope.Envelope, fn parkFunc) ([]storeapi.State, map[int]int64, error) {
-	w := &parkWaiter{envs: envs, done: make(chan parkOutcome, 1)}
-	g.mu.Lock()
-	g.queue = append(g.queue, w)
-	lead := !g.busy
-	g.busy = true
-	g.mu.Unlock()
-	if !lead {
-		if out := <-w.done; !out.lead {
-			return out.prior, out.minDue, out.err
-		}
-	}
-	g.mu.Lock()
-	n, msgs := 1, len(g.queue[0].envs)
-	for n < len(g.queue) && msgs+len(g.queue[n].envs) <= maxParksPerCall {
-		msgs += len(g.queue[n].envs)
-		n++
-	}
-	batch := g.queue[:n:n]
-	g.queue = g.queue[n:]
-	g.mu.Unlock()
-	out := runParks(context.WithoutCancel(ctx), batch, msgs, fn)
-	var mine parkOutcome
-	for i, b := range batch {
-		if b == w {
-			mine = out[i]
-		} else {
-			b.done <- out[i]
-		}
-	}
-	g.mu.Lock()
-	if len(g.queue) > 0 {
-		g.queue[0].done <- parkOutcome{lead: true} // busy stays true: the lead passes on
-	} else {
-		g.busy = false
-	}
-	g.mu.Unlock()
-	return mine.prior, mine.minDue, mine.err
+	out := g.do(envs, takeParks, func(batch [][]*envelope.Envelope) []parkOutcome {
+		return runParks(context.WithoutCancel(ctx), batch, fn)
+	})
+	return out.prior, out.minDue, out.err
 }
 
-// runParks makes one call for batch (msgs messages in all) and splits its answer.
-func runParks(ctx context.Context, batch []*parkWaiter, msgs int, fn parkFunc) []parkOutcome {
+// takeParks is how many of the queued batches one call takes: the first whole, then
+// as many as fit in maxParksPerCall messages.
+func takeParks(q [][]*envelope.Envelope) int {
+	n, msgs := 1, len(q[0])
+	for n < len(q) && msgs+len(q[n]) <= maxParksPerCall {
+		msgs += len(q[n])
+		n++
+	}
+	return n
+}
+
+// runParks makes one call for batch and splits its answer.
+func runParks(ctx context.Context, batch [][]*envelope.Envelope, fn parkFunc) []parkOutcome {
 	out := make([]parkOutcome, len(batch))
 	if len(batch) == 1 {
-		out[0].prior, out[0].minDue, out[0].err = fn(ctx, batch[0].envs)
+		out[0].prior, out[0].minDue, out[0].err = fn(ctx, batch[0])
 		return out
 	}
-	all := make([]*envelope.Envelope, 0, msgs)
-	for _, b := range batch {
-		all = append(all, b.envs...)
+	var all []*envelope.Envelope
+	for _, envs := range batch {
+		all = append(all, envs...)
 	}
 	prior, minDue, err := fn(ctx, all)
 	if prior == nil { // nothing was tried: each caller on its own
-		for i, b := range batch {
-			out[i].prior, out[i].minDue, out[i].err = fn(ctx, b.envs)
+		for i, envs := range batch {
+			out[i].prior, out[i].minDue, out[i].err = fn(ctx, envs)
 		}
 		return out
 	}
 	off := 0
-	for i, b := range batch {
-		end := off + len(b.envs)
+	for i, envs := range batch {
+		end := off + len(envs)
 		out[i].prior, out[i].err = prior[off:end:end], err
 		off = end
 	}
