@@ -91,6 +91,35 @@ func (p *bridgeProc) metric(name string, labels ...string) float64 {
 	return -1
 }
 
+// seriesCount is how many series of name with labels including every one of labels
+// have a value above 0.
+func (p *bridgeProc) seriesCount(name string, labels ...string) int {
+	p.t.Helper()
+	resp, err := http.Get("http://" + p.admin + "/metrics")
+	if err != nil {
+		p.t.Fatalf("GET /metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		p.t.Fatalf("GET /metrics: %v", err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, "delaybridge_"+name+"{") {
+			continue
+		}
+		ok := true
+		for _, l := range labels {
+			ok = ok && strings.Contains(line, l)
+		}
+		if v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64); ok && err == nil && v > 0 {
+			n++
+		}
+	}
+	return n
+}
+
 func (p *bridgeProc) state(id string) (int, string) {
 	p.t.Helper()
 	var m struct {

@@ -163,6 +163,15 @@ func TestScheduleThousandEverySecond(t *testing.T) {
 	cfg, admin := c.scheduleConfig("soak", "10s", yaml.String())
 	p := startBridge(t, cfg, admin)
 	p.waitReady(60 * time.Second)
+	// The window starts once the planner's first round has parked every schedule: it
+	// plans a new schedule from the moment it reaches it, and a round of 1,000 under
+	// -race on a loaded machine can take longer than the two seconds below (CI once saw
+	// the last 67 schedules' first checked slot already past when they were planned).
+	for deadline := time.Now().Add(60 * time.Second); p.seriesCount("schedule_slots_total", `outcome="parked"`) < n; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the planner's first round did not park all %d schedules within 60s", n)
+		}
+	}
 	start := time.Now()
 	time.Sleep(soak)
 	end := time.Now()

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/delaybridge/delay-bridge/internal/clock"
@@ -31,8 +32,9 @@ import (
 // want it; only the ingress acknowledgement comes later), and every partition's batch
 // in the linger goes in one call: at 20k msgs/s that is several messages per shard
 // script call instead of one or two. A park with any message due sooner, queued while
-// a leader lingers, ends the linger at once, as does a queue of four messages per shard
-// or more (a source that delivers batches that large gains little, and one that parks
+// a leader lingers, ends the linger at once, as does a park that may not wait (the
+// schedules planner's and the admin API's: they park one after another), a queue of
+// four messages per shard or more (at most 256) (a source that delivers batches that large gains little, and one that parks
 // alone — an AMQP queue's consumer, prefetch 500 — would otherwise be slowed to a batch
 // per linger) or the leader's cancellation.
 type parkGroup struct {
@@ -40,11 +42,12 @@ type parkGroup struct {
 	clk       clock.Clock
 	linger    time.Duration // 0: no linger
 	lookahead time.Duration
-	enough    int // messages queued that end the linger: four per shard
+	enough    int          // messages queued that end the linger: four per shard, at most 256
+	urgent    atomic.Int32 // callers that may not wait (park with linger false) under way
 }
 
 func newParkGroup(clk clock.Clock, linger, lookahead time.Duration, shards int) *parkGroup {
-	g := &parkGroup{clk: clk, linger: linger, lookahead: lookahead, enough: max(1, 4*shards)}
+	g := &parkGroup{clk: clk, linger: linger, lookahead: lookahead, enough: min(max(1, 4*shards), 256)}
 	g.arrived = make(chan struct{}, 1)
 	return g
 }
@@ -62,11 +65,16 @@ type parkOutcome struct {
 	err    error
 }
 
-// park parks envs through fn together with the parks queued meanwhile.
-func (g *parkGroup) park(ctx context.Context, envs []*envelope.Envelope, fn parkFunc) ([]storeapi.State, map[int]int64, error) {
+// park parks envs through fn together with the parks queued meanwhile. linger says
+// whether this park may wait for others (the ingress's may; the schedules planner's and
+// the admin API's, which park one after another, may not, and end a leader's wait).
+func (g *parkGroup) park(ctx context.Context, envs []*envelope.Envelope, linger bool, fn parkFunc) ([]storeapi.State, map[int]int64, error) {
 	var hold func(func() [][]*envelope.Envelope)
-	if g.linger > 0 {
+	if linger && g.linger > 0 {
 		hold = func(queued func() [][]*envelope.Envelope) { g.hold(ctx, queued) }
+	} else if !linger {
+		g.urgent.Add(1)
+		defer g.urgent.Add(-1)
 	}
 	out := g.do(envs, hold, takeParks, func(batch [][]*envelope.Envelope) []parkOutcome {
 		return runParks(context.WithoutCancel(ctx), batch, fn)
@@ -97,9 +105,13 @@ func (g *parkGroup) hold(ctx context.Context, queued func() [][]*envelope.Envelo
 	}
 }
 
-// mayWait reports whether the queued parks may wait for more: fewer than enough
-// messages, each due at least the lookahead plus twice the linger after start.
+// mayWait reports whether the queued parks may wait for more: no caller that may not
+// wait under way, fewer than enough messages, each due at least the lookahead plus
+// twice the linger after start.
 func (g *parkGroup) mayWait(q [][]*envelope.Envelope, start time.Time) bool {
+	if g.urgent.Load() > 0 {
+		return false
+	}
 	far := start.Add(g.lookahead + 2*g.linger).UnixMilli()
 	n := 0
 	for _, envs := range q {

@@ -58,7 +58,7 @@ func TestParkGroupMergesParksQueuedBehindOne(t *testing.T) {
 		start := func(i int, envs []*envelope.Envelope) {
 			go func() {
 				a := &out[i]
-				a.prior, a.minDue, a.err = g.park(ctx, envs, ms.ParkEach)
+				a.prior, a.minDue, a.err = g.park(ctx, envs, true, ms.ParkEach)
 				done <- i
 			}()
 		}
@@ -155,9 +155,11 @@ func TestParkGroupLingersForFarDueParks(t *testing.T) {
 		err error
 	}
 	answers := make(chan answer, 8)
-	start := func(envs []*envelope.Envelope) {
+	var startAs func(envs []*envelope.Envelope, linger bool)
+	start := func(envs []*envelope.Envelope) { startAs(envs, true) }
+	startAs = func(envs []*envelope.Envelope, linger bool) {
 		go func() {
-			st, _, err := g.park(ctx, envs, ms.ParkEach)
+			st, _, err := g.park(ctx, envs, linger, ms.ParkEach)
 			answers <- answer{envs[0].ID, st, err}
 		}()
 	}
@@ -211,6 +213,19 @@ func TestParkGroupLingersForFarDueParks(t *testing.T) {
 	collect(2)
 	if n := ms.Calls(memstore.OpPark) - calls; n != 1 {
 		t.Fatalf("%d store calls, want 1 (the lingering leader's, with the near-due park)", n)
+	}
+
+	// A park that may not wait (the planner's, far-due too) ends the linger as well,
+	// and a leader that may not wait does not.
+	calls = ms.Calls(memstore.OpPark)
+	start(msg("p", time.Hour))
+	waitFor("the leader's linger timer", func() bool { return clk.Timers() == 1 })
+	startAs(msg("q", time.Hour), false)
+	collect(2)
+	startAs(msg("r", time.Hour), false)
+	collect(1)
+	if n := ms.Calls(memstore.OpPark) - calls; n != 2 || clk.Timers() != 0 {
+		t.Fatalf("parks that may not wait: %d store calls, %d timers; want 2 and none", n, clk.Timers())
 	}
 
 	// Sixteen messages queued (four per shard) end the linger too.
