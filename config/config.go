@@ -106,11 +106,6 @@ type SchedulerConfig struct {
 	// bytes, about twice the Redis work per message); 0 parks every message in the
 	// sorted set. docs/ARCHITECTURE.md "Cold tier".
 	ColdHorizon time.Duration `koanf:"cold_horizon"`
-	// ParkLinger: a park whose messages are all due beyond lookahead + 2×park_linger
-	// waits up to this long for other parks to share its Redis calls (fewer script calls
-	// per message at steady rates; delivery times are not affected, only the ingress
-	// acknowledgement comes later); 0 sends every park at once.
-	ParkLinger time.Duration `koanf:"park_linger"`
 	// MaxClockOffset is how far this instance's clock may disagree with Redis's (TIME,
 	// measured at every ownership round) before it stops claiming messages.
 	MaxClockOffset time.Duration `koanf:"max_clock_offset"`
@@ -229,7 +224,6 @@ func Default() Config {
 			MaxClockOffset:  500 * time.Millisecond,
 			ScheduleHorizon: time.Minute, ScheduleInterval: time.Second,
 			MaxInMemory: 100000, DoneWindow: 10 * time.Minute, ColdHorizon: 5 * time.Minute,
-			ParkLinger: 20 * time.Millisecond,
 		},
 		Limits:          LimitsConfig{MaxDelay: 8760 * time.Hour, MaxPayloadBytes: 1 << 20},
 		Retry:           RetryConfig{MaxAttempts: 10, Backoff: BackoffConfig{Initial: time.Second, Max: 5 * time.Minute}},

@@ -304,8 +304,6 @@ func TestLoadValidationErrorsNameKeyAndSource(t *testing.T) {
 		{"scheduler.max_in_memory=10", "scheduler.max_in_memory", ">= scheduler.claim_batch"},
 		{"scheduler.done_window=-1s", "scheduler.done_window", ">= 0"},
 		{"scheduler.cold_horizon=500ms", "scheduler.cold_horizon", "0 (off) or at least 1s"},
-		{"scheduler.park_linger=2s", "scheduler.park_linger", "[0, 1s]"},
-		{"scheduler.park_linger=-1ms", "scheduler.park_linger", "[0, 1s]"},
 		{"scheduler.max_clock_offset=1ms", "scheduler.max_clock_offset", "[10ms, 1m]"},
 		{"scheduler.max_clock_offset=2m", "scheduler.max_clock_offset", "[10ms, 1m]"},
 		{"limits.max_delay=0s", "limits.max_delay", "> 0"},

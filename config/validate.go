@@ -131,9 +131,6 @@ func (s SchedulerConfig) validate(p *problems) {
 	if s.ColdHorizon != 0 && s.ColdHorizon < time.Second {
 		p.add("scheduler.cold_horizon", "must be 0 (off) or at least 1s, got %s", s.ColdHorizon)
 	}
-	if s.ParkLinger < 0 || s.ParkLinger > time.Second {
-		p.add("scheduler.park_linger", "must be in [0, 1s], got %s", s.ParkLinger)
-	}
 	if s.ScheduleInterval < 10*time.Millisecond || s.ScheduleInterval > time.Minute {
 		p.add("scheduler.schedule_interval", "must be in [10ms, 1m], got %s", s.ScheduleInterval)
 	}

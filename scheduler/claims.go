@@ -26,7 +26,7 @@ const maxClaimsPerCall = 128
 // as bounded as any Redis call, and a claim that completes after a pump stopped is
 // handled as before (its messages are held and put back on shutdown or handover).
 func (g *claimGroup) claim(ctx context.Context, st Store, req storeapi.ClaimRequest) ([]*envelope.Envelope, int64, error) {
-	res := g.do(req, nil, func(q []storeapi.ClaimRequest) int { return maxClaimsPerCall },
+	res := g.do(req, func(q []storeapi.ClaimRequest) int { return maxClaimsPerCall },
 		func(batch []storeapi.ClaimRequest) []storeapi.ClaimResult {
 			return st.ClaimMany(context.WithoutCancel(ctx), batch)
 		})

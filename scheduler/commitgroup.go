@@ -8,15 +8,10 @@ import "sync"
 // added, no goroutine of its own. A caller that finds none under way sends at once;
 // whichever caller leads makes the call, answers the others and hands the lead to the
 // first caller queued meanwhile. Every queued call is answered.
-//
-// A group may also hold its leader back before it takes the queue (hold, the parks'
-// linger: parkgroup.go); arrived, when not nil, is signalled (without blocking) each
-// time a request is queued behind a leader, so a holding leader looks again.
 type commitGroup[Req, Res any] struct {
-	mu      sync.Mutex
-	busy    bool
-	queue   []*commitWaiter[Req, Res]
-	arrived chan struct{}
+	mu    sync.Mutex
+	busy  bool
+	queue []*commitWaiter[Req, Res]
 }
 
 type commitWaiter[Req, Res any] struct {
@@ -31,10 +26,8 @@ type commitOutcome[Res any] struct {
 
 // do sends req together with the requests queued meanwhile: take says how many of the
 // queued requests (in order, req's own first when it leads) one call takes, at least
-// one; run makes that call and answers each request, in order. hold, when not nil, is
-// called by the leader before it takes the queue and may wait for more requests; its
-// argument returns the requests queued so far (the leader's own first).
-func (g *commitGroup[Req, Res]) do(req Req, hold func(queued func() []Req), take func([]Req) int, run func([]Req) []Res) Res {
+// one; run makes that call and answers each request, in order.
+func (g *commitGroup[Req, Res]) do(req Req, take func([]Req) int, run func([]Req) []Res) Res {
 	w := &commitWaiter[Req, Res]{req: req, done: make(chan commitOutcome[Res], 1)}
 	g.mu.Lock()
 	g.queue = append(g.queue, w)
@@ -42,19 +35,15 @@ func (g *commitGroup[Req, Res]) do(req Req, hold func(queued func() []Req), take
 	g.busy = true
 	g.mu.Unlock()
 	if !lead {
-		select {
-		case g.arrived <- struct{}{}: // a nil channel never takes it
-		default:
-		}
 		if out := <-w.done; !out.lead {
 			return out.res
 		}
 	}
-	if hold != nil {
-		hold(g.queued)
-	}
-	reqs := g.queued()
 	g.mu.Lock()
+	reqs := make([]Req, len(g.queue))
+	for i, q := range g.queue {
+		reqs[i] = q.req
+	}
 	n := max(1, min(take(reqs), len(reqs)))
 	batch := g.queue[:n:n]
 	g.queue = g.queue[n:]
@@ -76,15 +65,4 @@ func (g *commitGroup[Req, Res]) do(req Req, hold func(queued func() []Req), take
 	}
 	g.mu.Unlock()
 	return mine
-}
-
-// queued returns the requests queued, in order.
-func (g *commitGroup[Req, Res]) queued() []Req {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	reqs := make([]Req, len(g.queue))
-	for i, q := range g.queue {
-		reqs[i] = q.req
-	}
-	return reqs
 }

@@ -64,7 +64,7 @@ func (s *Scheduler) Accept(ctx context.Context, items []Incoming) error {
 			park, parkInvalid = append(park, it.Env), append(parkInvalid, "")
 		}
 	}
-	if _, err := s.park(ctx, park, parkInvalid, true); err != nil {
+	if _, err := s.Park(ctx, park, parkInvalid); err != nil {
 		return fmt.Errorf("park: %w", err)
 	}
 	// After the plain parks: a replace in the same batch as its message replaces it.
@@ -96,16 +96,10 @@ func (s *Scheduler) Accept(ctx context.Context, items []Incoming) error {
 // duplicates). It wakes the pumps concerned (Wake) and returns the per-message prior
 // states of Store.ParkEach.
 func (s *Scheduler) Park(ctx context.Context, envs []*envelope.Envelope, invalid []string) ([]storeapi.State, error) {
-	return s.park(ctx, envs, invalid, false)
-}
-
-// park is Park; linger lets the call wait for other parks (the ingress's, through
-// Accept: parkgroup.go).
-func (s *Scheduler) park(ctx context.Context, envs []*envelope.Envelope, invalid []string, linger bool) ([]storeapi.State, error) {
 	if len(envs) == 0 {
 		return nil, nil
 	}
-	prior, minDue, err := s.parks.park(ctx, envs, linger, s.store.ParkEach) // merged with concurrent parks (parkgroup.go)
+	prior, minDue, err := s.parks.park(ctx, envs, s.store.ParkEach) // merged with concurrent parks (parkgroup.go)
 	if prior == nil {
 		return nil, err
 	}

@@ -38,12 +38,6 @@ type Options struct {
 	// returns, which at-most-once delivery requires.
 	AckInterval time.Duration
 
-	// ParkLinger > 0 lets parks of messages due far ahead (beyond Lookahead plus twice
-	// the linger) wait up to this long for other parks to go in the same store call
-	// (parkgroup.go); 0 (the default here; the configuration's default is 20 ms) sends
-	// every park at once.
-	ParkLinger time.Duration
-
 	MaxAttempts    int           // default 10
 	BackoffInitial time.Duration // default 1 s
 	BackoffMax     time.Duration // default 5 m
@@ -128,9 +122,6 @@ func (o Options) Validate() error {
 	}
 	if o.Lookahead < 0 {
 		bad("Options.Lookahead must not be negative, got %s", o.Lookahead)
-	}
-	if o.ParkLinger < 0 || o.ParkLinger > time.Second {
-		bad("Options.ParkLinger must be in [0, 1s], got %s", o.ParkLinger)
 	}
 	if o.BackoffMax < o.BackoffInitial {
 		bad("Options.BackoffMax %s is below BackoffInitial %s", o.BackoffMax, o.BackoffInitial)

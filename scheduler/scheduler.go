@@ -60,7 +60,7 @@ type Scheduler struct {
 	credits *credits
 	acks    *acker
 	claims  claimGroup // the pumps' claims, sent together (claims.go)
-	parks   *parkGroup // parks, sent together (parkgroup.go)
+	parks   parkGroup  // parks, sent together (parkgroup.go)
 	disp    Dispatcher
 	log     *slog.Logger
 	obs     observe.Observer
@@ -129,7 +129,6 @@ func New(opt Options) (*Scheduler, error) {
 		epoch:   opt.Clock.Now(),
 		shards:  make([]*shardState, opt.Store.Shards()),
 		held:    make([]heldSet, opt.Store.Shards()),
-		parks:   newParkGroup(opt.Clock, opt.ParkLinger, opt.Lookahead, opt.Store.Shards()),
 	}
 	for i := range s.held {
 		s.held[i].byID = make(map[string]heldCopy)

@@ -274,7 +274,7 @@ func (b *Bridge) newScheduler(shardStore storeapi.Store) (*scheduler.Scheduler, 
 		LeaseTTL: sc.LeaseTTL, SafetyScan: sc.SafetyScan, MaxInMemory: sc.MaxInMemory, MaxClockOffset: sc.MaxClockOffset,
 		MaxAttempts: b.cfg.Retry.MaxAttempts, BackoffInitial: b.cfg.Retry.Backoff.Initial, BackoffMax: b.cfg.Retry.Backoff.Max,
 		OnDead: b.offerDead, OnCancelled: b.receipts.Cancelled, OnReplaced: b.receipts.Replaced, Observer: b.obs, Logger: b.log,
-		AckInterval: b.ackInterval(), ParkLinger: sc.ParkLinger,
+		AckInterval: b.ackInterval(),
 	})
 }
 
