@@ -27,6 +27,11 @@ import (
 const (
 	orderKeys   = 200
 	orderPerKey = 50
+	// orderLead is how far ahead of sending the first messages are due: the bridges
+	// must have parked all 20,000 before the first are claimed (parkedBefore). About 2 s
+	// on an idle machine; CI runs the e2e tests under -race beside other packages, and
+	// a 4 s lead once left messages parked after their keys' heads were claimed.
+	orderLead = 12 * time.Second
 )
 
 // orderRig is one Redis, one kfake broker, one RabbitMQ exchange and queue, and the
@@ -44,6 +49,7 @@ type orderRig struct {
 	routeYAML string // more keys of both routes (e.g. max_rate)
 	kTarget   *collector
 	aTarget   *amqpCollector
+	bridges   []*bridgeProc // started by start, for parkedAll
 }
 
 func startOrderRig(t *testing.T, ttl time.Duration, proxied bool) *orderRig {
@@ -107,6 +113,7 @@ func (r *orderRig) start(instance string) *bridgeProc {
 	cfg, admin := r.config(instance, "")
 	p := startBridge(r.t, cfg, admin)
 	p.waitReady(30 * time.Second)
+	r.bridges = append(r.bridges, p)
 	return p
 }
 
@@ -237,7 +244,37 @@ func (r *orderRig) produceBoth(lead time.Duration) (kSent, aSent map[string]orde
 	if late := time.Since(base); late > 0 {
 		r.t.Logf("producing took %s past the first due time: order is only promised among messages pending together", late)
 	}
+	r.parkedBefore(len(kSent)+len(aSent), base.Add(-r.ttl/2))
 	return kSent, aSent
+}
+
+// parkedBefore waits until the bridges have parked n messages and fails the test if
+// that was after by (the first due time less the lookahead): a key's head claimed
+// before an earlier-due message of the key is parked is delivered first, as the
+// contract says (order holds among messages pending together), so the check would
+// count violations the bridge does not promise to avoid.
+func (r *orderRig) parkedBefore(n int, by time.Time) {
+	r.t.Helper()
+	parked := func() int {
+		total := 0
+		for _, p := range r.bridges {
+			for _, route := range []string{"kord", "aord"} {
+				if v := p.metric("messages_parked_total", `route="`+route+`"`); v > 0 {
+					total += int(v)
+				}
+			}
+		}
+		return total
+	}
+	for deadline := time.Now().Add(time.Minute); parked() < n; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			r.t.Fatalf("the bridges parked %d of %d messages in a minute", parked(), n)
+		}
+	}
+	if late := time.Since(by); late > 0 {
+		r.t.Fatalf("parking the %d messages ended %s after the first were claimed (due less the lookahead): the rig's lead is too short for this machine, and order is only promised among messages pending together", n, late)
+	}
+	r.t.Logf("all %d messages parked %s before the first due time less the lookahead", n, -time.Since(by))
 }
 
 // waitAndCheck waits for every message on both targets and checks the order.
@@ -279,7 +316,7 @@ func uniqueIDs(got []orderArrival) int {
 func TestOrderKeyKafkaAndAMQP(t *testing.T) {
 	rig := startOrderRig(t, time.Second, false)
 	rig.start("ord-a")
-	kSent, aSent := rig.produceBoth(4 * time.Second)
+	kSent, aSent := rig.produceBoth(orderLead)
 	rig.waitAndCheck(kSent, aSent, 90*time.Second)
 }
 
@@ -293,7 +330,7 @@ func TestOrderKeyKillOneOfTwo(t *testing.T) {
 	a := rig.start("ord-a")
 	victim := rig.start("ord-b")
 	(&haCluster{t: t}).waitBalanced(a, 30*time.Second, "ord-a", "ord-b")
-	kSent, aSent := rig.produceBoth(5 * time.Second)
+	kSent, aSent := rig.produceBoth(orderLead)
 	time.Sleep(time.Until(time.UnixMilli(minDue(kSent)).Add(time.Second)))
 	before := rig.kTarget.uniqueCount() + uniqueIDs(rig.amqpArrivals())
 	victim.kill()
@@ -311,7 +348,7 @@ func TestOrderKeyKillOneOfTwo(t *testing.T) {
 func TestOrderKeyBrokerOutage(t *testing.T) {
 	rig := startOrderRig(t, time.Second, true)
 	rig.start("ord-a")
-	kSent, aSent := rig.produceBoth(5 * time.Second)
+	kSent, aSent := rig.produceBoth(orderLead)
 	time.Sleep(time.Until(time.UnixMilli(minDue(kSent)).Add(time.Second)))
 	before := rig.kTarget.uniqueCount() + uniqueIDs(rig.amqpArrivals())
 	for _, p := range []*tcpproxy.Proxy{rig.kProxy, rig.aProxy} {
@@ -379,10 +416,10 @@ func TestOrderKeyMaxRate(t *testing.T) {
 	rig := startOrderRig(t, time.Second, false)
 	rig.routeYAML = "    max_rate: 2500"
 	rig.start("ord-a")
-	kSent, aSent := rig.produceBoth(4 * time.Second)
-	start := time.Now()
+	kSent, aSent := rig.produceBoth(orderLead)
 	rig.waitAndCheck(kSent, aSent, 2*time.Minute)
-	t.Logf("all delivered %s after the first due time", time.Since(start).Round(100*time.Millisecond))
+	first := time.UnixMilli(min(minDue(kSent), minDue(aSent)))
+	t.Logf("all delivered %s after the first due time", time.Since(first).Round(100*time.Millisecond))
 }
 
 func minDue(sent map[string]orderMsg) int64 {

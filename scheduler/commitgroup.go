@@ -3,15 +3,24 @@ package scheduler
 import "sync"
 
 // commitGroup is the group commit the pumps' claims (claims.go) and the intake's parks
-// (parkgroup.go) share: calls that arrive while one is under way are queued, and when
-// it returns the first of them sends them all (as many as take allows) — no waiting
-// added, no goroutine of its own. A caller that finds none under way sends at once;
-// whichever caller leads makes the call, answers the others and hands the lead to the
-// first caller queued meanwhile. Every queued call is answered.
+// (parkgroup.go) share: calls that arrive while lanes calls are under way are queued,
+// and when one of those returns, the first queued caller sends its own request with
+// the others queued (as many as take allows) — no waiting added, no goroutine of its
+// own. A caller that finds fewer than lanes calls under way sends at once; whichever
+// caller leads makes the call, answers the others and hands the lead to the first
+// caller still queued. Every queued call is answered.
+//
+// lanes (0 means 1) is how many calls may be under way at once. With one, the bridge's
+// work between two calls (answering the callers, building the next call) leaves Redis
+// idle; a second lane overlaps it with the other call's time in Redis.
+// commitLanes is the scheduler's lanes for its claims and its parks.
+const commitLanes = 2
+
 type commitGroup[Req, Res any] struct {
-	mu    sync.Mutex
-	busy  bool
-	queue []*commitWaiter[Req, Res]
+	mu      sync.Mutex
+	lanes   int
+	running int                       // calls under way (leaders)
+	queue   []*commitWaiter[Req, Res] // callers waiting: to be answered or to lead
 }
 
 type commitWaiter[Req, Res any] struct {
@@ -25,44 +34,46 @@ type commitOutcome[Res any] struct {
 }
 
 // do sends req together with the requests queued meanwhile: take says how many of the
-// queued requests (in order, req's own first when it leads) one call takes, at least
-// one; run makes that call and answers each request, in order.
+// requests (in order, req's own first) one call takes, at least one; run makes that
+// call and answers each request, in order.
 func (g *commitGroup[Req, Res]) do(req Req, take func([]Req) int, run func([]Req) []Res) Res {
 	w := &commitWaiter[Req, Res]{req: req, done: make(chan commitOutcome[Res], 1)}
 	g.mu.Lock()
-	g.queue = append(g.queue, w)
-	lead := !g.busy
-	g.busy = true
+	lead := g.running < max(1, g.lanes)
+	if lead {
+		g.running++
+	} else {
+		g.queue = append(g.queue, w)
+	}
 	g.mu.Unlock()
 	if !lead {
 		if out := <-w.done; !out.lead {
 			return out.res
 		}
 	}
+	// w leads (it is no longer queued): its request first, then the queued ones.
 	g.mu.Lock()
-	reqs := make([]Req, len(g.queue))
-	for i, q := range g.queue {
-		reqs[i] = q.req
+	reqs := make([]Req, 0, 1+len(g.queue))
+	reqs = append(reqs, req)
+	for _, q := range g.queue {
+		reqs = append(reqs, q.req)
 	}
 	n := max(1, min(take(reqs), len(reqs)))
-	batch := g.queue[:n:n]
-	g.queue = g.queue[n:]
+	others := append([]*commitWaiter[Req, Res](nil), g.queue[:n-1]...)
+	g.queue = append(g.queue[:0:0], g.queue[n-1:]...)
 	g.mu.Unlock()
 	res := run(reqs[:n])
-	var mine Res
-	for i, b := range batch {
-		if b == w {
-			mine = res[i]
-		} else {
-			b.done <- commitOutcome[Res]{res: res[i]}
-		}
+	for i, b := range others {
+		b.done <- commitOutcome[Res]{res: res[i+1]}
 	}
 	g.mu.Lock()
 	if len(g.queue) > 0 {
-		g.queue[0].done <- commitOutcome[Res]{lead: true} // busy stays true: the lead passes on
+		next := g.queue[0]
+		g.queue = g.queue[1:]
+		next.done <- commitOutcome[Res]{lead: true} // running stays: the lead passes on
 	} else {
-		g.busy = false
+		g.running--
 	}
 	g.mu.Unlock()
-	return mine
+	return res[0]
 }
