@@ -9,8 +9,8 @@ import (
 
 // claimGroup sends the claims of pumps that want to claim at the same time in one
 // Store.ClaimMany (one pipelined Redis round trip) — a group commit (commitgroup.go):
-// a pump whose claim finds fewer than commitLanes under way sends it at once; claims
-// that arrive meanwhile are queued, and when one returns the first of them sends them
+// a pump whose claim finds no claim under way sends it at once; claims that arrive
+// while one is under way are queued, and when it returns the first of them sends them
 // all. At a full-speed drain each park wakes most of the 64 pumps together, and a claim
 // per pump was a round trip of its own: 20k claim calls of ~15 messages for 300k
 // messages (issue 17).

@@ -91,7 +91,7 @@ func TestClaimGroupSendsConcurrentClaimsTogether(t *testing.T) {
 			t.Errorf("shard %d: %v %v, want %s", sh, got[sh], errs[sh], want[sh])
 		}
 	}
-	if g.running != 0 || len(g.queue) != 0 {
-		t.Errorf("after the last claim: %d running, %d queued", g.running, len(g.queue))
+	if g.busy || len(g.queue) != 0 {
+		t.Errorf("after the last claim: busy %v, %d queued", g.busy, len(g.queue))
 	}
 }

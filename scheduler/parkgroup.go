@@ -7,10 +7,10 @@ import (
 	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
-// parkGroup merges the parks that arrive while two are under way into the next
+// parkGroup merges the parks that arrive while one is under way into the next
 // Store.ParkEach — the group commit of commitgroup.go, as for the claims, no waiting added:
-// a park that finds fewer than commitLanes under way goes at once; parks that arrive
-// meanwhile are queued, and when one returns the first of them sends them all. The Kafka ingress parks
+// a park that finds none under way goes at once; parks that arrive meanwhile are
+// queued, and when it returns the first of them sends them all. The Kafka ingress parks
 // each partition's batch from its own goroutine, and spread over 64 shards such a batch
 // was one or two messages per shard script call, each paying a fixed cost in Redis far
 // above a message's own (bench, 20k msgs/s: 0.58 park calls per message; issue 17).

@@ -130,7 +130,6 @@ func New(opt Options) (*Scheduler, error) {
 		shards:  make([]*shardState, opt.Store.Shards()),
 		held:    make([]heldSet, opt.Store.Shards()),
 	}
-	s.claims.lanes, s.parks.lanes = commitLanes, commitLanes
 	for i := range s.held {
 		s.held[i].byID = make(map[string]heldCopy)
 	}
