@@ -36,6 +36,7 @@ type env struct {
 	kafka      *kafkaBroker
 	bridgeBin  string
 	prevBin    string // -baseline-rev: the bridge built at that revision (prev.go)
+	prevFirst  bool   // -previous-first: the revision's run of a scenario before this tree's
 	profile    bool
 	quick      bool
 	partitions int
@@ -79,9 +80,11 @@ type Results struct {
 
 	// BaselineRev is -baseline-rev (the full commit hash), and Previous what the
 	// scenarios measured with the bridge built at it, in the same run (prev.go).
-	BaselineRev string       `json:"baseline_rev,omitempty"`
-	Previous    *Results     `json:"previous,omitempty"`
-	Order       *OrderResult `json:"order,omitempty"`
+	BaselineRev string   `json:"baseline_rev,omitempty"`
+	Previous    *Results `json:"previous,omitempty"`
+	// PreviousFirst is -previous-first: the revision's run of each scenario came first.
+	PreviousFirst bool         `json:"previous_first,omitempty"`
+	Order         *OrderResult `json:"order,omitempty"`
 }
 
 func main() {
@@ -101,6 +104,7 @@ func main() {
 		ratesFlag  = flag.String("rates", "", "steady and baseline: comma-separated offered rates instead of the default ladder (no search for the maximum)")
 		scaleN     = flag.Int("scale-n", 0, "messages parked for an hour in the scale scenario (default 10000000, quick 200000)")
 		baseRev    = flag.String("baseline-rev", "", "also build the bridge at this git revision (e.g. the previous release) and run baseline, steady, burst and scale against it too, reporting both and the ratio")
+		prevFirst  = flag.Bool("previous-first", false, "with -baseline-rev: run each scenario with the revision's bridge first, then this tree's (the order moves results on a shared machine: run both orders)")
 		replot     = flag.String("replot", "", "redraw the plots and reprint the tables from a results/<timestamp>.json instead of running")
 		childMode  = flag.String("child", "", "internal: run as a helper process (kfake, passthrough)")
 		port       = flag.Int("port", 0, "internal: kfake child port")
@@ -153,7 +157,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	e := &env{ctx: ctx, quick: *quick, profile: *profile, partitions: *partitions, outDir: *outDir, burstN: *burstN, scaleN: *scaleN, rates: rates}
+	e := &env{ctx: ctx, quick: *quick, profile: *profile, prevFirst: *prevFirst, partitions: *partitions, outDir: *outDir, burstN: *burstN, scaleN: *scaleN, rates: rates}
 	e.stamp = time.Now().UTC().Format("20060102T150405Z")
 	if err := os.MkdirAll(e.outDir, 0o755); err != nil { // profiles are saved there mid-run
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -199,6 +203,14 @@ func main() {
 		if !want[s.name] || ctx.Err() != nil {
 			continue
 		}
+		paired := e.prevBin != "" && prevScenarios[s.name]
+		if paired && e.prevFirst {
+			e.previous(s.name, s.run)
+			if err := e.restartKafka(); err != nil { // as fresh a broker as the revision had
+				e.res.Errors[s.name] = err.Error()
+				continue
+			}
+		}
 		load0 := loadavg1()
 		logf("== scenario %s (load average %.2f)", s.name, load0)
 		start := time.Now()
@@ -214,11 +226,8 @@ func main() {
 		e.res.Seconds[s.name] = time.Since(start).Seconds()
 		e.res.Load[s.name] = [2]float64{load0, loadavg1()}
 		logf("== scenario %s done in %s", s.name, time.Since(start).Round(time.Second))
-		if e.prevBin != "" && prevScenarios[s.name] && ctx.Err() == nil {
-			start, load0 := time.Now(), loadavg1()
-			e.runPrevious(s.name, s.run)
-			e.res.Previous.Seconds[s.name] = time.Since(start).Seconds()
-			e.res.Previous.Load[s.name] = [2]float64{load0, loadavg1()}
+		if paired && !e.prevFirst {
+			e.previous(s.name, s.run)
 		}
 	}
 	md := renderMarkdown(e.res)
@@ -231,6 +240,17 @@ func main() {
 			logf("plots: %v", err)
 		}
 	}
+}
+
+// previous runs scenario name with the revision's bridge and records its time and load.
+func (e *env) previous(name string, run func(*env) error) {
+	if e.ctx.Err() != nil {
+		return
+	}
+	start, load0 := time.Now(), loadavg1()
+	e.runPrevious(name, run)
+	e.res.Previous.Seconds[name] = time.Since(start).Seconds()
+	e.res.Previous.Load[name] = [2]float64{load0, loadavg1()}
 }
 
 func (e *env) setup(repo, kafkaMode, baseRev string) error {
@@ -249,7 +269,7 @@ func (e *env) setup(repo, kafkaMode, baseRev string) error {
 		if e.prevBin, commit, err = buildBridgeAt(repo, baseRev, dir, e.profile); err != nil {
 			return err
 		}
-		e.res.BaselineRev = commit
+		e.res.BaselineRev, e.res.PreviousFirst = commit, e.prevFirst
 		e.res.Previous = &Results{Started: e.res.Started, Command: e.res.Command, Machine: e.res.Machine, Quick: e.quick,
 			KafkaMode: kafkaMode, Partitions: e.partitions, Seconds: map[string]float64{}, Errors: map[string]string{},
 			Load: map[string][2]float64{}}

@@ -10,9 +10,10 @@ import (
 
 // -baseline-rev: the bridge built at another git revision (the previous release, the
 // previous store layout) measured beside this tree's in the same run. Each of
-// prevScenarios runs twice, this tree's bridge first, then the other on a fresh Redis
-// and a fresh kfake (the scenarios' topic names are fixed); the markdown ends with a
-// table of both and the ratio (renderPrevious).
+// prevScenarios runs twice, this tree's bridge first (the revision's first with
+// -previous-first), the second on a fresh Redis and a fresh kfake (the scenarios' topic
+// names are fixed); the markdown ends with a table of both and the ratio
+// (renderPrevious).
 
 // prevScenarios are the scenarios that run against both bridges.
 var prevScenarios = map[string]bool{"baseline": true, "steady": true, "burst": true, "scale": true}
@@ -91,7 +92,11 @@ func renderPrevious(b *strings.Builder, r *Results) {
 		return
 	}
 	fmt.Fprintf(b, "## Beside the previous layout: the bridge built at %s, same run\n\n", r.BaselineRev)
-	b.WriteString("Each scenario ran twice, this tree's bridge first, then the one at that revision on a fresh Redis and a fresh kfake. Ratio = this tree / previous.\n\n")
+	order := "this tree's bridge first, then the one at that revision on a fresh Redis and a fresh kfake"
+	if r.PreviousFirst {
+		order = "the bridge at that revision first (-previous-first), then this tree's, each on a fresh Redis and a fresh kfake"
+	}
+	fmt.Fprintf(b, "Each scenario ran twice, %s. The order moves the results on a shared machine: compare a run in each order. Ratio = this tree / previous.\n\n", order)
 	if len(p.Errors) > 0 {
 		for k, v := range p.Errors {
 			fmt.Fprintf(b, "- previous, %s: %s\n", k, v)
