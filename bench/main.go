@@ -37,6 +37,7 @@ type env struct {
 	bridgeBin  string
 	prevBin    string // -baseline-rev: the bridge built at that revision (prev.go)
 	prevFirst  bool   // -previous-first: the revision's run of a scenario before this tree's
+	keep       bool   // -keep: teardown leaves dir (the children's logs)
 	profile    bool
 	quick      bool
 	partitions int
@@ -104,6 +105,7 @@ func main() {
 		ratesFlag  = flag.String("rates", "", "steady and baseline: comma-separated offered rates instead of the default ladder (no search for the maximum)")
 		scaleN     = flag.Int("scale-n", 0, "messages parked for an hour in the scale scenario (default 10000000, quick 200000)")
 		baseRev    = flag.String("baseline-rev", "", "also build the bridge at this git revision (e.g. the previous release) and run baseline, steady, burst and scale against it too, reporting both and the ratio")
+		keepDir    = flag.Bool("keep", false, "keep the working directory (every child's log: bridges, kfake, redis-server) and print where it is")
 		prevFirst  = flag.Bool("previous-first", false, "with -baseline-rev: run each scenario with the revision's bridge first, then this tree's (the order moves results on a shared machine: run both orders)")
 		replot     = flag.String("replot", "", "redraw the plots and reprint the tables from a results/<timestamp>.json instead of running")
 		childMode  = flag.String("child", "", "internal: run as a helper process (kfake, passthrough)")
@@ -157,7 +159,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	e := &env{ctx: ctx, quick: *quick, profile: *profile, prevFirst: *prevFirst, partitions: *partitions, outDir: *outDir, burstN: *burstN, scaleN: *scaleN, rates: rates}
+	e := &env{ctx: ctx, quick: *quick, profile: *profile, prevFirst: *prevFirst, keep: *keepDir, partitions: *partitions, outDir: *outDir, burstN: *burstN, scaleN: *scaleN, rates: rates}
 	e.stamp = time.Now().UTC().Format("20060102T150405Z")
 	if err := os.MkdirAll(e.outDir, 0o755); err != nil { // profiles are saved there mid-run
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -292,7 +294,10 @@ func (e *env) setup(repo, kafkaMode, baseRev string) error {
 func (e *env) teardown() {
 	e.kafka.close()
 	e.redis.close()
-	if e.dir != "" {
+	switch {
+	case e.dir != "" && e.keep:
+		logf("kept %s (the children's logs)", e.dir)
+	case e.dir != "":
 		os.RemoveAll(e.dir)
 	}
 }
