@@ -49,7 +49,7 @@ type orderRig struct {
 	routeYAML string // more keys of both routes (e.g. max_rate)
 	kTarget   *collector
 	aTarget   *amqpCollector
-	bridges   []*bridgeProc // started by start, for parkedAll
+	bridges   []*bridgeProc // started by start, for parkedBefore
 }
 
 func startOrderRig(t *testing.T, ttl time.Duration, proxied bool) *orderRig {
