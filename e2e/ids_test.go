@@ -63,11 +63,35 @@ func write(t *testing.T, w *kafka.Writer, msgs ...kafka.Message) {
 // labels ("route=\"a\"", ...), or -1 if there is none.
 func (p *bridgeProc) metric(name string, labels ...string) float64 {
 	p.t.Helper()
+	if v := p.series(name, labels...); len(v) > 0 {
+		return v[0]
+	}
+	return -1
+}
+
+// seriesCount is how many series of name with labels including every one of labels
+// have a value above 0.
+func (p *bridgeProc) seriesCount(name string, labels ...string) int {
+	p.t.Helper()
+	n := 0
+	for _, v := range p.series(name, labels...) {
+		if v > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// series returns the values of the series of name whose labels include every one of
+// labels, in the order /metrics lists them.
+func (p *bridgeProc) series(name string, labels ...string) []float64 {
+	p.t.Helper()
 	resp, err := http.Get("http://" + p.admin + "/metrics")
 	if err != nil {
 		p.t.Fatalf("GET /metrics: %v", err)
 	}
 	defer resp.Body.Close()
+	var out []float64
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
@@ -82,42 +106,12 @@ func (p *bridgeProc) metric(name string, labels ...string) float64 {
 		if !ok {
 			continue
 		}
-		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-		if err == nil {
-			return v
+		if v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64); err == nil {
+			out = append(out, v)
 		}
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
-	return -1
-}
-
-// seriesCount is how many series of name with labels including every one of labels
-// have a value above 0.
-func (p *bridgeProc) seriesCount(name string, labels ...string) int {
-	p.t.Helper()
-	resp, err := http.Get("http://" + p.admin + "/metrics")
-	if err != nil {
-		p.t.Fatalf("GET /metrics: %v", err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		p.t.Fatalf("GET /metrics: %v", err)
-	}
-	n := 0
-	for _, line := range strings.Split(string(body), "\n") {
-		if !strings.HasPrefix(line, "delaybridge_"+name+"{") {
-			continue
-		}
-		ok := true
-		for _, l := range labels {
-			ok = ok && strings.Contains(line, l)
-		}
-		if v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64); ok && err == nil && v > 0 {
-			n++
-		}
-	}
-	return n
+	return out
 }
 
 func (p *bridgeProc) state(id string) (int, string) {
