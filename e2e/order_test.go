@@ -73,6 +73,9 @@ func startOrderRig(t *testing.T, ttl time.Duration, proxied bool) *orderRig {
 	return rig
 }
 
+// lookahead is the bridges' scheduler.lookahead: half the lease TTL.
+func (r *orderRig) lookahead() time.Duration { return r.ttl / 2 }
+
 // config writes instance's bridge.yaml (admin "" = a free port).
 func (r *orderRig) config(instance, admin string) (string, string) {
 	r.t.Helper()
@@ -100,7 +103,7 @@ routes:
     to:   { amqp: { exchange: %[10]q } }
     order: key
 %[11]s
-`, instance, r.redis, r.kaddr, r.group, r.amqpURL, r.ttl/2, r.ttl, admin, "", r.exchange, r.routeYAML)
+`, instance, r.redis, r.kaddr, r.group, r.amqpURL, r.lookahead(), r.ttl, admin, "", r.exchange, r.routeYAML)
 	path := filepath.Join(r.t.TempDir(), instance+".yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		r.t.Fatal(err)
@@ -244,7 +247,7 @@ func (r *orderRig) produceBoth(lead time.Duration) (kSent, aSent map[string]orde
 	if late := time.Since(base); late > 0 {
 		r.t.Logf("producing took %s past the first due time: order is only promised among messages pending together", late)
 	}
-	r.parkedBefore(len(kSent)+len(aSent), base.Add(-r.ttl/2))
+	r.parkedBefore(len(kSent)+len(aSent), base.Add(-r.lookahead()))
 	return kSent, aSent
 }
 
