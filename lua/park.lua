@@ -29,12 +29,12 @@
 -- cancel (a cancel that arrived before its message) does not stop this route's message.
 --
 -- Every script keeps msg holding an envelope exactly for the ids in due, inflight or
--- dead, so HSETNX on msg is the test for those three states (one call instead of three
--- lookups). The done window is read with one HMGET per index sub-hash for the batch,
--- and layout 2's done set only while it exists (one EXISTS per call).
+-- dead, so one HMGET of msg for the batch is the test for those three states, and one
+-- HSET stores the new envelopes. The done window is read by ixget (index.lua), and
+-- layout 2's done set only while it exists (one EXISTS per call).
 -- A message parked in the cold tier is an element of one RPUSH per bucket and one index
--- entry; its id is looked for in msg first (HEXISTS), so an id in flight or dead is
--- refused as before.
+-- entry; its id is looked for in msg first (the same HMGET), so an id in flight or dead
+-- is refused as before.
 -- hasRoute comes from routes.lua, cstart/cadd/cflush from counts.lua, ixstart/ixget/
 -- doneOf from index.lua, co* from cold.lua, which lua.go puts in front of this script.
 cstart(KEYS[7])
@@ -50,9 +50,20 @@ for i = 7, #ARGV, 5 do
   fps[#fps + 1] = ARGV[i]
 end
 local states = ixget(fps)
+-- One HMGET says which ids already have an envelope (pending in due, in flight or
+-- dead) and one HSET below stores the new envelopes: two commands per call instead of
+-- one HSETNX (and, for the cold tier, one HEXISTS) per message.
+local ids = {}
+for i = 3, #ARGV, 5 do
+  ids[#ids + 1] = ARGV[i]
+end
+local held = {}
+if #ids > 0 then
+  held = redis.call('HMGET', KEYS[2], unpack(ids))
+end
 local out = {}
-local zadd = {}
-local cold = {}
+local zadd, hset = {}, {}
+local cold, seen = {}, {}
 local n = 0
 for i = 3, #ARGV, 5 do
   local id, route = ARGV[i], ARGV[i + 3]
@@ -72,28 +83,36 @@ for i = 3, #ARGV, 5 do
       st = 'cancelled'
     end
   end
-  if not st and not states[n] and cocold(ARGV[i + 1], now, horizon)
-      and redis.call('HEXISTS', KEYS[2], id) == 0 then
+  local free = not held[n] and not seen[id]
+  if not st and free and not states[n] and cocold(ARGV[i + 1], now, horizon) then
     st = 'parked'
     cold[id] = true
     cadd('pending', route, 1, ARGV[i + 1], id)
     coadd(id, ARGV[i + 1], ARGV[i + 2], ARGV[i + 4])
   end
   if not st then
-    if redis.call('HSETNX', KEYS[2], id, ARGV[i + 2]) == 1 then
+    if free then
       st = 'parked'
+      seen[id] = true
       cadd('pending', route, 1, ARGV[i + 1], id)
       zadd[#zadd + 1] = ARGV[i + 1]
       zadd[#zadd + 1] = id
+      hset[#hset + 1] = id
+      hset[#hset + 1] = ARGV[i + 2]
+    elseif not held[n] then
+      st = 'pending' -- parked earlier in this batch
     elseif redis.call('ZSCORE', KEYS[3], id) then
       st = 'inflight'
     elseif redis.call('ZSCORE', KEYS[4], id) then
       st = 'dead'
     else
-      st = 'pending' -- in due, or earlier in this batch (its ZADD comes below)
+      st = 'pending'
     end
   end
   out[n] = st
+end
+if #hset > 0 then
+  redis.call('HSET', KEYS[2], unpack(hset))
 end
 if #zadd > 0 then
   redis.call('ZADD', KEYS[1], unpack(zadd))
