@@ -263,3 +263,40 @@ func (m *SlotMove) Close() {
 	m.src.Close()
 	m.dst.Close()
 }
+
+// RemoveMaster takes the master n out of the cluster the way an operator scales in:
+// every slot moved off it (`redis-cli --cluster rebalance <other> --cluster-weight
+// <id>=0`, keys and all), then `redis-cli --cluster del-node <other> <id>` (the others
+// forget it; it is reset), then its process stopped. n is dropped from Nodes, and
+// RemoveMaster waits until the remaining nodes agree. It returns rebalance's output.
+// n must not be Nodes[0], which both commands go through.
+func (c *RedisCluster) RemoveMaster(n *Redis) string {
+	c.t.Helper()
+	if n == c.Nodes[0] {
+		c.t.Fatalf("testutil: RemoveMaster of Nodes[0] (%s): the commands go through it", n.Addr())
+	}
+	cl := redis.NewClient(&redis.Options{Addr: n.Addr()})
+	id, err := cl.ClusterMyID(context.Background()).Result()
+	cl.Close()
+	if err != nil {
+		c.t.Fatalf("testutil: CLUSTER MYID on %s: %v", n.Addr(), err)
+	}
+	args := []string{"--cluster", "rebalance", c.Nodes[0].Addr(), "--cluster-weight", id + "=0"}
+	out, err := c.cli(5*time.Minute, args...)
+	if err != nil {
+		c.t.Fatalf("testutil: redis-cli %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	del := []string{"--cluster", "del-node", c.Nodes[0].Addr(), id}
+	if dout, err := c.cli(time.Minute, del...); err != nil {
+		c.t.Fatalf("testutil: redis-cli %s: %v\n%s", strings.Join(del, " "), err, dout)
+	}
+	n.Stop()
+	for i, m := range c.Nodes {
+		if m == n {
+			c.Nodes = append(c.Nodes[:i:i], c.Nodes[i+1:]...)
+			break
+		}
+	}
+	c.waitAgree(30 * time.Second)
+	return string(out)
+}
