@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"strings"
 	"testing"
 	"time"
 
@@ -23,25 +22,17 @@ import (
 // and no BUSYKEY.
 func TestRedisClusterPrimaryRemovedUnderLoad(t *testing.T) {
 	rc := testkit.StartRedisCluster(t, 3)
-	c := startHAClusterOn(t, rc.Addrs(), 4, 3*time.Second)
-	p := c.start("rm-a")
-	c.waitBalanced(p, 20*time.Second, "rm-a")
-
-	far := sendFar(t, c, 200, 40*time.Second)
-	s := startStream(t, c.writer, "rm", 400, 200*time.Millisecond, 3*time.Second)
-	rp := startReplays(t, c, s)
-	time.Sleep(6 * time.Second)
+	r := startReshardRig(t, rc, "rm")
 
 	victim := rc.Nodes[2]
-	owners0 := shardNodes(t, rc)
 	served := 0
-	for _, o := range owners0 {
+	for _, o := range shardNodes(t, rc) {
 		if o == victim.Addr() {
 			served++
 		}
 	}
 	if served == 0 {
-		t.Fatalf("master %s serves no shard before its removal (owners %v): nothing to test", victim.Addr(), owners0)
+		t.Fatalf("master %s serves no shard before its removal: nothing to test", victim.Addr())
 	}
 	started := time.Now()
 	out := rc.RemoveMaster(victim)
@@ -52,37 +43,9 @@ func TestRedisClusterPrimaryRemovedUnderLoad(t *testing.T) {
 		}
 	}
 	time.Sleep(4 * time.Second) // the stream goes on without the removed master
-	sentMsgs := s.finish(t)
-	replays := rp.finish()
 
-	all := map[string]sent{}
-	for id, m := range sentMsgs {
-		all[id] = m
-	}
-	for id, m := range far {
-		all[id] = m
-	}
-	waitUntil(t, "every message on the target", 90*time.Second, func() bool { return c.target.uniqueCount() >= len(all) })
-	time.Sleep(2 * time.Second) // a late duplicate, if any, arrives too
-	dups := ledger(t, all, c.target.snapshot(), "orders.delay")
-	if dups != 0 {
-		t.Errorf("%d messages fired twice", dups)
-	}
-	misplaced, keys, err := rc.Misplaced(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range misplaced {
-		t.Errorf("orphan key: %s", m)
-	}
-	for _, l := range strings.Split(p.logs(), "\n") {
-		if strings.Contains(l, "level=ERROR") || strings.Contains(l, "non local key") || strings.Contains(l, "BUSYKEY") {
-			t.Errorf("bridge logged: %s", l)
-		}
-	}
-	if pr := p.problems(); len(pr) > 0 {
-		t.Errorf("bridge problems: %v", pr)
-	}
+	all, replays, dups := r.judgeDelivered(t)
+	keys := judgeClean(t, rc, r.p)
 	t.Logf("removal: %d messages (%d far-future), %d replays refused, %d duplicates; the removed master served %d of %d shards; rebalance + del-node took %s; keys per remaining node %v; Redis retries %v",
-		len(all), len(far), replays, dups, served, haShards, took.Round(time.Millisecond), keys, metricSum(t, p, "redis_retries_total"))
+		len(all), len(r.far), replays, dups, served, haShards, took.Round(time.Millisecond), keys, metricSum(t, r.p, "redis_retries_total"))
 }

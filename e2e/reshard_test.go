@@ -39,14 +39,7 @@ func TestRedisClusterReshardUnderLoad(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c := startHAClusterOn(t, rc.Addrs(), 4, 3*time.Second)
-	p := c.start("rs-a")
-	c.waitBalanced(p, 20*time.Second, "rs-a")
-
-	far := sendFar(t, c, 200, 40*time.Second)
-	s := startStream(t, c.writer, "rs", 400, 200*time.Millisecond, 3*time.Second)
-	rp := startReplays(t, c, s)
-	time.Sleep(6 * time.Second)
+	r := startReshardRig(t, rc, "rs")
 
 	before := ixStates(t, cc)
 	owners0 := shardNodes(t, rc)
@@ -59,25 +52,61 @@ func TestRedisClusterReshardUnderLoad(t *testing.T) {
 	time.Sleep(time.Second)
 	slow := slowMoves(t, rc, cc)
 	time.Sleep(2 * time.Second)
-	sentMsgs := s.finish(t)
-	replays := rp.finish()
 
 	moved, splitMoving := judgeMoves(t, owners0, owners1, before, after, newNode.Addr())
 	if moved == 0 {
 		t.Fatalf("the rebalance moved no shard's slot to the new master:\n%s", out)
 	}
+	all, replays, dups := r.judgeDelivered(t)
+	keys, retried := judgeAfterMove(t, rc, r.p)
+	logs := r.p.logs()
+	t.Logf("slow slot moves: %v; script calls retried: %v", slow, retried)
+	t.Logf("reshard: %d messages (%d far-future), %d replays refused, %d duplicates; rebalance took %s, moved %d of %d shards (%d split their index meanwhile); keys per node %v; TRYAGAIN retries logged %d",
+		len(all), len(r.far), replays, dups, took.Round(time.Millisecond), moved, haShards, splitMoving, keys,
+		strings.Count(logs, "TRYAGAIN"))
+}
 
-	all := map[string]sent{}
+// reshardRig is the load of the resharding tests: one bridge (instance prefix-a) on
+// the cluster, 200 messages parked 40 s ahead, a stream of 400 msgs/s with delays of
+// 0.2-3 s, and replays of delivered ids, all running for 6 s when it is returned.
+type reshardRig struct {
+	c   *haCluster
+	p   *bridgeProc
+	far map[string]sent
+	s   *stream
+	rp  *replays
+}
+
+func startReshardRig(t *testing.T, rc *testkit.RedisCluster, prefix string) *reshardRig {
+	t.Helper()
+	r := &reshardRig{c: startHAClusterOn(t, rc.Addrs(), 4, 3*time.Second)}
+	r.p = r.c.start(prefix + "-a")
+	r.c.waitBalanced(r.p, 20*time.Second, prefix+"-a")
+	r.far = sendFar(t, r.c, 200, 40*time.Second)
+	r.s = startStream(t, r.c.writer, prefix, 400, 200*time.Millisecond, 3*time.Second)
+	r.rp = startReplays(t, r.c, r.s)
+	time.Sleep(6 * time.Second)
+	return r
+}
+
+// judgeDelivered stops the stream and the replays, waits for every message and judges
+// them (none lost or early; duplicates reported one by one). It returns the messages,
+// the replays sent (each refused, or the ledger would have found it) and the duplicates.
+func (r *reshardRig) judgeDelivered(t *testing.T) (all map[string]sent, replays, dups int) {
+	t.Helper()
+	sentMsgs := r.s.finish(t)
+	replays = r.rp.finish()
+	all = map[string]sent{}
 	for id, m := range sentMsgs {
 		all[id] = m
 	}
-	for id, m := range far {
+	for id, m := range r.far {
 		all[id] = m
 	}
-	waitUntil(t, "every message on the target", 90*time.Second, func() bool { return c.target.uniqueCount() >= len(all) })
+	waitUntil(t, "every message on the target", 90*time.Second, func() bool { return r.c.target.uniqueCount() >= len(all) })
 	time.Sleep(2 * time.Second) // a late duplicate, if any, arrives too
-	got := c.target.snapshot()
-	dups := ledger(t, all, got, "orders.delay")
+	got := r.c.target.snapshot()
+	dups = ledger(t, all, got, "orders.delay")
 	if dups != 0 {
 		for id, as := range arrivalsByID(got) {
 			if len(as) > 1 {
@@ -85,12 +114,7 @@ func TestRedisClusterReshardUnderLoad(t *testing.T) {
 			}
 		}
 	}
-	keys, retried := judgeAfterMove(t, rc, p)
-	logs := p.logs()
-	t.Logf("slow slot moves: %v; script calls retried: %v", slow, retried)
-	t.Logf("reshard: %d messages (%d far-future), %d replays refused, %d duplicates; rebalance took %s, moved %d of %d shards (%d split their index meanwhile); keys per node %v; TRYAGAIN retries logged %d",
-		len(all), len(far), replays, dups, took.Round(time.Millisecond), moved, haShards, splitMoving, keys,
-		strings.Count(logs, "TRYAGAIN"))
+	return all, replays, dups
 }
 
 // sendFar produces n messages due in delay (+10 ms each), before the move.
@@ -135,6 +159,18 @@ func judgeMoves(t *testing.T, owners0, owners1, before, after []string, newNode 
 // the keys per node and the retries.
 func judgeAfterMove(t *testing.T, rc *testkit.RedisCluster, p *bridgeProc) ([]int, float64) {
 	t.Helper()
+	keys := judgeClean(t, rc, p)
+	retried := metricSum(t, p, "redis_retries_total")
+	if retried <= 0 {
+		t.Errorf("redis_retries_total = %v after slots were half-moved for seconds; want the store's retries counted", retried)
+	}
+	return keys, retried
+}
+
+// judgeClean: no node holds a key of a slot it does not serve, and the bridge logged no
+// error, no script failure and no BUSYKEY. It returns the keys per node.
+func judgeClean(t *testing.T, rc *testkit.RedisCluster, p *bridgeProc) []int {
+	t.Helper()
 	misplaced, keys, err := rc.Misplaced(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -150,11 +186,7 @@ func judgeAfterMove(t *testing.T, rc *testkit.RedisCluster, p *bridgeProc) ([]in
 	if pr := p.problems(); len(pr) > 0 {
 		t.Errorf("bridge problems: %v", pr)
 	}
-	retried := metricSum(t, p, "redis_retries_total")
-	if retried <= 0 {
-		t.Errorf("redis_retries_total = %v after slots were half-moved for seconds; want the store's retries counted", retried)
-	}
-	return keys, retried
+	return keys
 }
 
 // metricSum adds up every series of the bridge's metric name.
