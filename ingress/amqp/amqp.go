@@ -15,10 +15,11 @@
 // arrived within BatchWait of the first), parsed once with ingress.Parse and handed to
 // ingress.Loop: on success the batch is acknowledged with one multiple basic.ack up to
 // its last delivery tag; on failure the loop backs off on Config.Clock and hands the same
-// items again, and after RetryInPlace failures the source rejects the batch with
-// basic.nack(multiple, requeue), so the broker delivers it again, in order, to a healthy
-// consumer. Nothing is acknowledged
-// that the handler did not accept, and a delivery tag is only ever acknowledged on the
+// items again, and after RetryInPlace failures the source gives the batch back by
+// closing the channel (every delivery not acknowledged, the batch and those after it,
+// returns to the queue at its place), so the broker delivers them again, in queue order,
+// to a healthy consumer; the source consumes again after a backoff. Nothing is
+// acknowledged that the handler did not accept, and a delivery tag is only ever acknowledged on the
 // channel that delivered it: when the channel or connection drops, the unacknowledged
 // deliveries return to the queue by themselves and the source reconnects with backoff and
 // consumes again.
@@ -89,8 +90,9 @@ type Config struct {
 	// calls for a failed batch; defaults 100ms and 5s.
 	MinBackoff, MaxBackoff time.Duration
 	// RetryInPlace is how many times a failed batch is handed to the handler on the same
-	// channel (after a backoff each time) before it is rejected back to the queue with
-	// basic.nack(requeue), where any healthy consumer may take it; default 5.
+	// channel (after a backoff each time) before it goes back to the queue (the channel
+	// is closed, so the deliveries after it go back too, in order), where any healthy
+	// consumer may take it; default 5.
 	RetryInPlace int
 	// ConsumerTag prefix; default "delay-bridge". A random suffix is added.
 	ConsumerTag string
@@ -394,9 +396,14 @@ func channelLost(e *amqp.Error) error {
 	return fmt.Errorf("channel closed: %w", e)
 }
 
+// errGaveUp marks a session ended because the handler failed one batch RetryInPlace
+// times: closing the channel gives that batch, and every later delivery on it, back to
+// the queue in order (handle).
+var errGaveUp = errors.New("handler failed the same batch too often; its deliveries go back to the queue")
+
 // handle parses one batch once and hands it to the delivery loop: acknowledged with one
 // multiple basic.ack once the handler accepted it (acked), or, after RetryInPlace failed
-// calls, rejected back to the queue. stop reports that the session must end: shutdown
+// calls, given back to the queue by ending the session (errGaveUp). stop reports that the session must end: shutdown
 // (nil error) or the channel lost.
 func (s *Source) handle(ctx context.Context, ch *amqp.Channel, loop *ingress.Loop, batch []amqp.Delivery,
 	recv []time.Time) (acked, stop bool, err error) {
@@ -428,11 +435,12 @@ func (s *Source) handle(ctx context.Context, ch *amqp.Channel, loop *ingress.Loo
 		return true, false, nil
 	case ingress.GaveUp:
 		// Back to the queue, in order, for whichever consumer is healthy; the broker
-		// delivers it again (then it is parsed again, from the broker's copy).
-		if err := ch.Nack(last, true, true); err != nil {
-			return false, true, fmt.Errorf("basic.nack: %w", err)
-		}
-		return false, false, nil
+		// delivers it again (then it is parsed again, from the broker's copy). Not with
+		// basic.nack of the batch: the deliveries that came after it, already on this
+		// channel, would be handled before the requeued batch came back, out of queue
+		// order. Ending the session closes the channel, which requeues all of them at
+		// their places.
+		return false, true, fmt.Errorf("%w (%d deliveries)", errGaveUp, len(batch))
 	}
 	// Stopped: shutdown, or the channel lost. Closing the channel requeues the batch; if
 	// the handler did park it, the redelivery is recognised by id and not parked twice.

@@ -449,6 +449,55 @@ func TestHandlerFailureRedeliversAndContentID(t *testing.T) {
 	}
 }
 
+// TestGaveUpBatchKeepsQueueOrder: a batch the handler fails RetryInPlace times goes back
+// to the queue together with the deliveries that reached the channel after it, so the
+// handler gets all of them again in queue order. (Rejecting only the batch, with
+// basic.nack, let the later deliveries through first: on an `order: key` route that
+// reorders a key's messages of equal due times.)
+func TestGaveUpBatchKeepsQueueOrder(t *testing.T) {
+	b := newBroker(t)
+	ep := route(t, b)
+	m := manager(t, testkit.AMQPURL())
+	c := newCollector()
+	firstCall := make(chan struct{})
+	later := make(chan struct{})
+	c.fail = func(call int, items []ingress.Item) error {
+		switch call {
+		case 1:
+			close(firstCall)
+			<-later // the second half is on the channel, behind this batch
+			return errors.New("redis down")
+		case 2:
+			return errors.New("redis down")
+		}
+		return nil
+	}
+	run(t, source(t, m, ep, 20, func(o *amqp.Config) { o.RetryInPlace = 2 }), c.handle)
+	waitBound(t, b, ep)
+	pub := func(from, to int) {
+		for i := from; i < to; i++ {
+			b.publish(ep.Exchange, "k", amqp091.Publishing{MessageId: fmt.Sprintf("m%02d", i),
+				Body: []byte{byte(i)}, Headers: amqp091.Table{"x-delay": int32(1000)}})
+		}
+	}
+	pub(0, 5)
+	<-firstCall
+	pub(5, 10)
+	time.Sleep(300 * time.Millisecond) // delivered to the source's channel (prefetch 20)
+	close(later)
+	items := c.wait(t, 10, 15*time.Second)
+	var got []string
+	for _, it := range items {
+		got = append(got, it.Env.ID)
+	}
+	for i, id := range got {
+		if want := fmt.Sprintf("m%02d", i); id != want {
+			t.Fatalf("handled in the order %v, want m00..m09 (queue order)", got)
+		}
+	}
+	b.waitReady(ep.Queue, 0, 5*time.Second)
+}
+
 func TestContentIDDistinguishesMessages(t *testing.T) {
 	d1 := &amqp091.Delivery{Exchange: "x", RoutingKey: "k", Body: []byte("a"), Headers: amqp091.Table{"x-delay": int32(5), "n": amqp091.Table{"b": 1, "a": 2}}}
 	d2 := *d1
