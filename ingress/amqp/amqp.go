@@ -19,10 +19,10 @@
 // closing the channel (every delivery not acknowledged, the batch and those after it,
 // returns to the queue at its place), so the broker delivers them again, in queue order,
 // to a healthy consumer; the source consumes again after a backoff. Nothing is
-// acknowledged that the handler did not accept, and a delivery tag is only ever acknowledged on the
-// channel that delivered it: when the channel or connection drops, the unacknowledged
-// deliveries return to the queue by themselves and the source reconnects with backoff and
-// consumes again.
+// acknowledged that the handler did not accept, and a delivery tag is only ever
+// acknowledged on the channel that delivered it: when the channel or connection drops,
+// the unacknowledged deliveries return to the queue by themselves and the source
+// reconnects with backoff and consumes again.
 //
 // Health. Health reports starting, consuming, joining (set up again), stalled or
 // unreachable, and the queue's ready messages as lag. A watchdog beside each session
@@ -403,8 +403,8 @@ var errGaveUp = errors.New("handler failed the same batch too often; its deliver
 
 // handle parses one batch once and hands it to the delivery loop: acknowledged with one
 // multiple basic.ack once the handler accepted it (acked), or, after RetryInPlace failed
-// calls, given back to the queue by ending the session (errGaveUp). stop reports that the session must end: shutdown
-// (nil error) or the channel lost.
+// calls, given back to the queue by ending the session (errGaveUp). stop reports that
+// the session must end: shutdown (nil error), the channel lost, or errGaveUp.
 func (s *Source) handle(ctx context.Context, ch *amqp.Channel, loop *ingress.Loop, batch []amqp.Delivery,
 	recv []time.Time) (acked, stop bool, err error) {
 	last := batch[len(batch)-1].DeliveryTag
