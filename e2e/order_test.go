@@ -269,11 +269,7 @@ func (r *orderRig) parkedBefore(n int, by time.Time) {
 		}
 		return total
 	}
-	for deadline := time.Now().Add(time.Minute); parked() < n; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			r.t.Fatalf("the bridges parked %d of %d messages in a minute", parked(), n)
-		}
-	}
+	waitUntil(r.t, fmt.Sprintf("the bridges to park all %d messages", n), time.Minute, func() bool { return parked() >= n })
 	if late := time.Since(by); late > 0 {
 		r.t.Fatalf("parking the %d messages ended %s after the first were claimed (due less the lookahead): the rig's lead is too short for this machine, and order is only promised among messages pending together", n, late)
 	}

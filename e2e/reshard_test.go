@@ -3,9 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -192,23 +189,9 @@ func judgeClean(t *testing.T, rc *testkit.RedisCluster, p *bridgeProc) []int {
 // metricSum adds up every series of the bridge's metric name.
 func metricSum(t *testing.T, p *bridgeProc, name string) float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + p.admin + "/metrics")
-	if err != nil {
-		t.Fatalf("GET /metrics: %v", err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("GET /metrics: %v", err)
-	}
 	sum := 0.0
-	for _, line := range strings.Split(string(body), "\n") {
-		if strings.HasPrefix(line, "delaybridge_"+name+"{") || strings.HasPrefix(line, "delaybridge_"+name+" ") {
-			v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-			if err == nil {
-				sum += v
-			}
-		}
+	for _, v := range p.series(name) {
+		sum += v
 	}
 	return sum
 }
