@@ -6,7 +6,7 @@
 // Conventions every script keeps, because the store relies on them:
 //   - every key is passed in KEYS, and all keys of one call share one Redis Cluster
 //     hash tag, so a script touches exactly one slot. The one exception is index.lua:
-//     the index sub-hashes and done slices of store layout 3 are many keys whose names
+//     the index sub-hashes and done slices of the store are many keys whose names
 //     depend on the data, so it builds them by appending to a key passed in KEYS (the
 //     shard's P:{C:n}:ix and P:{C:n}:dn), which keeps the hash tag and so the slot.
 //     cold.lua is the second: the cold tier's buckets P:{C:n}:cb:<b> are named after
@@ -26,7 +26,7 @@ import _ "embed"
 
 // routes.lua is put in front of the scripts that read route lists, counts.lua in front
 // of those that move messages (they keep the per-route counts), index.lua in front of
-// those that read or write the done window of layout 3, successor.lua in front of
+// those that read or write the done window, successor.lua in front of
 // those that take a message out of in flight or read it by id (replace's successors).
 var (
 	//go:embed routes.lua
@@ -61,31 +61,28 @@ var (
 	purgeDead string
 	//go:embed purge_dead_ids.lua
 	purgeDeadIDs string
-	//go:embed counts_backfill.lua
-	countsBackfill string
 )
 
 // The scripts that move messages, with their helpers in front.
 var (
-	Park           = routes + counts + index + cold + park
-	Replace        = routes + counts + index + successor + cold + replace
-	Bury           = routes + counts + index + cold + bury
-	Cancel         = routes + counts + index + successor + cold + cancel
-	Claim          = counts + index + cold + claim
-	Ack            = counts + index + successor + ack
-	Retry          = counts + successor + retry
-	Recover        = counts + successor + recover
-	Reschedule     = counts + index + cold + reschedule
-	PurgeDead      = counts + purgeDead
-	PurgeDeadIDs   = counts + purgeDeadIDs
-	CountsBackfill = counts + index + cold + countsBackfill
+	Park         = routes + counts + index + cold + park
+	Replace      = routes + counts + index + successor + cold + replace
+	Bury         = routes + counts + index + cold + bury
+	Cancel       = routes + counts + index + successor + cold + cancel
+	Claim        = counts + index + cold + claim
+	Ack          = counts + index + successor + ack
+	Retry        = counts + successor + retry
+	Recover      = counts + successor + recover
+	Reschedule   = counts + index + cold + reschedule
+	PurgeDead    = counts + purgeDead
+	PurgeDeadIDs = counts + purgeDeadIDs
 )
 
-// IndexHelper is index.lua, the helper put in front of the scripts of layout 3's done
+// IndexHelper is index.lua, the helper put in front of the scripts of the done
 // window: the only source that builds key names (tests look for others that do).
 var IndexHelper = index
 
-// ColdHelper is cold.lua, the helper of the cold tier (layout 3, level 5), which names
+// ColdHelper is cold.lua, the helper of the cold tier, which names
 // the shard's bucket keys after its due key (tests look for other sources that build
 // key names).
 var ColdHelper = cold
@@ -126,31 +123,6 @@ var (
 	SchedulePlan string
 )
 
-// The layout-2 scripts (v2/, as the release before layout 3 ran them) that differ in
-// layout 3: a store writes with them while a bridge of that release is a live member
-// (compat mode), and BenchmarkStoreLayout measures them as the baseline.
-var (
-	//go:embed v2/park.lua
-	v2park string
-	//go:embed v2/bury.lua
-	v2bury string
-	//go:embed v2/cancel.lua
-	v2cancel string
-	//go:embed v2/ack.lua
-	v2ack string
-	//go:embed v2/get.lua
-	v2get string
-	//go:embed v2/reschedule.lua
-	v2reschedule string
-
-	V2Park       = routes + counts + v2park
-	V2Bury       = routes + counts + v2bury
-	V2Cancel     = routes + counts + v2cancel
-	V2Ack        = counts + v2ack
-	V2Get        = v2get
-	V2Reschedule = counts + v2reschedule
-)
-
 // All returns every script by name (the file name without ".lua"), for callers that
 // preload or inspect them all, such as tests and the dev server.
 func All() map[string]string {
@@ -169,7 +141,6 @@ func All() map[string]string {
 		"browse":             Browse,
 		"cold_read":          ColdRead,
 		"purge_dead_ids":     PurgeDeadIDs,
-		"counts_backfill":    CountsBackfill,
 		"job_claim":          JobClaim,
 		"job_save":           JobSave,
 		"job_cancel":         JobCancel,
@@ -185,11 +156,5 @@ func All() map[string]string {
 		"ordered_recover":    OrderedRecover,
 		"ordered_cancel":     OrderedCancel,
 		"ordered_reschedule": OrderedReschedule,
-		"v2/park":            V2Park,
-		"v2/bury":            V2Bury,
-		"v2/cancel":          V2Cancel,
-		"v2/ack":             V2Ack,
-		"v2/get":             V2Get,
-		"v2/reschedule":      V2Reschedule,
 	}
 }

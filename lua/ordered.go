@@ -3,7 +3,7 @@ package lua
 import _ "embed"
 
 // The ordered_* scripts (strict per-key order, order.lua) wrap park, ack, retry,
-// cancel, recover and reschedule of store layout 3 without changing them: the wrapped
+// cancel, recover and reschedule without changing them: the wrapped
 // script runs as a function (wrap), with order.lua's bookkeeping before and after it
 // in the same atomic call. Each wrapper takes the wrapped script's KEYS and ARGV
 // unchanged, plus the keys named below after them (and, when the wrapped script takes
@@ -19,25 +19,25 @@ func wrap(helpers, body, tail string) string {
 }
 
 var (
-	// OrderedPark: park's 9 keys, then ko, ki and one key per quintuple: its key's
+	// OrderedPark: park's 7 keys, then ko, ki and one key per quintuple: its key's
 	// queue, or ko itself for a message without a key. Returns park's reply.
 	OrderedPark = wrap(routes+counts+index+cold, park, `
-ostart(KEYS[10], KEYS[11], KEYS[1], KEYS[2])
+ostart(KEYS[8], KEYS[9], KEYS[1], KEYS[2])
 ARGV[2] = '-1' -- keyed messages never go to the cold tier (their key's queue holds them)
 local out = body()
 for j = 1, #out do
-  local kz = KEYS[11 + j]
-  if kz ~= KEYS[10] and out[j] == 'parked' then
+  local kz = KEYS[9 + j]
+  if kz ~= KEYS[8] and out[j] == 'parked' then
     local i = (j - 1) * 5 + 3
     oadd(ARGV[i], tonumber(ARGV[i + 1]), kz)
   end
 end
 return out
 `)
-	// OrderedAck: ack's 9 keys (the 9th is due), then ko, ki. Returns { acked,
+	// OrderedAck: ack's 7 keys (the 7th is due), then ko, ki. Returns { acked,
 	// trimmed, woke }: woke is the earliest due time of a head promoted now, -1 if none.
 	OrderedAck = wrap(counts+index+successor, ack, `
-ostart(KEYS[10], KEYS[11], KEYS[9], KEYS[1])
+ostart(KEYS[8], KEYS[9], KEYS[7], KEYS[1])
 local ids = {}
 local step = ARGV[5] == '1' and 3 or 2
 for i = 7, #ARGV, step do
@@ -87,30 +87,30 @@ osweep(32)
 r[3] = O.woke
 return r
 `)
-	// OrderedCancel: cancel's 10 keys, then ko, ki. Returns cancel's reply; a cancelled
+	// OrderedCancel: cancel's 8 keys, then ko, ki. Returns cancel's reply; a cancelled
 	// head is replaced by the next of its key.
 	OrderedCancel = wrap(routes+counts+index+successor+cold, cancel, `
-ostart(KEYS[11], KEYS[12], KEYS[1], KEYS[2])
+ostart(KEYS[9], KEYS[10], KEYS[1], KEYS[2])
 local pre = opre({ ARGV[1] })
 local r = body()
 ogoneIfLeft(pre)
 return r
 `)
-	// OrderedReschedule: reschedule's 8 keys, then ko, ki and the key queue of the
+	// OrderedReschedule: reschedule's 6 keys, then ko, ki and the key queue of the
 	// message's key (ko when none). A message of an ordered key is not rescheduled:
 	// "ordered". A requeued dead letter of an ordered key joins its key's queue.
 	OrderedReschedule = wrap(counts+index+cold, reschedule, `
-ostart(KEYS[9], KEYS[10], KEYS[1], KEYS[2])
-if redis.call('HEXISTS', KEYS[10], ARGV[1]) == 1 then
+ostart(KEYS[7], KEYS[8], KEYS[1], KEYS[2])
+if redis.call('HEXISTS', KEYS[8], ARGV[1]) == 1 then
   return 'ordered'
 end
 local r = body()
-if r == 'dead' and KEYS[11] ~= KEYS[9] then
-  oadd(ARGV[1], tonumber(ARGV[2]), KEYS[11])
+if r == 'dead' and KEYS[9] ~= KEYS[7] then
+  oadd(ARGV[1], tonumber(ARGV[2]), KEYS[9])
 end
 return r
 `)
-	// OrderedReplace: replace's 10 keys, then ko, ki and one key per quintuple: its
+	// OrderedReplace: replace's 8 keys, then ko, ki and one key per quintuple: its
 	// key's queue, or ko itself for a message without a key. Returns replace's reply.
 	// A stored id whose key (or keylessness) differs from the one given is refused
 	// before replace runs ("refused:<prior>"): never a second copy. A replaced pending
@@ -119,16 +119,16 @@ return r
 	// (new, delivered, dead) joins its key; an in-flight one keeps its place (its
 	// successor takes it when acked: the key stays blocked until it is delivered).
 	OrderedReplace = routes + counts + index + successor + cold + order + `
-ostart(KEYS[11], KEYS[12], KEYS[1], KEYS[2])
+ostart(KEYS[9], KEYS[10], KEYS[1], KEYS[2])
 -- New versions go to due, never to the cold tier (a keyed one joins its key's queue).
-local out, keep, argv = {}, {}, { ARGV[1], ARGV[2], '-1' }
+local out, keep, argv = {}, {}, { ARGV[1], '-1' }
 local j = 0
-for i = 4, #ARGV, 5 do
+for i = 3, #ARGV, 5 do
   local id = ARGV[i]
   j = j + 1
   local kz, m = oinfo(id)
   local prior = nil
-  if redis.call('HEXISTS', KEYS[2], id) == 1 and (kz or KEYS[11]) ~= KEYS[12 + j] then
+  if redis.call('HEXISTS', KEYS[2], id) == 1 and (kz or KEYS[9]) ~= KEYS[10 + j] then
     if redis.call('ZSCORE', KEYS[1], id) then
       prior = 'pending'
     elseif redis.call('ZSCORE', KEYS[3], id) then
@@ -149,8 +149,8 @@ local function body(ARGV)
 end
 local r = body(argv)
 for n, jj in ipairs(keep) do
-  local i = (n - 1) * 5 + 4
-  local id, d, kz = argv[i], tonumber(argv[i + 1]), KEYS[12 + jj]
+  local i = (n - 1) * 5 + 3
+  local id, d, kz = argv[i], tonumber(argv[i + 1]), KEYS[10 + jj]
   local res = r[n]
   out[jj] = res
   if res ~= 'replaced:inflight' and string.sub(res, 1, 8) ~= 'refused:' then
@@ -159,7 +159,7 @@ for n, jj in ipairs(keep) do
     if okz then
       ogone(id, okz, om)
     end
-    if kz ~= KEYS[11] then
+    if kz ~= KEYS[9] then
       oadd(id, d, kz)
     end
   end
