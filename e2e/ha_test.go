@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"hash/fnv"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -19,6 +18,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/delaybridge/delay-bridge/internal/testkit"
+	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
 // HA tests: several bridge processes with the same configuration except `instance` (and
@@ -170,12 +170,8 @@ func balanced(owners []string, instances ...string) bool {
 	return true
 }
 
-// shardOf mirrors store.Store.ShardOf: FNV-1a 32 of the id modulo the shard count.
-func shardOf(id string) int {
-	h := fnv.New32a()
-	h.Write([]byte(id))
-	return int(h.Sum32() % haShards)
-}
+// shardOf is store.Store.ShardOf at haShards shards.
+func shardOf(id string) int { return storeapi.ShardOf(id, haShards) }
 
 // stream produces delayed messages at a steady rate until stopped.
 type stream struct {

@@ -255,8 +255,9 @@ func newScript(name, src string) *script { return &script{name: name, Script: re
 // Shards is the fixed shard count.
 func (s *Store) Shards() int { return s.opt.Shards }
 
-// ShardOf maps a message id to its shard: FNV-1a (32-bit) of the id's bytes, modulo the
-// shard count. It must never change: ids already parked would become unreachable.
+// ShardOf maps a message id to its shard: storeapi.ShardOf (FNV-1a 32 of the id, or of
+// its Kafka partition's block of offsets, modulo the shard count). It must never
+// change: ids already parked would become unreachable.
 func (s *Store) ShardOf(id string) int { return storeapi.ShardOf(id, s.opt.Shards) }
 
 func (s *Store) shardKeys(shard int) (shardKeys, error) {

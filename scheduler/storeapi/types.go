@@ -2,7 +2,9 @@ package storeapi
 
 import (
 	"fmt"
+	"math"
 	"math/bits"
+	"strconv"
 	"strings"
 	"time"
 
@@ -28,20 +30,91 @@ const (
 	StateNotStored State = "not_stored"
 )
 
-// ShardOf maps a message id to its shard among shards: FNV-1a (32-bit) of the id's
-// bytes, modulo the shard count. Every store uses it and it must never change: ids
-// already parked would become unreachable.
+// ShardOf maps a message id to its shard among shards: FNV-1a (32-bit) of its shard
+// name, modulo the shard count. The shard name of an id of the form of a Kafka
+// record's default id, "<topic>/<partition>/<offset>/<12 lowercase hex digits>"
+// (ingress.KafkaRecordID), is "<topic>/<partition>/<offset / ShardBlock>": the
+// partition's block of ShardBlock consecutive offsets, so a fetch of consecutive
+// records of one partition lands in one shard and is parked, claimed and acked in one
+// script call per shard instead of one per record (a Kafka fetch of a few dozen
+// records spread over 64 shards was one or two messages per call, over 1,024 one).
+// Load still spreads over every shard (and Redis Cluster slot): each block of a
+// partition goes to its own hashed shard. The shard name of any other id is the id
+// itself. It is a pure function of the id, so a lookup, cancel or replace by id finds
+// the message from its id alone, whoever gave the id (a user-given id of that form is
+// placed by the same rule).
 //
-// The hash is computed inline (the same as hash/fnv's New32a, TestShardOfIsFNV1a):
-// it runs several times per message, and hash/fnv through io.WriteString cost two
-// allocations each time (issue 17).
+// Every store uses it and it must never change: ids already parked would become
+// unreachable. The hash is computed inline (the same as hash/fnv's New32a,
+// TestShardOfIsFNV1a) and allocates nothing: it runs several times per message.
 func ShardOf(id string, shards int) int {
-	h := uint32(fnvOffset32)
-	for i := 0; i < len(id); i++ {
-		h ^= uint32(id[i])
+	prefix, block, ok := kafkaBlock(id)
+	if !ok {
+		return int(fnv1a(fnvOffset32, id) % uint32(shards))
+	}
+	var digits [20]byte
+	h := fnv1a(fnvOffset32, prefix)
+	h = fnv1a(h, string(strconv.AppendUint(digits[:0], block, 10)))
+	return int(h % uint32(shards))
+}
+
+// ShardBlock is how many consecutive offsets of one Kafka partition share a shard
+// (ShardOf). The larger it is, the more records of a fetch (and of an acknowledgement
+// batch) share a script call; the smaller, the sooner a partition's flow moves on to
+// another shard. It must never change, like ShardOf.
+const ShardBlock = 1024
+
+// kafkaBlock splits an id of the Kafka default form "<topic>/<partition>/<offset>/<hash>"
+// (topic non-empty, partition 1-10 decimal digits, offset 1-19 decimal digits at most
+// MaxInt64, hash 12 lowercase hex digits) into "<topic>/<partition>/" and
+// offset / ShardBlock; ok is false for any other id. It reads the id from its end, so a
+// topic may hold anything (Kafka's do not hold '/').
+func kafkaBlock(id string) (prefix string, block uint64, ok bool) {
+	const hashLen = 12
+	n := len(id)
+	if n < hashLen+6 || id[n-hashLen-1] != '/' {
+		return "", 0, false
+	}
+	for i := n - hashLen; i < n; i++ {
+		if c := id[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return "", 0, false
+		}
+	}
+	end := n - hashLen - 1 // the '/' before the hash
+	start, offset, ok := decimalBefore(id, end, 19)
+	if !ok || offset > math.MaxInt64 {
+		return "", 0, false
+	}
+	pstart, _, ok := decimalBefore(id, start-1, 10)
+	if !ok || pstart < 2 { // pstart-1 is the '/' after the topic
+		return "", 0, false
+	}
+	return id[:start], offset / ShardBlock, true
+}
+
+// decimalBefore reads the run of 1 to maxDigits decimal digits that ends at id[end]
+// (exclusive) and is preceded by a '/': it returns where the run starts and its value.
+func decimalBefore(id string, end, maxDigits int) (start int, v uint64, ok bool) {
+	start = end
+	for start > 0 && id[start-1] >= '0' && id[start-1] <= '9' {
+		start--
+	}
+	if start == end || end-start > maxDigits || start == 0 || id[start-1] != '/' {
+		return 0, 0, false
+	}
+	for i := start; i < end; i++ {
+		v = v*10 + uint64(id[i]-'0')
+	}
+	return start, v, true
+}
+
+// fnv1a continues the FNV-1a (32-bit) hash h over s.
+func fnv1a(h uint32, s string) uint32 {
+	for i := 0; i < len(s); i++ {
+		h ^= uint32(s[i])
 		h *= fnvPrime32
 	}
-	return int(h % uint32(shards))
+	return h
 }
 
 const (

@@ -241,8 +241,7 @@ func (s *Store) begin(ctx context.Context, op string) (after error, err error) {
 // Shards is the fixed shard count.
 func (s *Store) Shards() int { return s.opt.Shards }
 
-// ShardOf maps an id to its shard exactly as the Redis store does (FNV-1a 32 of the
-// id's bytes modulo the shard count).
+// ShardOf maps an id to its shard exactly as the Redis store does (storeapi.ShardOf).
 func (s *Store) ShardOf(id string) int { return storeapi.ShardOf(id, s.opt.Shards) }
 
 func (s *Store) shard(n int) (*shard, error) {

@@ -27,7 +27,8 @@ func init() {
 	register("Recover", caseRecover)
 }
 
-// ShardOf is FNV-1a 32 of the id modulo the shard count (docs/CONTRACT.md §3).
+// ShardOf is FNV-1a 32 of the id modulo the shard count for ids not of the Kafka
+// default form (docs/CONTRACT.md §3; those: ShardOfKafkaBlock).
 func caseShardOf(t *testing.T, newSubject func(Config) Subject) {
 	s := newSubject(Config{Shards: 7, DoneWindow: time.Hour}).Store
 	if s.Shards() != 7 {

@@ -204,7 +204,8 @@ func countStates(t *testing.T, s storeapi.Store, idList []string) map[storeapi.S
 	return out
 }
 
-// fnvShard is the shard mapping every store must share (docs/CONTRACT.md §3).
+// fnvShard is FNV-1a 32 of a shard name modulo shards, the shard mapping every store
+// must share (docs/CONTRACT.md §3).
 func fnvShard(id string, shards int) int {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(id))
