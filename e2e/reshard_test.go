@@ -21,8 +21,9 @@ import (
 // while the bridge parks, claims and acks. The shards' done-window indexes start at one
 // sub-hash, so they split every few dozen acks, during the migration too.
 //
-// Judged: every message delivered, none early, no replay delivered again, duplicates
-// counted (none expected: no lease lapses here); after the move some shards live on the
+// Judged: every message delivered, none early, none later than the longest migration
+// step plus reshardLatenessSlack, no replay delivered again, duplicates counted (none
+// expected: no lease lapses here); after the move some shards live on the
 // new master and no node holds a key of a slot it does not serve (no orphans on the
 // sources); the bridge logged no script failure.
 func TestRedisClusterReshardUnderLoad(t *testing.T) {
@@ -47,20 +48,20 @@ func TestRedisClusterReshardUnderLoad(t *testing.T) {
 	after := ixStates(t, cc)
 	owners1 := shardNodes(t, rc)
 	time.Sleep(time.Second)
-	slow := slowMoves(t, rc, cc)
+	slow, slowest := slowMoves(t, rc, cc)
 	time.Sleep(2 * time.Second)
 
 	moved, splitMoving := judgeMoves(t, owners0, owners1, before, after, newNode.Addr())
 	if moved == 0 {
 		t.Fatalf("the rebalance moved no shard's slot to the new master:\n%s", out)
 	}
-	all, replays, dups := r.judgeDelivered(t)
+	all, replays, dups, late := r.judgeDelivered(t, max(took, slowest))
 	keys, retried := judgeAfterMove(t, rc, r.p)
 	logs := r.p.logs()
 	t.Logf("slow slot moves: %v; script calls retried: %v", slow, retried)
-	t.Logf("reshard: %d messages (%d far-future), %d replays refused, %d duplicates; rebalance took %s, moved %d of %d shards (%d split their index meanwhile); keys per node %v; TRYAGAIN retries logged %d",
+	t.Logf("reshard: %d messages (%d far-future), %d replays refused, %d duplicates; rebalance took %s, moved %d of %d shards (%d split their index meanwhile); keys per node %v; TRYAGAIN retries logged %d; %s",
 		len(all), len(r.far), replays, dups, took.Round(time.Millisecond), moved, haShards, splitMoving, keys,
-		strings.Count(logs, "TRYAGAIN"))
+		strings.Count(logs, "TRYAGAIN"), late)
 }
 
 // reshardRig is the load of the resharding tests: one bridge (instance prefix-a) on
@@ -86,10 +87,22 @@ func startReshardRig(t *testing.T, rc *testkit.RedisCluster, prefix string) *res
 	return r
 }
 
+// reshardLatenessSlack is how much later than the longest migration step a message may
+// arrive during a live reshard: a shard's calls are refused while its slot moves, so a
+// message due as the move starts waits for the move, then for the store's retries and
+// the pump's backoff (at most 2 s), a claim sent again after a lost reply (it fires
+// no earlier than that claim's horizon, at most the 2 s lookahead late) and the
+// consumer's own delay.
+const reshardLatenessSlack = 5 * time.Second
+
 // judgeDelivered stops the stream and the replays, waits for every message and judges
-// them (none lost or early; duplicates reported one by one). It returns the messages,
-// the replays sent (each refused, or the ledger would have found it) and the duplicates.
-func (r *reshardRig) judgeDelivered(t *testing.T) (all map[string]sent, replays, dups int) {
+// them: none lost or early, duplicates reported one by one, and none later after its
+// due time than migration (the longest step of the slot moves the test made: a
+// rebalance, one slot moved key by key) plus reshardLatenessSlack — a claim whose reply
+// a migration lost must not wait for the in-flight lease of a dead owner. It returns
+// the messages, the replays sent (each refused, or the ledger would have found it), the
+// duplicates and a line of lateness figures.
+func (r *reshardRig) judgeDelivered(t *testing.T, migration time.Duration) (all map[string]sent, replays, dups int, late string) {
 	t.Helper()
 	sentMsgs := r.s.finish(t)
 	replays = r.rp.finish()
@@ -111,7 +124,20 @@ func (r *reshardRig) judgeDelivered(t *testing.T) (all map[string]sent, replays,
 			}
 		}
 	}
-	return all, replays, dups
+	ls := lateness(got)
+	bound := migration + reshardLatenessSlack
+	late = fmt.Sprintf("lateness after due p50 %s p99 %s max %s (bound: longest migration step %s + %s)", percentile(ls, 0.5),
+		percentile(ls, 0.99), percentile(ls, 1), migration.Round(time.Millisecond), reshardLatenessSlack)
+	if worst := percentile(ls, 1); worst > bound {
+		over := 0
+		for _, l := range ls {
+			if l > bound {
+				over++
+			}
+		}
+		t.Errorf("%d messages arrived more than %s after their due time, the worst %s late: %s", over, bound, worst, late)
+	}
+	return all, replays, dups, late
 }
 
 // sendFar produces n messages due in delay (+10 ms each), before the move.
@@ -313,7 +339,8 @@ func (r *replays) finish() int {
 // layout 2 leftovers (a done ZSET and a cancelled HASH, as a store upgraded from layout 2
 // keeps for a done window), which are declared keys that exist, sub-hashes first for
 // shard 1 and last for shard 2.
-func slowMoves(t *testing.T, rc *testkit.RedisCluster, cc *redis.ClusterClient) []string {
+// It returns a line per move and the longest move's duration.
+func slowMoves(t *testing.T, rc *testkit.RedisCluster, cc *redis.ClusterClient) ([]string, time.Duration) {
 	t.Helper()
 	ctx := context.Background()
 	for _, sh := range []int{1, 2} {
@@ -330,6 +357,7 @@ func slowMoves(t *testing.T, rc *testkit.RedisCluster, cc *redis.ClusterClient) 
 	orders := []func(string) bool{undeclared, undeclared, func(k string) bool { return !undeclared(k) }}
 	owners := shardNodes(t, rc)
 	var out []string
+	var slowest time.Duration
 	for sh, first := range orders {
 		var from, to *testkit.Redis
 		for i, n := range rc.Nodes {
@@ -346,7 +374,9 @@ func slowMoves(t *testing.T, rc *testkit.RedisCluster, cc *redis.ClusterClient) 
 		if err != nil {
 			t.Errorf("moving shard %d (slot %d) from %s to %s: %v", sh, slot, from.Addr(), to.Addr(), err)
 		}
-		out = append(out, fmt.Sprintf("shard %d: %d keys %s->%s in %s", sh, n, from.Addr(), to.Addr(), time.Since(start).Round(time.Millisecond)))
+		took := time.Since(start)
+		slowest = max(slowest, took)
+		out = append(out, fmt.Sprintf("shard %d: %d keys %s->%s in %s", sh, n, from.Addr(), to.Addr(), took.Round(time.Millisecond)))
 	}
-	return out
+	return out, slowest
 }

@@ -51,12 +51,12 @@ func (s *Scheduler) pump(ctx context.Context, st *shardState) {
 		st.parkedDuring.Store(0) // anything Notify noted before this is in the store for this claim
 		items, nextDue, replayed, err := s.claims.claim(ctx, s.store, req)
 		if err != nil {
+			c.resend = &req // its outcome is unknown; its credits stay taken (dropped on return)
 			if errors.Is(err, storeapi.ErrFenced) {
 				s.log.Warn("shard lease lost (fenced); pump stops", "shard", st.shard)
 				st.leaseUntil.Store(0)
 				return
 			}
-			c.resend = &req // its outcome is unknown; its credits stay taken
 			if ctx.Err() != nil {
 				return
 			}
