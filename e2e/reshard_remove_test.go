@@ -17,8 +17,8 @@ import (
 // The bridge's redis.addrs still lists the removed node.
 //
 // Judged: the removed master served shards before and none after; every message
-// delivered, none early, none twice, none later than the longest a slot stayed
-// half-moved plus reshardLatenessSlack, no replay delivered again; no remaining node holds
+// delivered, none early, none twice, none later than the longest span in which the
+// bridge's slots were half-moved plus reshardLatenessSlack, no replay delivered again; no remaining node holds
 // a key of a slot it does not serve; the bridge logged no error, no script failure
 // and no BUSYKEY.
 func TestRedisClusterPrimaryRemovedUnderLoad(t *testing.T) {
@@ -49,6 +49,6 @@ func TestRedisClusterPrimaryRemovedUnderLoad(t *testing.T) {
 
 	all, replays, dups, late := r.judgeDelivered(t, migration)
 	keys := judgeClean(t, rc, r.p)
-	t.Logf("removal: %d messages (%d far-future), %d replays refused, %d duplicates; the removed master served %d of %d shards; rebalance + del-node took %s (%d slots moved); keys per remaining node %v; Redis retries %v; %s",
+	t.Logf("removal: %d messages (%d far-future), %d replays refused, %d duplicates; the removed master served %d of %d shards; rebalance + del-node took %s (%d of the bridge's slots moved); keys per remaining node %v; Redis retries %v; %s",
 		len(all), len(r.far), replays, dups, served, haShards, took.Round(time.Millisecond), slots, keys, metricSum(t, r.p, "redis_retries_total"), late)
 }

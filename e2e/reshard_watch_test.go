@@ -14,22 +14,44 @@ import (
 )
 
 // migrationWatch polls CLUSTER NODES of a cluster's masters every 50 ms and times how
-// long each slot stays half-moved (a "[slot->-target]" migrating mark on its source):
-// the migration's own duration, which the lateness of a live reshard is judged
-// against. The masters watched are those of the cluster when it starts: every move the
-// resharding tests make has one of them as its source.
+// long the bridge's slots (its shards' and its Kafka route's) stay half-moved (a
+// "[slot->-target]" migrating mark on the source): the migration's own duration, which
+// the lateness of a live reshard is judged against. Moves that follow each other
+// within a second are one span: while any of the bridge's slots is half-moved, the
+// park batches that carry a message of it are refused until the move ends, so the
+// ingress waits through back-to-back moves in turn. The masters watched are those of
+// the cluster when it starts: every move the resharding tests make has one of them as
+// its source.
 type migrationWatch struct {
 	stop, done chan struct{}
 	mu         sync.Mutex
-	since      map[int]time.Time     // slots half-moved now, since when
-	longest    map[int]time.Duration // per slot, its longest half-moved spell
+	watched    map[int]bool
+	start      time.Time // of the span under way (zero: none)
+	last       time.Time // when a watched slot was last seen half-moved
+	longest    time.Duration
+	slots      map[int]bool // the watched slots seen half-moved
 }
 
+// migrationGap is how long no watched slot may be half-moved for a span to end.
+const migrationGap = time.Second
+
 func watchMigrations(t *testing.T, rc *testkit.RedisCluster) *migrationWatch {
-	w := &migrationWatch{stop: make(chan struct{}), done: make(chan struct{}), since: map[int]time.Time{}, longest: map[int]time.Duration{}}
+	t.Helper()
+	w := &migrationWatch{stop: make(chan struct{}), done: make(chan struct{}), watched: map[int]bool{}, slots: map[int]bool{}}
 	var clients []*redis.Client
 	for _, n := range rc.Nodes {
 		clients = append(clients, redis.NewClient(&redis.Options{Addr: n.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond}))
+	}
+	keys := []string{"delaybridge:{ha:kafka:orders}:owner"}
+	for sh := 0; sh < haShards; sh++ {
+		keys = append(keys, ixKey(sh))
+	}
+	for _, k := range keys {
+		slot, err := clients[0].ClusterKeySlot(context.Background(), k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.watched[int(slot)] = true
 	}
 	go func() {
 		defer close(w.done)
@@ -79,16 +101,28 @@ func migratingSlots(nodes string, moving map[int]bool) {
 func (w *migrationWatch) note(moving map[int]bool, now time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	seen := false
 	for slot := range moving {
-		if _, ok := w.since[slot]; !ok {
-			w.since[slot] = now
+		if w.watched[slot] {
+			seen = true
+			w.slots[slot] = true
 		}
 	}
-	for slot, from := range w.since {
-		if !moving[slot] {
-			w.longest[slot] = max(w.longest[slot], now.Sub(from))
-			delete(w.since, slot)
-		}
+	switch {
+	case seen && w.start.IsZero():
+		w.start, w.last = now, now
+	case seen:
+		w.last = now
+	case !w.start.IsZero() && now.Sub(w.last) > migrationGap:
+		w.end()
+	}
+}
+
+// end closes the span under way (w.mu held).
+func (w *migrationWatch) end() {
+	if !w.start.IsZero() {
+		w.longest = max(w.longest, w.last.Sub(w.start)+50*time.Millisecond)
+		w.start = time.Time{}
 	}
 }
 
@@ -101,15 +135,12 @@ func (w *migrationWatch) halt() {
 	<-w.done
 }
 
-// finish stops watching and returns the longest time one slot stayed half-moved, and
-// how many slots moved.
+// finish stops watching and returns the longest span in which some of the bridge's
+// slots were half-moved, and how many of its slots moved.
 func (w *migrationWatch) finish() (longest time.Duration, slots int) {
 	w.halt()
-	w.note(nil, time.Now())
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, d := range w.longest {
-		longest = max(longest, d)
-	}
-	return longest, len(w.longest)
+	w.end()
+	return w.longest, len(w.slots)
 }
