@@ -35,8 +35,8 @@ type migrationWatch struct {
 
 // migrationGap is how long no watched slot may be half-moved for a span to end: about
 // what the stream's backlog after a move of a few seconds takes to drain on the test
-// machine (measured: 11.8 s of lateness after two moves of 4.2 s and 4.4 s back to back
-// and a third 1–2 s later).
+// machine (TestRedisClusterReshardUnderLoad: 11.8 s of lateness after two moves of
+// 4.2 s and 4.4 s back to back and a third 1–2 s later).
 const migrationGap = 3 * time.Second
 
 func watchMigrations(t *testing.T, rc *testkit.RedisCluster) *migrationWatch {
