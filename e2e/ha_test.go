@@ -36,6 +36,9 @@ type haCluster struct {
 	kaddr    string
 	group    string
 	leaseTTL time.Duration
+	// defaults: the bridges run the scheduler's defaults (lookahead, safety scan and
+	// lease_ttl, which leaseTTL must then equal) instead of the faster test settings.
+	defaults bool
 	target   *collector
 	writer   *kafka.Writer
 	procs    map[string]*bridgeProc
@@ -69,13 +72,16 @@ func (c *haCluster) config(instance, sourceTopic, group, admin string) (string, 
 	if admin == "" {
 		admin = "127.0.0.1:" + strconv.Itoa(testkit.FreePort(c.t))
 	}
-	lookahead := c.leaseTTL / 2
+	sched := fmt.Sprintf("lookahead: %s, lease_ttl: %s, safety_scan: 200ms, ", c.leaseTTL/2, c.leaseTTL)
+	if c.defaults {
+		sched = ""
+	}
 	cfg := fmt.Sprintf(`cluster: ha
 shards: %d
 instance: %s
 redis: { addrs: ["%s"] }
 kafka: { brokers: ["%s"], group_id: %s }
-scheduler: { lookahead: %s, lease_ttl: %s, safety_scan: 200ms, cold_horizon: 2s }
+scheduler: { %scold_horizon: 2s }
 retry: { max_attempts: 5, backoff: { initial: 100ms, max: 500ms } }
 admin: { listen: "%s" }
 log: { level: info, format: text }
@@ -83,7 +89,7 @@ routes:
   - name: orders
     from: { kafka: { topic: %s } }
     to:   { kafka: { topic: orders } }
-`, haShards, instance, strings.Join(c.redis, `", "`), c.kaddr, group, lookahead, c.leaseTTL, admin, sourceTopic)
+`, haShards, instance, strings.Join(c.redis, `", "`), c.kaddr, group, sched, admin, sourceTopic)
 	path := filepath.Join(c.t.TempDir(), instance+".yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		c.t.Fatal(err)

@@ -21,8 +21,9 @@ import (
 // while the bridge parks, claims and acks. The shards' done-window indexes start at one
 // sub-hash, so they split every few dozen acks, during the migration too.
 //
-// Judged: every message delivered, none early, no replay delivered again, duplicates
-// counted (none expected: no lease lapses here); after the move some shards live on the
+// Judged: every message delivered, none early, none later than the longest span in
+// which the bridge's slots were half-moved plus reshardLatenessSlack, no replay delivered again, duplicates counted (none
+// expected: no lease lapses here); after the move some shards live on the
 // new master and no node holds a key of a slot it does not serve (no orphans on the
 // sources); the bridge logged no script failure.
 func TestRedisClusterReshardUnderLoad(t *testing.T) {
@@ -40,6 +41,7 @@ func TestRedisClusterReshardUnderLoad(t *testing.T) {
 
 	before := ixStates(t, cc)
 	owners0 := shardNodes(t, rc)
+	watch := watchMigrations(t, rc)
 	newNode := rc.AddMaster()
 	started := time.Now()
 	out := rc.Rebalance()
@@ -48,19 +50,20 @@ func TestRedisClusterReshardUnderLoad(t *testing.T) {
 	owners1 := shardNodes(t, rc)
 	time.Sleep(time.Second)
 	slow := slowMoves(t, rc, cc)
+	migration, slots := watch.finish()
 	time.Sleep(2 * time.Second)
 
 	moved, splitMoving := judgeMoves(t, owners0, owners1, before, after, newNode.Addr())
 	if moved == 0 {
 		t.Fatalf("the rebalance moved no shard's slot to the new master:\n%s", out)
 	}
-	all, replays, dups := r.judgeDelivered(t)
+	all, replays, dups, late := r.judgeDelivered(t, migration)
 	keys, retried := judgeAfterMove(t, rc, r.p)
 	logs := r.p.logs()
 	t.Logf("slow slot moves: %v; script calls retried: %v", slow, retried)
-	t.Logf("reshard: %d messages (%d far-future), %d replays refused, %d duplicates; rebalance took %s, moved %d of %d shards (%d split their index meanwhile); keys per node %v; TRYAGAIN retries logged %d",
-		len(all), len(r.far), replays, dups, took.Round(time.Millisecond), moved, haShards, splitMoving, keys,
-		strings.Count(logs, "TRYAGAIN"))
+	t.Logf("reshard: %d messages (%d far-future), %d replays refused, %d duplicates; rebalance took %s, %d of the bridge's slots moved, moved %d of %d shards (%d split their index meanwhile); keys per node %v; TRYAGAIN retries logged %d; %s",
+		len(all), len(r.far), replays, dups, took.Round(time.Millisecond), slots, moved, haShards, splitMoving, keys,
+		strings.Count(logs, "TRYAGAIN"), late)
 }
 
 // reshardRig is the load of the resharding tests: one bridge (instance prefix-a) on
@@ -86,10 +89,23 @@ func startReshardRig(t *testing.T, rc *testkit.RedisCluster, prefix string) *res
 	return r
 }
 
+// reshardLatenessSlack is how much later than the migration (the longest span of
+// half-moved slots) a message may arrive during a live reshard: a shard's calls are
+// refused while its slot moves (and a park batch with a message of it waits with
+// them), so a message due as the move starts waits for the move, then for the store's
+// retries and the pump's backoff (at most 2 s), a claim sent again after a lost reply
+// (it fires no earlier than that claim's horizon, at most the lookahead late) and the
+// consumer's own delay.
+const reshardLatenessSlack = 5 * time.Second
+
 // judgeDelivered stops the stream and the replays, waits for every message and judges
-// them (none lost or early; duplicates reported one by one). It returns the messages,
-// the replays sent (each refused, or the ledger would have found it) and the duplicates.
-func (r *reshardRig) judgeDelivered(t *testing.T) (all map[string]sent, replays, dups int) {
+// them: none lost or early, duplicates reported one by one, and none later after its
+// due time than migration (the longest span in which the bridge's slots were
+// half-moved: migrationWatch) plus reshardLatenessSlack — a claim whose reply a migration lost
+// must not wait for the in-flight lease of a dead owner. It returns
+// the messages, the replays sent (each refused, or the ledger would have found it), the
+// duplicates and a line of lateness figures.
+func (r *reshardRig) judgeDelivered(t *testing.T, migration time.Duration) (all map[string]sent, replays, dups int, late string) {
 	t.Helper()
 	sentMsgs := r.s.finish(t)
 	replays = r.rp.finish()
@@ -111,7 +127,20 @@ func (r *reshardRig) judgeDelivered(t *testing.T) (all map[string]sent, replays,
 			}
 		}
 	}
-	return all, replays, dups
+	ls := lateness(got)
+	bound := migration + reshardLatenessSlack
+	late = fmt.Sprintf("lateness after due p50 %s p99 %s max %s (bound: the longest span of half-moved slots, %s, + %s)", percentile(ls, 0.5),
+		percentile(ls, 0.99), percentile(ls, 1), migration.Round(time.Millisecond), reshardLatenessSlack)
+	if worst := percentile(ls, 1); worst > bound {
+		over := 0
+		for _, l := range ls {
+			if l > bound {
+				over++
+			}
+		}
+		t.Errorf("%d messages arrived more than %s after their due time, the worst %s late: %s", over, bound, worst, late)
+	}
+	return all, replays, dups, late
 }
 
 // sendFar produces n messages due in delay (+10 ms each), before the move.

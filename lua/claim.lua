@@ -16,6 +16,7 @@
 -- ARGV[5] promotion lead (ms): first the cold tier's buckets that start at or before
 --         upTo + lead are promoted into due (cold.lua); -1: none is
 -- ARGV[6] promotion budget: at most this many cold elements per call
+-- ARGV[7] optional, "1": the lease deadline identifies this claim (see below)
 -- Returns: error reply "FENCED ..." when the owner key is not ARGV[1] (lease lost or
 -- taken over: a stale owner must not claim), else a flat array
 --   { nextDue, dropped, id1, due1, env1, id2, due2, env2, ... }
@@ -26,8 +27,36 @@
 -- are removed rather than left to wedge the head of the shard, and reported so the
 -- caller can count them. dueN is the ZSET score, which wins over the envelope's DueAt
 -- because reschedule changes only the score.
+--
+-- With ARGV[7] "1" the caller gives every claim of the shard its own lease deadline,
+-- so a claim sent again whose first run's reply was lost (a timeout, a reset
+-- connection, a client re-sending a whole pipeline after one call of it met TRYAGAIN)
+-- finds what that run claimed still in inflight under its deadline, and returns those
+-- messages again instead of claiming more: { 0, -1, id1, upTo, env1, ... }. dropped -1 marks such a replay; nextDue 0 has
+-- the caller claim again at once. The due scores that run read are gone (inflight
+-- keeps the deadline), so each message is reported due at upTo, which none of them was
+-- due after: never early, at most upTo - due late.
 if redis.call('GET', KEYS[4]) ~= ARGV[1] then
   return redis.error_reply('FENCED shard lease is not held by ' .. ARGV[1])
+end
+local again = {}
+if ARGV[7] == '1' then
+  again = redis.call('ZRANGEBYSCORE', KEYS[3], ARGV[3], ARGV[3], 'LIMIT', 0, ARGV[4])
+end
+if #again > 0 then
+  local out = { 0, -1 }
+  for first = 1, #again, 500 do
+    local ids = { unpack(again, first, math.min(first + 499, #again)) }
+    local envs = redis.call('HMGET', KEYS[2], unpack(ids))
+    for j = 1, #ids do
+      if envs[j] then
+        out[#out + 1] = ids[j]
+        out[#out + 1] = tonumber(ARGV[2])
+        out[#out + 1] = envs[j]
+      end
+    end
+  end
+  return out
 end
 cstart(KEYS[5])
 costart(KEYS[1])

@@ -28,6 +28,10 @@ func (s *Scheduler) pump(ctx context.Context, st *shardState) {
 		return true
 	}
 	lastRecover := clock.NowMs(s.clk)
+	// A claim that failed may have run, its reply lost: it is sent again unchanged,
+	// credits kept, and answers what it claimed (claimRequest).
+	var c claimState
+	defer func() { c.drop(s) }()
 	for ctx.Err() == nil {
 		if !s.clockOK() { // no claims on a clock off Redis's; woken when it is back (clockcheck.go)
 			if st.wakeAt.Store(clock.NowMs(s.clk) + s.opt.SafetyScan.Milliseconds()); !sleep(s.opt.SafetyScan) {
@@ -35,21 +39,19 @@ func (s *Scheduler) pump(ctx context.Context, st *shardState) {
 			}
 			continue
 		}
-		n, err := s.credits.acquire(ctx, s.opt.ClaimBatch)
-		if err != nil {
+		req, now, ok := s.claimRequest(ctx, st, &c, lookahead)
+		if !ok {
 			return
 		}
-		now := clock.NowMs(s.clk)
 		if now-lastRecover >= s.opt.InflightLease.Milliseconds()/2 {
 			lastRecover = now
 			s.recoverExpired(ctx, st, now)
 		}
 		st.claiming.Store(true)  // until wakeAt is stored: Notify notes what is parked meanwhile
 		st.parkedDuring.Store(0) // anything Notify noted before this is in the store for this claim
-		items, nextDue, err := s.claims.claim(ctx, s.store, storeapi.ClaimRequest{Shard: st.shard, Instance: s.holder, Token: st.token,
-			UpTo: now + lookahead, LeaseDeadline: now + s.opt.InflightLease.Milliseconds(), Limit: n})
-		s.credits.release(n - len(items))
+		items, nextDue, replayed, err := s.claims.claim(ctx, s.store, req)
 		if err != nil {
+			c.resend = &req // its outcome is unknown; its credits stay taken (dropped on return)
 			if errors.Is(err, storeapi.ErrFenced) {
 				s.log.Warn("shard lease lost (fenced); pump stops", "shard", st.shard)
 				st.leaseUntil.Store(0)
@@ -60,15 +62,21 @@ func (s *Scheduler) pump(ctx context.Context, st *shardState) {
 			}
 			s.endFailedClaim(st)
 			wait := bo.Next()
-			s.log.Warn("claim failed; retrying", "shard", st.shard, "err", err, "backoff", wait)
+			s.log.Warn("claim failed; sending it again", "shard", st.shard, "err", err, "backoff", wait)
 			if !sleep(wait) { // a wake-up retries at once
 				return
 			}
 			continue
 		}
+		c.resend = nil
+		s.credits.release(req.Limit - len(items))
+		if replayed {
+			s.log.Warn("a claim's reply was lost; the claim sent again found its messages in flight and fires them",
+				"shard", st.shard, "n", len(items))
+		}
 		bo.Reset()
 		s.schedule(st, items)
-		if len(items) == n {
+		if len(items) == req.Limit {
 			st.claiming.Store(false)
 			continue // a full batch: more may be due right now
 		}
@@ -80,6 +88,51 @@ func (s *Scheduler) pump(ctx context.Context, st *shardState) {
 			return
 		}
 	}
+}
+
+// claimState is what a pump's claims carry from one to the next: the lease deadline of
+// the last (each claim's is later: it identifies the claim, ClaimRequest.Idempotent),
+// and a claim whose outcome is unknown, to send again.
+type claimState struct {
+	lastDeadline int64
+	resend       *storeapi.ClaimRequest
+}
+
+// drop gives back the credits of a claim no longer to be sent again.
+func (c *claimState) drop(s *Scheduler) {
+	if c.resend != nil {
+		s.credits.release(c.resend.Limit)
+		c.resend = nil
+	}
+}
+
+// claimRequest is the pump's next claim and the time it is made; ok is false when ctx
+// ended. A claim whose outcome is unknown (it failed: it may have run, its reply lost
+// to a timeout, a reset connection or a migrating slot) is sent again unchanged, with
+// the credits it took, while its lease deadline is at least half an in-flight lease
+// away: run, it answers what it claimed; not run, it claims now (its horizon is older,
+// which only claims less). Past that, a new claim is made, and whatever the old one
+// may have claimed is recovered at its deadline (recoverExpired), less than half a
+// lease later. A new claim takes as many messages as credits allow.
+func (s *Scheduler) claimRequest(ctx context.Context, st *shardState, c *claimState, lookahead int64) (storeapi.ClaimRequest, int64, bool) {
+	lease := s.opt.InflightLease.Milliseconds()
+	if c.resend != nil {
+		now := clock.NowMs(s.clk)
+		if now < c.resend.LeaseDeadline-lease/2 {
+			return *c.resend, now, true
+		}
+		s.log.Warn("a claim's outcome stayed unknown; what it may have claimed is recovered at its lease deadline",
+			"shard", st.shard, "deadline", time.UnixMilli(c.resend.LeaseDeadline).UTC())
+		c.drop(s)
+	}
+	n, err := s.credits.acquire(ctx, s.opt.ClaimBatch)
+	if err != nil {
+		return storeapi.ClaimRequest{}, 0, false
+	}
+	now := clock.NowMs(s.clk)
+	c.lastDeadline = max(now+lease, c.lastDeadline+1)
+	return storeapi.ClaimRequest{Shard: st.shard, Instance: s.holder, Token: st.token, UpTo: now + lookahead,
+		LeaseDeadline: c.lastDeadline, Limit: n, Idempotent: true}, now, true
 }
 
 // planClaim ends a claim made at now that left nextDue as the earliest pending due

@@ -32,8 +32,9 @@ func (s *Store) Claim(ctx context.Context, shard int, instance string, token int
 	if limit <= 0 {
 		return nil, 0, fmt.Errorf("%w: claim limit %d", ErrInvalid, limit)
 	}
-	cmd := s.eval(ctx, s.claim, claimKeys(k), s.claimArgs(OwnerValue(instance, token), upTo, leaseDeadline, limit)...)
-	return s.claimReply(ctx, cmd, shard, instance, token, upTo)
+	cmd := s.eval(ctx, s.claim, claimKeys(k), s.claimArgs(OwnerValue(instance, token), upTo, leaseDeadline, limit, false)...)
+	items, nextDue, _, err = s.claimReply(ctx, cmd, shard, instance, token, upTo)
+	return items, nextDue, err
 }
 
 // claimKeys are claim.lua's keys: it promotes the cold tier's buckets (lua/cold.lua),
@@ -42,29 +43,36 @@ func claimKeys(k shardKeys) []string {
 	return withGuard(k, []string{k.due, k.msg, k.inflight, k.owner, k.counts, k.ix})
 }
 
-// claimArgs are claim.lua's arguments, the cold tier's promotion lead and budget last.
-func (s *Store) claimArgs(owner string, upTo, leaseDeadline int64, limit int) []any {
-	return []any{owner, upTo, leaseDeadline, limit, s.opt.Cold.Lead.Milliseconds(), s.opt.Cold.Budget}
+// claimArgs are claim.lua's arguments, the cold tier's promotion lead and budget, then
+// whether the lease deadline identifies the claim (storeapi.ClaimRequest.Idempotent).
+func (s *Store) claimArgs(owner string, upTo, leaseDeadline int64, limit int, idempotent bool) []any {
+	flag := 0
+	if idempotent {
+		flag = 1
+	}
+	return []any{owner, upTo, leaseDeadline, limit, s.opt.Cold.Lead.Milliseconds(), s.opt.Cold.Budget, flag}
 }
 
-// claimReply reads the reply of one claim call (Claim, ClaimMany).
-func (s *Store) claimReply(ctx context.Context, cmd *redis.Cmd, shard int, instance string, token int64, upTo int64) (items []*envelope.Envelope, nextDue int64, err error) {
+// claimReply reads the reply of one claim call (Claim, ClaimMany); replayed reports a
+// claim sent again whose first run's reply was lost (claim.lua returned that run's
+// messages again).
+func (s *Store) claimReply(ctx context.Context, cmd *redis.Cmd, shard int, instance string, token int64, upTo int64) (items []*envelope.Envelope, nextDue int64, replayed bool, err error) {
 	if err := cmd.Err(); err != nil {
 		if redis.HasErrorPrefix(err, "FENCED") {
-			return nil, 0, fmt.Errorf("%w: shard %d, %s: %v", ErrFenced, shard, OwnerValue(instance, token), err)
+			return nil, 0, false, fmt.Errorf("%w: shard %d, %s: %v", ErrFenced, shard, OwnerValue(instance, token), err)
 		}
-		return nil, 0, fmt.Errorf("scheduler: claim shard %d: %w", shard, redisErr(err))
+		return nil, 0, false, fmt.Errorf("scheduler: claim shard %d: %w", shard, redisErr(err))
 	}
 	vals, err := cmd.Slice()
 	if err != nil || len(vals) < 2 || (len(vals)-2)%3 != 0 {
-		return nil, 0, fmt.Errorf("scheduler: claim shard %d: unexpected reply %v", shard, cmd.Val())
+		return nil, 0, false, fmt.Errorf("scheduler: claim shard %d: unexpected reply %v", shard, cmd.Val())
 	}
 	nextDue, _ = vals[0].(int64)
 	nextDue = nextDueOf(nextDue)
-	if dropped, _ := vals[1].(int64); dropped > 0 {
-		for range dropped {
-			s.obs.Invalid("", "missing_envelope")
-		}
+	dropped, _ := vals[1].(int64)
+	replayed = dropped < 0
+	for range max(dropped, 0) {
+		s.obs.Invalid("", "missing_envelope")
 	}
 	items = make([]*envelope.Envelope, 0, (len(vals)-2)/3)
 	var corrupt, newer []retryEntry
@@ -91,7 +99,7 @@ func (s *Store) claimReply(ctx context.Context, cmd *redis.Cmd, shard int, insta
 	}
 	if len(newer) > 0 {
 		if err := s.retry1(ctx, shard, newer, upTo); err != nil {
-			return items, nextDue, fmt.Errorf("scheduler: put back %d envelopes of a newer bridge version on shard %d: %w", len(newer), shard, err)
+			return items, nextDue, replayed, fmt.Errorf("scheduler: put back %d envelopes of a newer bridge version on shard %d: %w", len(newer), shard, err)
 		}
 		for range newer {
 			s.obs.Invalid("", "newer_envelope_version")
@@ -101,13 +109,13 @@ func (s *Store) claimReply(ctx context.Context, cmd *redis.Cmd, shard int, insta
 		// Keep the bytes for forensics; ListDead shows them as an envelope with a reason.
 		// Claim is not told the time; upTo (now + lookahead) stands in as the dead time.
 		if err := s.retry1(ctx, shard, corrupt, upTo); err != nil {
-			return items, nextDue, fmt.Errorf("scheduler: dead-letter %d corrupt envelopes of shard %d: %w", len(corrupt), shard, err)
+			return items, nextDue, replayed, fmt.Errorf("scheduler: dead-letter %d corrupt envelopes of shard %d: %w", len(corrupt), shard, err)
 		}
 		for range corrupt {
 			s.obs.Invalid("", "corrupt_envelope")
 		}
 	}
-	return items, nextDue, nil
+	return items, nextDue, replayed, nil
 }
 
 // newerVersionRetry is how long an envelope this build cannot read (a newer bridge

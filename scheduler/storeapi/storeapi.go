@@ -195,7 +195,8 @@ type Delivery interface {
 	// returned.
 	Claim(ctx context.Context, shard int, instance string, token int64, upTo, leaseDeadline int64, limit int) (items []*envelope.Envelope, nextDue int64, err error)
 	// ClaimMany is Claim for several shards at once, in one round trip where the store
-	// can (a pipeline): out[i] is what Claim(reqs[i]) would have returned.
+	// can (a pipeline): out[i] is what Claim(reqs[i]) would have returned, except for
+	// a request marked Idempotent whose claim ran already (see ClaimRequest).
 	ClaimMany(ctx context.Context, reqs []ClaimRequest) (out []ClaimResult)
 	// Ack records claimed messages of shard as delivered at now: they leave in flight
 	// and are remembered for the done window (zero window: forgotten at once). Ids no
@@ -386,6 +387,15 @@ type ClaimRequest struct {
 	Token               int64
 	UpTo, LeaseDeadline int64
 	Limit               int
+	// Idempotent: LeaseDeadline identifies this claim (the caller gives every claim
+	// of the shard its own). One whose messages are still in flight under it ran
+	// already, its reply lost (a timeout, a reset connection, a client that re-sent
+	// it), and answers those messages again (Replayed), claiming nothing more, each
+	// with FireAt the later of UpTo and its DueAt (the due scores that run read are
+	// gone), and NextDue 0. So a claim with an unknown outcome sent again unchanged
+	// gets what the lost reply held, instead of leaving it in flight until the
+	// deadline.
+	Idempotent bool
 }
 
 // ClaimResult is one outcome of Store.ClaimMany (what Claim returns).
@@ -393,4 +403,7 @@ type ClaimResult struct {
 	Items   []*envelope.Envelope
 	NextDue int64
 	Err     error
+	// Replayed: Items are what an earlier run of the same request claimed, whose
+	// reply was lost (see Delivery.Claim), found again in flight.
+	Replayed bool
 }

@@ -168,23 +168,34 @@ func stateOf(sh *shard, id string) storeapi.State {
 // holds the shard's lease with token. An envelope that does not decode is moved to the
 // dead letters, as the Redis store does.
 func (s *Store) Claim(ctx context.Context, shard int, instance string, token int64, upTo, leaseDeadline int64, limit int) (items []*envelope.Envelope, nextDue int64, err error) {
+	items, nextDue, _, err = s.claim(ctx, storeapi.ClaimRequest{Shard: shard, Instance: instance, Token: token, UpTo: upTo, LeaseDeadline: leaseDeadline, Limit: limit})
+	return items, nextDue, err
+}
+
+func (s *Store) claim(ctx context.Context, r storeapi.ClaimRequest) (items []*envelope.Envelope, nextDue int64, replayed bool, err error) {
+	shard, instance, token, upTo, leaseDeadline, limit := r.Shard, r.Instance, r.Token, r.UpTo, r.LeaseDeadline, r.Limit
 	sh, err := s.shard(shard)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, false, err
 	}
 	if limit <= 0 {
-		return nil, 0, fmt.Errorf("%w: claim limit %d", storeapi.ErrInvalid, limit)
+		return nil, 0, false, fmt.Errorf("%w: claim limit %d", storeapi.ErrInvalid, limit)
 	}
 	after, err := s.begin(ctx, OpClaim)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, false, err
 	}
 	defer s.afterClaim(ctx) // runs after the unlock below
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	want := holder(instance, token)
 	if s.ownerNow(sh) != want {
-		return nil, 0, fmt.Errorf("%w: shard %d, %s: lease is not held by %s", storeapi.ErrFenced, shard, want, want)
+		return nil, 0, false, fmt.Errorf("%w: shard %d, %s: lease is not held by %s", storeapi.ErrFenced, shard, want, want)
+	}
+	if r.Idempotent {
+		if again := replayClaim(sh, shard, upTo, leaseDeadline, limit); len(again) > 0 {
+			return again, 0, true, after
+		}
 	}
 	items = []*envelope.Envelope{}
 	for _, m := range sortedUpTo(sh.due, upTo, limit) {
@@ -208,9 +219,30 @@ func (s *Store) Claim(ctx context.Context, shard int, instance string, token int
 		nextDue = head[0].score
 	}
 	if after != nil {
-		return nil, 0, after
+		return nil, 0, false, after
 	}
-	return items, nextDue, nil
+	return items, nextDue, false, nil
+}
+
+// replayClaim is a claim sent again whose first run's reply was lost: what that run
+// moved to in flight under leaseDeadline, due at upTo (as claim.lua answers).
+func replayClaim(sh *shard, shardIdx int, upTo, leaseDeadline int64, limit int) []*envelope.Envelope {
+	var again []scored
+	for id, d := range sh.inflight {
+		if d == leaseDeadline {
+			again = append(again, scored{id, d})
+		}
+	}
+	sortScored(again)
+	var out []*envelope.Envelope
+	for _, m := range again[:min(limit, len(again))] {
+		if e, err := envelope.Decode(sh.msg[m.id], m.id); err == nil {
+			e.FireAt = max(upTo, e.DueAt)
+			e.ClaimedFrom = shardIdx + 1
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 const maxScore = int64(^uint64(0) >> 1)

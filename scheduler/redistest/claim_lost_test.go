@@ -1,0 +1,165 @@
+package redistest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delaybridge/delay-bridge/egress"
+	"github.com/delaybridge/delay-bridge/internal/clock"
+	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/internal/testkit"
+	"github.com/delaybridge/delay-bridge/lua"
+	"github.com/delaybridge/delay-bridge/scheduler"
+	"github.com/delaybridge/delay-bridge/scheduler/store"
+)
+
+// claimFault is a go-redis hook in front of a real redis-server that spoils the first
+// pipeline carrying a claim that claimed something, once armed: lose drops the replies
+// after Redis ran the claim (a read timeout, a reset connection), resend sends the
+// pipeline a second time and keeps the second replies (as go-redis does when one call
+// of a Cluster pipeline meets TRYAGAIN).
+type claimFault struct {
+	sha    string
+	armed  atomic.Bool
+	resend bool
+	fired  atomic.Int32
+}
+
+var errReplyLost = errors.New("read tcp: i/o timeout (reply dropped by the test)")
+
+func (f *claimFault) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (f *claimFault) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return next
+}
+
+func (f *claimFault) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if err != nil || !f.armed.Load() || !f.claimedSome(cmds) || !f.armed.CompareAndSwap(true, false) {
+			return err
+		}
+		f.fired.Add(1)
+		if f.resend {
+			return next(ctx, cmds)
+		}
+		for _, c := range cmds {
+			c.SetErr(errReplyLost)
+		}
+		return errReplyLost
+	}
+}
+
+// claimedSome reports whether cmds hold a claim.lua call whose reply has a message.
+func (f *claimFault) claimedSome(cmds []redis.Cmder) bool {
+	for _, c := range cmds {
+		args := c.Args()
+		if len(args) < 2 || !strings.EqualFold(fmt.Sprint(args[0]), "evalsha") || args[1] != f.sha {
+			continue
+		}
+		if cmd, ok := c.(*redis.Cmd); ok {
+			if vals, err := cmd.Slice(); err == nil && len(vals) > 2 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// A claim that ran in Redis but whose reply the owner never got (lost, or replaced by
+// the reply of the same pipeline sent again) is not left in flight until the 30 s
+// in-flight lease, which is for dead owners: the owner sends the claim again and fires
+// what it finds. On a fake clock, so "before the lease" is exact: every message is
+// published once, none before its due time, while the fake clock is still far from the
+// claim's lease deadline.
+func TestLostClaimReplyHealsByItsOwner(t *testing.T) {
+	for _, resend := range []bool{false, true} {
+		name := "reply lost"
+		if resend {
+			name = "pipeline sent again"
+		}
+		t.Run(name, func(t *testing.T) { lostClaimReply(t, resend) })
+	}
+}
+
+func lostClaimReply(t *testing.T, resend bool) {
+	r := testkit.StartRedis(t)
+	ctx := context.Background()
+	fault := &claimFault{sha: redis.NewScript(lua.Claim).Hash(), resend: resend}
+	rdb := r.Client()
+	rdb.AddHook(fault)
+	shardStore, err := store.New(ctx, rdb, store.Options{Prefix: "lost", Cluster: "c", Shards: 4, DoneWindow: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := clock.NewFake(time.UnixMilli(1_800_000_000_000))
+	t0 := fake.Now().UnixMilli()
+	rec := &firedRecorder{lateness: map[string]time.Duration{}}
+	var logs testkit.Buffer
+	const lease = 30 * time.Second
+	s := newScheduler(t, scheduler.Options{
+		Store: shardStore, Clock: fake, Instance: "owner",
+		Tick: time.Millisecond, Lookahead: 2 * time.Second, ClaimBatch: 100,
+		InflightLease: lease, LeaseTTL: 3 * time.Second, SafetyScan: time.Hour,
+		MaxInMemory: 1000, MaxAttempts: 3, BackoffInitial: time.Second, BackoffMax: time.Second,
+		Observer: rec, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	// Each message on a route of its own, named after it: the recorder's lateness is
+	// by route.
+	const n = 20
+	sink := &recordingSink{}
+	routes := map[string]egress.RouteSink{}
+	envs := make([]*envelope.Envelope, n)
+	for i := range envs {
+		id := fmt.Sprintf("m-%d", i)
+		envs[i] = &envelope.Envelope{ID: id, Route: id, DueAt: t0 + 1000 + int64(i)*50}
+		routes[id] = egress.RouteSink{Sink: sink}
+	}
+	disp := egress.NewDispatcher(egress.DispatcherOptions{Routes: routes, Completer: s, Owned: s.Owns})
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.Run(rctx, disp) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitFor(t, "ownership of all shards", 5*time.Second, func() bool { return len(s.OwnedShards()) == 4 })
+
+	fault.armed.Store(true)
+	_, minDue, err := shardStore.Park(ctx, envs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Notify(minDue)
+	// Well before the lease deadline of any claim made from t0 (t0 + 30 s): only the
+	// owner's own healing can publish them by then.
+	bound := t0 + (lease / 3).Milliseconds()
+	for len(sink.snapshot()) < n && fake.Now().UnixMilli() < bound {
+		fake.Advance(50 * time.Millisecond)
+		time.Sleep(3 * time.Millisecond)
+	}
+	waitFor(t, "the claim's messages to be published", 5*time.Second, func() bool { return len(sink.snapshot()) >= n })
+	if fault.fired.Load() != 1 {
+		t.Fatalf("the fault spoiled %d claims, want 1", fault.fired.Load())
+	}
+	seen := map[string]int{}
+	for _, p := range sink.snapshot() {
+		seen[p.id]++
+	}
+	for _, e := range envs {
+		if seen[e.ID] != 1 {
+			t.Errorf("%s published %d times, want once", e.ID, seen[e.ID])
+		}
+		if l, ok := rec.get(e.ID); !ok || l < 0 {
+			t.Errorf("fired %s early on the fake clock (%v)", e.ID, l)
+		}
+	}
+	if got := logs.String(); !strings.Contains(got, "found its messages in flight") ||
+		strings.Contains(got, "recovered in-flight messages past their deadline") {
+		t.Errorf("want one line for the claim found again and none for the lease's recovery; log:\n%s", got)
+	}
+}
