@@ -100,7 +100,7 @@ func (rp *readyProbe) snapshot() []readyChange {
 	return append([]readyChange(nil), rp.changes...)
 }
 
-// TestKafkaKillChurn is the kill -9 loop of issue 18: two bridges share a Kafka route
+// TestKafkaKillChurn is the kill -9 loop: two bridges share a Kafka route
 // (its four partitions owned by lease, like the shards); one is killed with SIGKILL and
 // restarted at once every 3 s, five times, under a steady stream of 200 msgs/s with
 // delays of 0.2–2 s. Asserted: every record reaches the target (lost 0), none early,
@@ -199,7 +199,7 @@ func kafkaChurn(t *testing.T, what string, end func(*bridgeProc), want503 bool) 
 	if want503 && ingress503 == 0 {
 		t.Errorf("/readyz never answered 503 naming a failing ingress check on either instance during the churn")
 	}
-	t.Logf("%s churn: %d messages, lost 0, early 0 (ledger), %d duplicates (per kill %v); lateness after due p50 %s p99 %s max %s (issue 18 targets: kill -9 p99 <= 4s, max <= 6s; SIGTERM p99 <= 0.5s); %d readiness 503s naming ingress; after the last restart: both ready from %s on (first both-ready poll %s), every record on the target after %s (stream ended %s after it)",
+	t.Logf("%s churn: %d messages, lost 0, early 0 (ledger), %d duplicates (per kill %v); lateness after due p50 %s p99 %s max %s (targets: kill -9 p99 <= 4s, max <= 6s; SIGTERM p99 <= 0.5s); %d readiness 503s naming ingress; after the last restart: both ready from %s on (first both-ready poll %s), every record on the target after %s (stream ended %s after it)",
 		what, len(sentMsgs), dups, perKill, percentile(late, 0.5), percentile(late, 0.99), percentile(late, 1), ingress503,
 		readyForGood.Sub(lastRestart).Round(time.Millisecond), readyAt.Sub(lastRestart).Round(time.Millisecond),
 		allAt.Sub(lastRestart).Round(time.Millisecond), streamEnd.Sub(lastRestart).Round(time.Millisecond))

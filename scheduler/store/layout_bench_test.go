@@ -18,7 +18,7 @@ import (
 )
 
 // BenchmarkStoreLayout measures what one message costs Redis in each store layout, all
-// layouts in one run so their figures sit side by side (issue 17):
+// layouts in one run so their figures sit side by side:
 //
 //   - pending-B/msg: INFO used_memory growth per pending message beyond its 100-byte
 //     payload, with N parked (the bench's scale message: bench/scen_scale.go, a Kafka

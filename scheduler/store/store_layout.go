@@ -9,8 +9,8 @@ import (
 	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
-// Store layouts (docs/ARCHITECTURE.md "Store layout"). Layout 2 is the one of the
-// releases before issue 17: the done window is a ZSET of ids plus a HASH of cancel
+// Store layouts (docs/ARCHITECTURE.md "Store layout"). Layout 2 is the older one
+// (compat mode): the done window is a ZSET of ids plus a HASH of cancel
 // routes. Layout 3 keeps it in the id index: small listpack sub-hashes keyed by a
 // 12-byte fingerprint of the id, plus per-time-slice strings of the fingerprints for
 // trimming. Both are read whatever the store writes, so a store written by either is

@@ -14,8 +14,8 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
-// newV2Store is newTestStore writing layout 2 (the release before issue 17, and compat
-// mode): the tests of that layout's keys use it.
+// newV2Store is newTestStore writing layout 2 (the older layout, and compat mode): the
+// tests of that layout's keys use it.
 func newV2Store(t *testing.T, opt Options) (*Store, *testkit.Redis, *redis.Client) {
 	t.Helper()
 	s, r, c := newTestStore(t, opt)
