@@ -5,14 +5,16 @@
 //
 // Conventions every script keeps, because the store relies on them:
 //   - every key is passed in KEYS, and all keys of one call share one Redis Cluster
-//     hash tag, so a script touches exactly one slot. The one exception is index.lua:
-//     the index sub-hashes and done slices of store layout 3 are many keys whose names
-//     depend on the data, so it builds them by appending to a key passed in KEYS (the
-//     shard's P:{C:n}:ix and P:{C:n}:dn), which keeps the hash tag and so the slot.
-//     cold.lua is the second: the cold tier's buckets P:{C:n}:cb:<b> are named after
-//     the shard's due key. Their callers also pass the shard's P:{C:n}:slotguard after the script's own
-//     KEYS, a key nothing writes, so Redis Cluster refuses the call while the slot
-//     migrates instead of the script meeting half-moved keys (scheduler/store/slotguard.go);
+//     hash tag, so a script touches exactly one slot. Three helpers build key names
+//     whose parts depend on the data, each by appending to a key passed in KEYS, which
+//     keeps the hash tag and so the slot: index.lua (the index sub-hashes and done
+//     slices of store layout 3, after the shard's P:{C:n}:ix and P:{C:n}:dn), cold.lua
+//     (the cold tier's buckets P:{C:n}:cb:<b>, after the shard's due key) and order.lua
+//     (a key's ZSET P:{C:n}:ko:<route>\0<key>, after the shard's ko key). The callers of
+//     index.lua and cold.lua also pass the shard's P:{C:n}:slotguard after the
+//     script's own KEYS, a key nothing writes, so Redis Cluster refuses the call while
+//     the slot migrates instead of the script meeting half-moved keys
+//     (scheduler/store/slotguard.go);
 //   - times are integer unix milliseconds passed in ARGV (never TIME), so tests can
 //     inject time and the scripts stay deterministic for replication;
 //   - batches are bounded by the caller or by a LIMIT argument, so no call blocks Redis
