@@ -237,7 +237,7 @@ func collect(addr, topic string, partitions int, bySent bool) *collector {
 			Brokers: []string{addr}, Topic: topic, Partition: p,
 			// 1 MiB per fetch: kfake copies a whole fetch response in its single event
 			// loop, so a lagging consumer with the usual 16 MiB would slow the broker
-			// for everyone (see docs/BENCHMARKS.md).
+			// for everyone, and kafka-go's read deadline (MaxWait) would cut the fetch.
 			MinBytes: 1, MaxBytes: 1 << 20, QueueCapacity: 1000,
 			MaxWait: 5 * time.Millisecond, ReadBackoffMin: time.Millisecond, ReadBackoffMax: 5 * time.Millisecond,
 			StartOffset: kafka.FirstOffset,

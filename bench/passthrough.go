@@ -15,9 +15,9 @@ import (
 // runPassthrough is `bench -child passthrough`: the ceiling the bridge is held against.
 // It runs the bridge's Kafka path without Redis and without delay, with the bridge's own
 // client settings: a consumer-group reader like ingress/kafka (MaxWait 5ms, backoff
-// 1–5ms, batches of up to 1000 records or 2ms) except for the fetch size, kafka-go's
-// default 1 MiB instead of ingress/kafka's 16 MiB (which livelocks against kfake once a
-// consumer lags: docs/BENCHMARKS.md), four writer workers like the egress
+// 1–5ms, batches of up to 1000 records or 2ms) with 1 MiB fetches like ingress/kafka
+// (a larger fetch livelocks against kfake once a consumer lags: kafka-go's read deadline
+// for the response is MaxWait, which a large answer misses), four writer workers like the egress
 // dispatcher, a Writer like egress/kafka (acks=all, 1ms linger, batches of 1000,
 // murmur2), and the egress headers x-delay-due-at (the record timestamp: zero delay) and
 // x-message-id. Offsets are committed after the batch was written.

@@ -228,7 +228,7 @@ func steadyAt(r *Results, offered float64) *SteadyStep {
 	return nil
 }
 
-// renderTargets is issue 3's list of goals with what this run measured.
+// renderTargets is the harness's list of goals with what this run measured.
 func renderTargets(b *strings.Builder, r *Results) {
 	b.WriteString("## Targets\n\n")
 	t := newTable(b, "target", "measured", "met")

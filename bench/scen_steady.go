@@ -62,7 +62,7 @@ func runSteady(e *env) error {
 	}
 	last := r.Steps[len(r.Steps)-1]
 	if !last.Sustained && !e.quick && len(e.rates) == 0 {
-		more = []float64{20000, 30000, 40000} // 50k not sustained: find where it breaks (40k: issue 11)
+		more = []float64{20000, 30000, 40000} // 50k not sustained: find where it breaks
 	}
 	for _, rate := range more {
 		st, err := run(rate)

@@ -102,7 +102,7 @@ func (rp *readyProbe) snapshot() []readyChange {
 	return append([]readyChange(nil), rp.changes...)
 }
 
-// TestKafkaKillChurn is the kill -9 loop of issue 18: two bridges share a Kafka route
+// TestKafkaKillChurn is the kill -9 loop: two bridges share a Kafka route
 // (its four partitions owned by lease, like the shards); one is killed with SIGKILL and
 // restarted at once every 3 s, five times, under a steady stream of 200 msgs/s with
 // delays of 0.2–2 s, at lease_ttl 1 s. Asserted: every record reaches the target (lost

@@ -376,8 +376,7 @@ func haLeaseTTL(t *testing.T) time.Duration {
 // startVictim starts a bridge like the others (shards and the route's Kafka
 // partitions alike), to be killed and restarted. Its partitions are owned by lease as
 // its shards are, so a SIGKILL stalls them only until its leases expire (about the
-// lease TTL), not for a consumer group's session timeout as before issue 18, when the
-// victim had to consume an idle topic in a group of its own.
+// lease TTL), not for a consumer group's session timeout.
 func (c *haCluster) startVictim(instance string) *bridgeProc {
 	c.t.Helper()
 	return c.start(instance)

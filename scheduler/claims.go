@@ -13,7 +13,7 @@ import (
 // while one is under way are queued, and when it returns the first of them sends them
 // all. At a full-speed drain each park wakes most of the 64 pumps together, and a claim
 // per pump was a round trip of its own: 20k claim calls of ~15 messages for 300k
-// messages (issue 17).
+// messages.
 type claimGroup struct {
 	commitGroup[storeapi.ClaimRequest, storeapi.ClaimResult]
 }

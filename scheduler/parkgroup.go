@@ -13,7 +13,7 @@ import (
 // queued, and when it returns the first of them sends them all. The Kafka ingress parks
 // each partition's batch from its own goroutine, and spread over 64 shards such a batch
 // was one or two messages per shard script call, each paying a fixed cost in Redis far
-// above a message's own (bench, 20k msgs/s: 0.58 park calls per message; issue 17).
+// above a message's own (bench, 20k msgs/s: 0.58 park calls per message).
 //
 // Each caller gets its own messages' prior states and the call's error. The call's
 // minDue goes to the caller that led it, whose Wake covers every shard concerned. A

@@ -17,7 +17,7 @@ func BenchmarkRecordHeaders(b *testing.B) {
 		DueAt: 1795371368865, Key: []byte("customer-42"), Payload: bytes.Repeat([]byte("x"), 100),
 		Headers: []envelope.Header{{Key: envelope.HeaderDelay, Value: "5000"}, {Key: "traceparent", Value: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}},
 	}
-	b.Run("typed", func(b *testing.B) { // before issue 17
+	b.Run("typed", func(b *testing.B) { // the typed-header path the sink used before rendering bytes directly
 		b.ReportAllocs()
 		for b.Loop() {
 			if hs := kafkaHeaders(egress.OutgoingHeaders(env, env.Attempt+1)); len(hs) != 6 {

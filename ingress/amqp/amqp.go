@@ -291,7 +291,7 @@ func (s *Source) session(ctx context.Context, loop *ingress.Loop) (progressed bo
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	watched := make(chan struct{})
 	rebuild := make(chan string, 1)
-	go func() { // owned by this session: stopped and waited for when it returns
+	go func() { // owned by this consume session: stopped and waited for when it returns
 		defer close(watched)
 		s.watch(watchCtx, rebuild)
 	}()

@@ -258,7 +258,7 @@ func (s *Source) mono() int64 { return s.cfg.Clock.Now().Sub(s.epoch).Millisecon
 // latency; it only spares the idle polls. At 5 ms each partition's reader polled about
 // 270 times a second when caught up, and a response later than kafka-go's read deadline
 // (MaxWait; the broker is asked to wait three quarters of it) made it close the
-// connection and dial, list offsets and seek again: 19 % of the bridge's CPU at 1k msgs/s (docs/BENCHMARKS.md, issue 11). A
+// connection and dial, list offsets and seek again: 19 % of the bridge's CPU at 1k msgs/s (a CPU profile of `bench -profile`). A
 // reader being stopped (handover, Close) may wait for its fetch up to this long.
 const readerMaxWait = 250 * time.Millisecond
 

@@ -277,7 +277,7 @@ func (b *Bridge) newScheduler(shardStore storeapi.Store) (*scheduler.Scheduler, 
 // ackInterval batches acknowledgements (scheduler.Options.AckInterval) under
 // at-least-once delivery: acks are off the consumer's path, and at 1k msgs/s one ack
 // call per published message was a tenth of the bridge's CPU and most of Redis's
-// (docs/BENCHMARKS.md, issue 11). At-most-once acknowledges before publishing, so
+// (a CPU profile of `bench -profile`). At-most-once acknowledges before publishing, so
 // there it stays synchronous.
 func (b *Bridge) ackInterval() time.Duration {
 	if b.cfg.Delivery == config.DeliveryAtMostOnce {

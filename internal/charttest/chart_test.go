@@ -29,6 +29,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"go.uber.org/goleak"
 )
 
 const (
@@ -72,6 +74,10 @@ func TestMain(m *testing.M) {
 	workDir = dir
 	code := m.Run()
 	os.RemoveAll(dir)
+	if err := goleak.Find(); code == 0 && err != nil {
+		fmt.Fprintln(os.Stderr, "goroutines outlived the tests:", err)
+		code = 1
+	}
 	os.Exit(code)
 }
 

@@ -291,7 +291,7 @@ func checkPrometheusRule(t *testing.T, o *object, shards int, job string) {
 		"DelayBridgeInvalidMessages":  {"delaybridge_messages_invalid_total"},
 		"DelayBridgeShardsUnowned":    {"sum(delaybridge_shards_owned", "< " + strconv.Itoa(shards)},
 		"DelayBridgePendingCapacity":  {"delaybridge_messages_pending"},
-		// Issue 8's alerts.
+		// Lateness, ingress and egress alerts.
 		"DelayBridgeDeliveryLate":        {"histogram_quantile(0.99", "delaybridge_delivery_lateness_seconds_bucket"},
 		"DelayBridgeIngressNotConsuming": {"delaybridge_ingress_consuming", "== 0"},
 		"DelayBridgeIngressLagGrowing":   {"delaybridge_ingress_lag_messages", "deriv("},

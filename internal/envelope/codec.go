@@ -172,7 +172,7 @@ func Decode(data []byte, id string) (*Envelope, error) {
 // keys and string values, …) are substrings of data, and its Payload and Key are views of
 // data's bytes — read-only memory: nothing may modify them in place (nothing does: the
 // sinks only read them). The envelope then keeps data alive, about the memory Decode's
-// copies would take. Issue 17: the claim path's envelopes (BenchmarkDecode).
+// copies would take. The claim path decodes its envelopes so (BenchmarkDecode).
 func DecodeString(data string, id string) (*Envelope, error) {
 	return decode(unsafe.Slice(unsafe.StringData(data), len(data)), data, id)
 }

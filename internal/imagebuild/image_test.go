@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/goleak"
 
 	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
@@ -63,6 +64,10 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	if dir, err := built(); err == nil {
 		os.RemoveAll(filepath.Dir(dir))
+	}
+	if err := goleak.Find(); code == 0 && err != nil {
+		fmt.Fprintln(os.Stderr, "goroutines outlived the tests:", err)
+		code = 1
 	}
 	os.Exit(code)
 }

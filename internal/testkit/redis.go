@@ -1,4 +1,4 @@
-// Package testutil starts the real servers the tests run against: a redis-server child
+// Package testkit starts the real servers the tests run against: a redis-server child
 // process on a free port, an in-process kfake Kafka broker, and a check for the RabbitMQ
 // server on 127.0.0.1:5672. A missing server fails the test with a clear message; nothing
 // is ever skipped silently. Every redis-server child (plain, Cluster node, Sentinel data

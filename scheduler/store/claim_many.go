@@ -10,8 +10,8 @@ import (
 // ClaimMany is Claim for several shards in one pipelined round trip (per node on
 // Redis Cluster): out[i] is what Claim(reqs[i]) would have returned. The scheduler's
 // pumps send their claims through it together (scheduler/claims.go): at a full-speed
-// drain every park woke most of the 64 pumps at once, and each claim was a round trip
-// of its own (issue 17).
+// drain every park wakes most of the 64 pumps at once, and a claim per pump would be a
+// round trip of its own.
 func (s *Store) ClaimMany(ctx context.Context, reqs []storeapi.ClaimRequest) []storeapi.ClaimResult {
 	out := make([]storeapi.ClaimResult, len(reqs))
 	calls := make([]call, 0, len(reqs))

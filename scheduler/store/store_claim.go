@@ -80,7 +80,7 @@ func (s *Store) claimReply(ctx context.Context, cmd *redis.Cmd, shard int, insta
 		id, _ := vals[i].(string)
 		due, _ := vals[i+1].(int64)
 		raw, _ := vals[i+2].(string)
-		e, derr := envelope.DecodeString(raw, id) // no copy of the reply (issue 17)
+		e, derr := envelope.DecodeString(raw, id) // no copy of the reply: the claim path's allocations
 		if errors.Is(derr, envelope.ErrNewerVersion) {
 			// Parked by a newer bridge during a rolling upgrade: put it back unchanged,
 			// a little later, until an instance that reads it owns the shard.

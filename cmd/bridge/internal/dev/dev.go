@@ -80,6 +80,7 @@ func printBanner(out io.Writer, kaddr, raddr, how, admin string) {
 	fmt.Fprintf(out, "  kafka (embedded kfake)  %s   delay topic %q -> target topic %q\n", kaddr, delayTopic, targetTopic)
 	fmt.Fprintf(out, "  redis (%s)  %s\n", how, raddr)
 	fmt.Fprintf(out, "  admin API               http://%s  (try: curl http://%s/v1/stats)\n", admin, admin)
+	fmt.Fprintf(out, "  console                 http://%s/ui/  (open in a browser)\n", admin)
 	fmt.Fprintf(out, "  produce your own:       kcat -P -b %s -t %s -H x-delay=5000 <<< 'hello'\n", kaddr, delayTopic)
 	fmt.Fprintf(out, "  consume the target:     kcat -C -b %s -t %s -f '%%h %%s\\n'\n\n", kaddr, targetTopic)
 }
