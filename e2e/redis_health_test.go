@@ -212,6 +212,9 @@ func TestRedisFullFailsStoreCheck(t *testing.T) {
 	sentMsgs := map[string]sent{}
 	stop := make(chan struct{})
 	streamed := make(chan struct{})
+	var stopOnce sync.Once
+	halt := func() { stopOnce.Do(func() { close(stop) }); <-streamed }
+	t.Cleanup(halt) // before the writer closes (cleanups run last-in first-out)
 	go func() { // 20 messages every 50 ms, delays 0.5-2.5 s
 		defer close(streamed)
 		for i := 0; ; i++ {
@@ -233,6 +236,11 @@ func TestRedisFullFailsStoreCheck(t *testing.T) {
 			mu.Unlock()
 			if err := e.writer.WriteMessages(context.Background(), msgs...); err != nil {
 				t.Errorf("produce: %v", err)
+				mu.Lock()
+				for _, m := range msgs {
+					delete(sentMsgs, string(m.Headers[1].Value))
+				}
+				mu.Unlock()
 				return
 			}
 		}
@@ -263,8 +271,7 @@ func TestRedisFullFailsStoreCheck(t *testing.T) {
 		t.Errorf("no info line when Redis accepts writes again:\n%s", e.bridge.logs())
 	}
 	time.Sleep(500 * time.Millisecond)
-	close(stop)
-	<-streamed
+	halt()
 	mu.Lock()
 	defer mu.Unlock()
 	waitUntil(t, "every message delivered", 60*time.Second, func() bool { return e.target.uniqueCount() >= len(sentMsgs) })

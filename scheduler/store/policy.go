@@ -78,13 +78,13 @@ func (h *Health) readAll(ctx context.Context, full map[string]bool) (map[string]
 	cc, ok := h.rdb.(*redis.ClusterClient)
 	if !ok {
 		node := nodeHook{h: h, addr: clientAddr(h.rdb), sentinel: h.opt.MasterName != ""}
-		r := readNode(ctx, h.rdb)
+		r := readNode(ctx, h.rdb, len(full) > 0)
 		out[node.node()] = r // named after the call: it may have dialed the master
 		return out, nil
 	}
 	var mu sync.Mutex
 	err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-		r := readNode(ctx, c)
+		r := readNode(ctx, c, full[c.Options().Addr])
 		mu.Lock()
 		out[c.Options().Addr] = r
 		mu.Unlock()
@@ -100,9 +100,10 @@ func clientAddr(rdb redis.UniversalClient) string {
 	return ""
 }
 
-// readNode reads one primary's policy (CONFIG GET, else INFO memory) and whether it is
-// above maxmemory (INFO memory, read every time: one small reply).
-func readNode(ctx context.Context, c redis.Cmdable) nodeReport {
+// readNode reads one primary's policy (CONFIG GET, else INFO memory) and, with probe (it
+// refused a write for lack of memory), whether it is above maxmemory (INFO memory): one
+// command per primary in the usual case.
+func readNode(ctx context.Context, c redis.Cmdable, probe bool) nodeReport {
 	var r nodeReport
 	cfg, cerr := c.ConfigGet(ctx, "maxmemory-policy").Result()
 	if cerr != nil && transientRedis(cerr) {
@@ -110,6 +111,9 @@ func readNode(ctx context.Context, c redis.Cmdable) nodeReport {
 	}
 	if p := cfg["maxmemory-policy"]; cerr == nil && p != "" {
 		r.policy = p
+	}
+	if r.policy != "" && !probe {
+		return r
 	}
 	info, ierr := c.Info(ctx, "memory").Result()
 	if ierr != nil && transientRedis(ierr) && r.policy == "" {
