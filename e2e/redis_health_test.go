@@ -215,7 +215,8 @@ func TestRedisFullFailsStoreCheck(t *testing.T) {
 	var stopOnce sync.Once
 	halt := func() { stopOnce.Do(func() { close(stop) }); <-streamed }
 	t.Cleanup(halt) // before the writer closes (cleanups run last-in first-out)
-	go func() { // 20 messages every 50 ms, delays 0.5-2.5 s
+	// 20 messages every 50 ms, delays 0.5-2.5 s.
+	go func() {
 		defer close(streamed)
 		for i := 0; ; i++ {
 			select {
