@@ -292,10 +292,12 @@ type Backend interface {
 
 // Check is one readiness check (GET /readyz, GET /v1/routes).
 type Check struct {
-	// Name says what was checked: "redis", "shards", "clock", "ingress <route>", "egress <broker>".
+	// Name says what was checked: "redis", "store", "eviction", "shards", "clock",
+	// "ingress <route>", "egress <broker>".
 	Name string `json:"name"`
 	OK   bool   `json:"ok"`
-	// Detail says why a check failed ("" when OK).
+	// Detail says why a check failed; on a passing check, a caveat if any (an evicting
+	// Redis policy allowed by redis.allow_eviction, one that could not be read).
 	Detail string `json:"detail,omitempty"`
 }
 

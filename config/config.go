@@ -52,6 +52,10 @@ type RedisConfig struct {
 	SentinelPassword string    `koanf:"sentinel_password"`
 	MinReplicas      int       `koanf:"min_replicas"`
 	TLS              TLSConfig `koanf:"tls"`
+	// AllowEviction accepts a Redis whose maxmemory-policy may evict keys (anything but
+	// noeviction), which loses the evicted messages without a trace: the bridge is
+	// then ready anyway and warns once per node instead of failing /readyz.
+	AllowEviction bool `koanf:"allow_eviction"`
 }
 
 type SASLConfig struct {

@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -55,6 +56,13 @@ type Options struct {
 	// just took the place of (Replace: outcome replaced), for the replaced receipts.
 	// Like OnDead it must not wait for a broker.
 	OnReplaced func(route string, ids []string)
+
+	// OnOwnershipRound, if set, runs after every ownership round (the first at start,
+	// then about every LeaseTTL/3) on a goroutine of its own, never two at once and
+	// never holding up a round: periodic checks of Redis that must not delay lease
+	// renewals (the bridge reads Redis's eviction policy there). Its context ends when
+	// the scheduler stops, which waits for it to return.
+	OnOwnershipRound func(ctx context.Context)
 
 	Observer observe.Observer // default observe.Nop
 	Logger   *slog.Logger     // default slog.Default()

@@ -21,6 +21,8 @@ func (s *Scheduler) ownershipLoop(ctx context.Context) {
 	quick := max(s.opt.LeaseTTL/20, 10*time.Millisecond)
 	t := s.clk.NewTimer(0)
 	defer t.Stop()
+	var hook roundHook
+	defer hook.wait()
 	for {
 		select {
 		case <-ctx.Done():
@@ -29,6 +31,7 @@ func (s *Scheduler) ownershipLoop(ctx context.Context) {
 		}
 		start := s.clk.Now()
 		soon := s.ownershipRound(ctx)
+		hook.start(ctx, s.opt.OnOwnershipRound)
 		now := s.clk.Now()
 		// Never longer than the interval, also when the clock went back during the
 		// round (a test's skewed clock steps its monotonic reading too).

@@ -37,6 +37,18 @@ type Options struct {
 	Logger   *slog.Logger
 	// Series is this instance's charts ring (GET /v1/series); nil = no history.
 	Series *series.Recorder
+	// Redis is Redis's state as a database (scheduler/store.Health), for the readiness
+	// checks store and eviction; nil = not checked.
+	Redis RedisHealth
+}
+
+// RedisHealth is what /readyz asks about Redis beyond PING (store.Health).
+type RedisHealth interface {
+	// WriteCheck is nil unless Redis refuses writes for lack of memory.
+	WriteCheck() error
+	// PolicyCheck fails while a primary's maxmemory-policy may evict messages (or before
+	// it was read); note is a caveat on a passing check.
+	PolicyCheck() (note string, err error)
 }
 
 // Scheduler is what the backend asks of the running scheduler (scheduler.Scheduler).
@@ -87,6 +99,7 @@ type Backend struct {
 	obs    observe.Observer
 	log    *slog.Logger
 	series *series.Recorder
+	redis  RedisHealth
 
 	mu      sync.Mutex
 	rt      Runtime
@@ -105,7 +118,8 @@ func New(opts Options) *Backend {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Backend{cfg: opts.Config, rules: opts.Rules, ping: opts.Ping, clk: opts.Clock, obs: opts.Observer, log: opts.Logger, series: opts.Series}
+	return &Backend{cfg: opts.Config, rules: opts.Rules, ping: opts.Ping, clk: opts.Clock, obs: opts.Observer, log: opts.Logger, series: opts.Series,
+		redis: opts.Redis}
 }
 
 // Attach makes the backend serve the running parts in rt.

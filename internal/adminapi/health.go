@@ -26,7 +26,9 @@ func (b *Backend) Ready(ctx context.Context) error {
 }
 
 // Checks runs the readiness checks, in this order: the bridge is running (connected to
-// Redis once), Redis answers a PING, shard ownership is established, this instance's
+// Redis once), Redis answers a PING, Redis accepts writes (not refusing them for lack
+// of memory: store), no Redis primary's maxmemory-policy may evict messages (eviction;
+// a passing check may carry a note), shard ownership is established, this instance's
 // clock is within scheduler.max_clock_offset of Redis's (else it does not claim), every
 // route's ingress is consuming (ingress.HealthReporter), every target broker is reachable
 // (egress.HealthChecker) and the AMQP connections are up. Only the Redis PING calls a
@@ -46,6 +48,14 @@ func (b *Backend) Checks(ctx context.Context) []admin.Check {
 		return checks
 	}
 	add("redis", b.ping(ctx))
+	if b.redis != nil {
+		add("store", b.redis.WriteCheck())
+		note, err := b.redis.PolicyCheck()
+		add("eviction", err)
+		if err == nil && note != "" {
+			checks[len(checks)-1].Detail = note
+		}
+	}
 	if sched.Ready() {
 		add("shards", nil)
 	} else {

@@ -57,6 +57,7 @@ type Bridge struct {
 	series  *series.Recorder // the charts' ring (series.go); nil = none
 	version string
 	api     *adminapi.Backend
+	health  *store.Health // Redis's eviction policy and memory (/readyz, metrics)
 
 	mu    sync.Mutex
 	sched *scheduler.Scheduler         // set by Run before ingress starts (handle uses it)
@@ -97,7 +98,7 @@ func New(cfg config.Config, opts Options) (*Bridge, error) {
 		return nil, err
 	}
 	b := &Bridge{cfg: cfg, log: opts.Logger, obs: opts.Observer, clk: opts.Clock, rdb: rdb, rules: map[string]ingress.Rules{},
-		series: opts.Series, version: opts.Version}
+		series: opts.Series, version: opts.Version, health: newHealth(rdb, cfg, opts)}
 	for _, r := range cfg.Routes {
 		b.rules[r.Name] = ingress.Rules{
 			Route: r.Name, MaxDelay: cfg.Limits.MaxDelay, MaxPayloadBytes: cfg.Limits.MaxPayloadBytes, AllowTargets: r.AllowTargets,
@@ -105,7 +106,7 @@ func New(cfg config.Config, opts Options) (*Bridge, error) {
 	}
 	b.api = adminapi.New(adminapi.Options{
 		Config: cfg, Rules: b.rules, Ping: func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
-		Clock: b.clk, Observer: b.obs, Logger: b.log, Series: opts.Series,
+		Clock: b.clk, Observer: b.obs, Logger: b.log, Series: opts.Series, Redis: b.health,
 	})
 	return b, nil
 }
@@ -270,7 +271,7 @@ func (b *Bridge) newScheduler(shardStore storeapi.Store) (*scheduler.Scheduler, 
 		LeaseTTL: sc.LeaseTTL, SafetyScan: sc.SafetyScan, MaxInMemory: sc.MaxInMemory, MaxClockOffset: sc.MaxClockOffset,
 		MaxAttempts: b.cfg.Retry.MaxAttempts, BackoffInitial: b.cfg.Retry.Backoff.Initial, BackoffMax: b.cfg.Retry.Backoff.Max,
 		OnDead: b.offerDead, OnCancelled: b.receipts.Cancelled, OnReplaced: b.receipts.Replaced, Observer: b.obs, Logger: b.log,
-		AckInterval: b.ackInterval(),
+		AckInterval: b.ackInterval(), OnOwnershipRound: b.health.Check,
 	})
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delaybridge/delay-bridge/config"
+	"github.com/delaybridge/delay-bridge/scheduler/store"
 )
 
 // NewRedis builds the UniversalClient for redis.*: one address is a standalone server,
@@ -45,4 +46,14 @@ func NewRedis(c config.RedisConfig) (redis.UniversalClient, error) {
 		opt.IsClusterMode = true
 	}
 	return redis.NewUniversalClient(opt), nil
+}
+
+// newHealth watches rdb (before its first command) for Redis's eviction policy and for
+// writes refused for lack of memory. The policy is read on every ownership round, at
+// most about once per round interval (scheduler.lease_ttl / 3).
+func newHealth(rdb redis.UniversalClient, cfg config.Config, opts Options) *store.Health {
+	return store.NewHealth(rdb, store.HealthOptions{
+		AllowEviction: cfg.Redis.AllowEviction, MasterName: cfg.Redis.MasterName, MinInterval: cfg.Scheduler.LeaseTTL / 4,
+		Observer: opts.Observer, Logger: opts.Logger, Clock: opts.Clock,
+	})
 }

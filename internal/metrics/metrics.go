@@ -54,7 +54,9 @@ type CountsFunc func(ctx context.Context) (map[string]admin.Counts, error)
 //	           ingress_consuming{route}, ingress_lag_messages{route},
 //	           build_info{version,goversion} (always 1), and per side queue (side.go)
 //	           <queue>_backlog{target}; counters <queue>_published_total{target},
-//	           <queue>_failed_total{target}, <queue>_dropped_total{target,reason}
+//	           <queue>_failed_total{target}, <queue>_dropped_total{target,reason},
+//	           redis_maxmemory_policy{node,policy} (redis_health.go); counter
+//	           redis_oom_refusals_total
 //	histograms delivery_lateness_seconds{route}, fire_lateness_seconds{route},
 //	           egress_wait_seconds{route},
 //	           requested_delay_seconds{route}, publish_duration_seconds{route,broker},
@@ -76,6 +78,7 @@ type Metrics struct {
 	counts                                *countsCollector
 	sides                                 map[string]*sideMetrics // by queue (side.go)
 	ready                                 *readyCollector
+	redis                                 *redisHealth
 	perMessage                            sync.Map // route -> *routeSeries (perMessageOf)
 }
 
@@ -169,6 +172,7 @@ func NewMetrics(reg prometheus.Registerer, version string, logger *slog.Logger) 
 		counts: newCountsCollector(logger),
 		sides:  newSides(),
 		ready:  newReadyCollector(),
+		redis:  newRedisHealth(),
 	}
 	for _, reason := range observe.RetryReasons {
 		m.redisRetries.WithLabelValues(reason)
@@ -185,6 +189,7 @@ func NewMetrics(reg prometheus.Registerer, version string, logger *slog.Logger) 
 	for _, q := range observe.SideQueues {
 		all = append(all, m.sides[q].collectors()...)
 	}
+	all = append(all, m.redis.collectors()...)
 	for _, c := range all {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("admin: registering metrics: %w", err)

@@ -137,7 +137,18 @@ type Observer interface {
 	IngressLag(route string, lag int64)
 	// ScheduleSlots counts n slots of a recurring schedule with an outcome (Slot*).
 	ScheduleSlots(schedule, outcome string, n int)
+	// RedisPolicies sets the maxmemory-policy of every Redis primary at the last check,
+	// node address -> policy (PolicyUnknown where neither CONFIG GET nor INFO answered);
+	// a node not listed is gone.
+	RedisPolicies(policies map[string]string)
+	// RedisOOM counts n commands Redis refused because it is out of memory (used memory
+	// above maxmemory under noeviction); they did nothing and are retried.
+	RedisOOM(n int)
 }
+
+// PolicyUnknown is the maxmemory-policy reported for a Redis node that answered neither
+// CONFIG GET nor INFO memory with it.
+const PolicyUnknown = "unknown"
 
 // Outcomes of a recurring schedule's slot (ScheduleSlots), each counted once per slot
 // and planner decision, except SlotPublished, counted per broker-confirmed publish.
@@ -182,3 +193,5 @@ func (Nop) SidePublished(string, string, int)            {}
 func (Nop) SideFailed(string, string, int)               {}
 func (Nop) SideDropped(string, string, string, int)      {}
 func (Nop) ScheduleSlots(string, string, int)            {}
+func (Nop) RedisPolicies(map[string]string)              {}
+func (Nop) RedisOOM(int)                                 {}

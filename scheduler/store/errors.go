@@ -44,7 +44,7 @@ func transientRedis(err error) bool {
 	}
 	if redis.IsLoadingError(err) || redis.IsReadOnlyError(err) || redis.IsClusterDownError(err) ||
 		redis.IsTryAgainError(err) || redis.IsMasterDownError(err) || redis.IsMaxClientsError(err) ||
-		redis.IsNoReplicasError(err) || redis.IsOOMError(err) || redis.HasErrorPrefix(err, "BUSY") {
+		redis.IsNoReplicasError(err) || isOOM(err) || redis.HasErrorPrefix(err, "BUSY") {
 		return true
 	}
 	if _, ok := redis.IsMovedError(err); ok {
@@ -52,4 +52,13 @@ func transientRedis(err error) bool {
 	}
 	_, ok := redis.IsAskError(err)
 	return ok
+}
+
+// isOOM reports whether Redis refused a command because it is out of memory: used memory
+// above maxmemory under the noeviction policy ("OOM command not allowed when used memory
+// > 'maxmemory'"), also when a script's first write is the refused one. The command did
+// nothing; it is transient (memory may free: messages fire and are acknowledged), and
+// health.go watches every reply for it to show a full Redis.
+func isOOM(err error) bool {
+	return err != nil && redis.IsOOMError(err)
 }
