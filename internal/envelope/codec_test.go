@@ -273,7 +273,7 @@ func FuzzDecode(f *testing.F) {
 
 // TestDecodeStringIsDecode: DecodeString reads what Decode reads — every field and type
 // of both samples, and the same refusal of every corrupt input above — and it does so without copying the fields out of the string: fewer
-// allocations than Decode (the claim path's reason to exist, issue 17).
+// allocations than Decode, which is why the claim path uses it.
 func TestDecodeStringIsDecode(t *testing.T) {
 	good, _ := Encode(sample())
 	kafka, _ := Encode(kafkaSample())
@@ -294,7 +294,7 @@ func TestDecodeStringIsDecode(t *testing.T) {
 }
 
 // BenchmarkDecode: the bench's Kafka envelope as the claim path decodes it from a Redis
-// reply (a string): copied to bytes and decoded (before issue 17), and DecodeString.
+// reply (a string): copied to bytes and decoded, and DecodeString.
 func BenchmarkDecode(b *testing.B) {
 	raw, _ := Encode(kafkaSample())
 	s := string(raw)
