@@ -1,3 +1,6 @@
+--- @include "counts"
+--- @include "index"
+--- @include "successor"
 -- ack: claimed messages were published; forget them and remember their ids in the done
 -- window.
 --

@@ -1,3 +1,7 @@
+--- @include "routes"
+--- @include "counts"
+--- @include "index"
+--- @include "cold"
 -- bury: store a batch of invalid messages straight into the dead letters of one shard,
 -- idempotently by id (same rules as park), so bad input never blocks a partition or a
 -- queue and is never silently dropped.

@@ -1,3 +1,8 @@
+--- @include "routes"
+--- @include "counts"
+--- @include "index"
+--- @include "successor"
+--- @include "cold"
 -- cancel: remove a message by id wherever it is, and remember it in the done window as
 -- cancelled, so that a replayed ingress record of its route cannot park it again.
 --

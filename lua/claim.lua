@@ -1,3 +1,6 @@
+--- @include "counts"
+--- @include "index"
+--- @include "cold"
 -- claim: move due messages of one shard into inflight, for the shard's lease holder only.
 --
 -- KEYS[1] due       ZSET id -> due time

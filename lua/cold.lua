@@ -1,3 +1,5 @@
+--- @include "counts"
+--- @include "index"
 -- cold: the cold tier of store layout 3 (level 5), put in front of the scripts that
 -- park, find, move or promote pending messages by lua.go. docs/ARCHITECTURE.md "Cold
 -- tier" gives the reasons and the figures. counts.lua and index.lua come in front of
@@ -33,10 +35,12 @@
 -- rescheduled or replaced. Two ids whose fingerprints collide cannot both be cold: the
 -- second is parked as an ordinary pending message (cofind compares the full id).
 local CO = { base = nil, wm = nil }
+local COQ = { order = {}, by = {}, n = 0 }
 local CO_W = 65536 -- bucket width in ms (2^16: about 65.5 s)
 
 local function costart(dueKey)
   CO.base, CO.wm = string.sub(dueKey, 1, #dueKey - 3), nil
+  COQ = { order = {}, by = {}, n = 0 }
 end
 
 local function cobkey(b)
@@ -133,7 +137,6 @@ end
 
 -- coadd queues a message for its bucket; coflush appends the queued messages, one
 -- RPUSH per bucket, and returns their fps and index states (the caller writes them).
-local COQ = { order = {}, by = {}, n = 0 }
 
 local function coadd(id, due, env, fp)
   due = tonumber(due)

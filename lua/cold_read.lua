@@ -1,3 +1,6 @@
+--- @include "counts"
+--- @include "index"
+--- @include "cold"
 -- cold_read: read a shard's cold tier (cold.lua) for browse, counts and edges; read-only.
 --
 -- KEYS[1] due   the shard's due key (the cold tier's keys are named after it)

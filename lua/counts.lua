@@ -61,7 +61,7 @@ end
 
 -- cstart reads the shard's counts state: one HGET once exact, as it stays.
 local function cstart(key)
-  C.key = key
+  C.key, C.exact, C.cur, C.d = key, true, {}, {}
   if redis.call('HGET', key, '~exact') then
     return
   end

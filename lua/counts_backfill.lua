@@ -1,3 +1,6 @@
+--- @include "counts"
+--- @include "index"
+--- @include "cold"
 -- counts_backfill: one bounded step of counting a shard written by an older bridge
 -- (without the counts hash); counts.lua, which lua.go puts in front of this script,
 -- says how the counts and cursors work.

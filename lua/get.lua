@@ -1,3 +1,7 @@
+--- @include "counts"
+--- @include "index"
+--- @include "successor"
+--- @include "cold"
 -- get: look a message up by id wherever it is.
 --
 -- KEYS[1] due        ZSET id -> due time

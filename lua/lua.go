@@ -24,106 +24,50 @@ package lua
 
 import _ "embed"
 
-// routes.lua is put in front of the scripts that read route lists, counts.lua in front
-// of those that move messages (they keep the per-route counts), index.lua in front of
-// those that read or write the done window of layout 3, successor.lua in front of
-// those that take a message out of in flight or read it by id (replace's successors).
+// Scripts are the scripts of the shard store's library (NewLibrary), by file name
+// without ".lua". The ordered_* scripts wrap park, ack, retry, recover, cancel,
+// reschedule and replace with per-key order (ordered_park.lua and the others).
+var Scripts = []string{
+	"park", "replace", "bury", "cancel", "claim", "ack", "retry", "recover", "reschedule",
+	"get", "purge_dead", "purge_dead_ids", "counts_backfill", "browse", "cold_read",
+	"job_claim", "job_save", "job_cancel", "lease_acquire", "lease_renew", "lease_release",
+	"schedule_put", "schedule_delete", "schedule_plan",
+	"ordered_park", "ordered_ack", "ordered_retry", "ordered_recover", "ordered_cancel",
+	"ordered_reschedule", "ordered_replace",
+}
+
+// The lease scripts, for package membership, which runs them with EVALSHA on Kafka
+// partition leases (they include no helper).
 var (
-	//go:embed routes.lua
-	routes string
-	//go:embed counts.lua
-	counts string
-	//go:embed index.lua
-	index string
-	//go:embed successor.lua
-	successor string
-	//go:embed cold.lua
-	cold string
-	//go:embed replace.lua
-	replace string
-	//go:embed park.lua
-	park string
-	//go:embed bury.lua
-	bury string
-	//go:embed cancel.lua
-	cancel string
-	//go:embed claim.lua
-	claim string
-	//go:embed ack.lua
-	ack string
-	//go:embed retry.lua
-	retry string
-	//go:embed recover.lua
-	recover string
-	//go:embed reschedule.lua
-	reschedule string
-	//go:embed purge_dead.lua
-	purgeDead string
-	//go:embed purge_dead_ids.lua
-	purgeDeadIDs string
-	//go:embed counts_backfill.lua
-	countsBackfill string
-)
-
-// The scripts that move messages, with their helpers in front.
-var (
-	Park           = routes + counts + index + cold + park
-	Replace        = routes + counts + index + successor + cold + replace
-	Bury           = routes + counts + index + cold + bury
-	Cancel         = routes + counts + index + successor + cold + cancel
-	Claim          = counts + index + cold + claim
-	Ack            = counts + index + successor + ack
-	Retry          = counts + successor + retry
-	Recover        = counts + successor + recover
-	Reschedule     = counts + index + cold + reschedule
-	PurgeDead      = counts + purgeDead
-	PurgeDeadIDs   = counts + purgeDeadIDs
-	CountsBackfill = counts + index + cold + countsBackfill
-)
-
-// IndexHelper is index.lua, the helper put in front of the scripts of layout 3's done
-// window: the only source that builds key names (tests look for others that do).
-var IndexHelper = index
-
-// ColdHelper is cold.lua, the helper of the cold tier (layout 3, level 5), which names
-// the shard's bucket keys after its due key (tests look for other sources that build
-// key names).
-var ColdHelper = cold
-
-// Get is get.lua with its helper in front.
-var Get = counts + index + successor + cold + get
-
-//go:embed cold_read.lua
-var coldRead string
-
-// ColdRead is cold_read.lua (browse, counts and edges of the cold tier) with its
-// helpers in front.
-var ColdRead = counts + index + cold + coldRead
-
-// Script sources, named after their files.
-var (
-	//go:embed get.lua
-	get string
-	//go:embed browse.lua
-	Browse string
-	//go:embed job_claim.lua
-	JobClaim string
-	//go:embed job_save.lua
-	JobSave string
-	//go:embed job_cancel.lua
-	JobCancel string
 	//go:embed lease_acquire.lua
 	LeaseAcquire string
 	//go:embed lease_renew.lua
 	LeaseRenew string
 	//go:embed lease_release.lua
 	LeaseRelease string
-	//go:embed schedule_put.lua
-	SchedulePut string
-	//go:embed schedule_delete.lua
-	ScheduleDelete string
-	//go:embed schedule_plan.lua
-	SchedulePlan string
+)
+
+// helper is the text of helper file name as the loader puts it in front of a script.
+func helper(name string) string {
+	u, err := newLoader(nil).unit(name)
+	if err != nil {
+		panic(err)
+	}
+	return u.text
+}
+
+// IndexHelper is index.lua, the helper of layout 3's done window: the only source that
+// builds key names apart from ColdHelper (tests look for others that do).
+var IndexHelper = helper("index")
+
+// ColdHelper is cold.lua, the helper of the cold tier, which names the shard's bucket
+// keys after its due key.
+var ColdHelper = helper("cold")
+
+// Legacy helpers for the layout-2 scripts below (EVAL only).
+var (
+	routes = helper("routes")
+	counts = helper("counts")
 )
 
 // The layout-2 scripts (v2/, as the release before layout 3 ran them) that differ in
@@ -151,45 +95,23 @@ var (
 	V2Reschedule = counts + v2reschedule
 )
 
-// All returns every script by name (the file name without ".lua"), for callers that
-// preload or inspect them all, such as tests and the dev server.
+// All returns every script's EVAL source by name, for callers that inspect them all,
+// such as tests.
 func All() map[string]string {
-	return map[string]string{
-		"park":               Park,
-		"replace":            Replace,
-		"bury":               Bury,
-		"claim":              Claim,
-		"ack":                Ack,
-		"retry":              Retry,
-		"recover":            Recover,
-		"cancel":             Cancel,
-		"reschedule":         Reschedule,
-		"get":                Get,
-		"purge_dead":         PurgeDead,
-		"browse":             Browse,
-		"cold_read":          ColdRead,
-		"purge_dead_ids":     PurgeDeadIDs,
-		"counts_backfill":    CountsBackfill,
-		"job_claim":          JobClaim,
-		"job_save":           JobSave,
-		"job_cancel":         JobCancel,
-		"lease_acquire":      LeaseAcquire,
-		"lease_renew":        LeaseRenew,
-		"lease_release":      LeaseRelease,
-		"schedule_put":       SchedulePut,
-		"schedule_delete":    ScheduleDelete,
-		"schedule_plan":      SchedulePlan,
-		"ordered_park":       OrderedPark,
-		"ordered_ack":        OrderedAck,
-		"ordered_retry":      OrderedRetry,
-		"ordered_recover":    OrderedRecover,
-		"ordered_cancel":     OrderedCancel,
-		"ordered_reschedule": OrderedReschedule,
-		"v2/park":            V2Park,
-		"v2/bury":            V2Bury,
-		"v2/cancel":          V2Cancel,
-		"v2/ack":             V2Ack,
-		"v2/get":             V2Get,
-		"v2/reschedule":      V2Reschedule,
+	lib, err := NewLibrary("delaybridge", Scripts)
+	if err != nil {
+		panic(err)
 	}
+	out := map[string]string{
+		"v2/park":       V2Park,
+		"v2/bury":       V2Bury,
+		"v2/cancel":     V2Cancel,
+		"v2/ack":        V2Ack,
+		"v2/get":        V2Get,
+		"v2/reschedule": V2Reschedule,
+	}
+	for _, n := range Scripts {
+		out[n] = lib.Eval(n)
+	}
+	return out
 }

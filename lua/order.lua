@@ -20,7 +20,7 @@ local GATE = 4503599627370496 -- 2^52 (storeapi.GateBase)
 local O = { ko = nil, ki = nil, due = nil, msg = nil, woke = -1, on = false }
 
 local function ostart(ko, ki, due, msg)
-  O.ko, O.ki, O.due, O.msg = ko, ki, due, msg
+  O.ko, O.ki, O.due, O.msg, O.woke = ko, ki, due, msg, -1
   O.on = redis.call('EXISTS', ki) == 1
 end
 

@@ -1,3 +1,7 @@
+--- @include "routes"
+--- @include "counts"
+--- @include "index"
+--- @include "cold"
 -- park: store a batch of messages in one shard, idempotently by id.
 --
 -- KEYS[1] due        ZSET id -> due time (unix ms)

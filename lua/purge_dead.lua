@@ -1,3 +1,4 @@
+--- @include "counts"
 -- purge_dead: delete dead letters of one shard, in bounded steps.
 --
 -- KEYS[1] dead      ZSET

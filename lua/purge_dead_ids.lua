@@ -1,3 +1,4 @@
+--- @include "counts"
 -- purge_dead_ids: delete chosen dead letters of one shard (a bulk purge job).
 --
 -- KEYS[1] dead  ZSET id -> time dead-lettered

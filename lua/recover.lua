@@ -1,3 +1,5 @@
+--- @include "counts"
+--- @include "successor"
 -- recover: move inflight messages back to due so they fire again (at-least-once): those
 -- whose lease deadline has passed (a claim that was never acked or retried), or, when a
 -- new owner takes a shard over, everything its previous owner left in flight.

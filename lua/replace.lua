@@ -1,3 +1,8 @@
+--- @include "routes"
+--- @include "counts"
+--- @include "index"
+--- @include "successor"
+--- @include "cold"
 -- replace: store a batch of messages in one shard, each replacing the message its id
 -- names on its route (x-delay-replace: upsert and debounce). docs/CONTRACT.md "Replace"
 -- has the table of states and outcomes; storeapi.Intake.ReplaceEach the contract.

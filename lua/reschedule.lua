@@ -1,3 +1,6 @@
+--- @include "counts"
+--- @include "index"
+--- @include "cold"
 -- reschedule: give a pending message a new due time, or requeue a dead letter.
 --
 -- KEYS[1] due       ZSET

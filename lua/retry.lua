@@ -1,3 +1,5 @@
+--- @include "counts"
+--- @include "successor"
 -- retry: a claimed message failed to publish; put it back in due for a later attempt,
 -- or into the dead letters once attempts are exhausted. The caller computes the attempt
 -- count, backoff and reason and passes the re-encoded envelope.

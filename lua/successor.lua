@@ -1,3 +1,4 @@
+--- @include "counts"
 -- successor: the new version of an in-flight message kept by replace.lua, put in front
 -- of the scripts that take a message out of in flight (ack, retry, recover) or look it
 -- up by id (cancel, get) by lua.go. docs/CONTRACT.md "Replace" states the rule; this

@@ -8,8 +8,6 @@ import (
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/delaybridge/delay-bridge/lua"
 )
 
 // Per-route counts. Every script that moves a message changes P:{C:n}:counts in the
@@ -20,7 +18,7 @@ import (
 // counted by BackfillCounts in bounded steps; until every shard is done the counts are
 // reported as not exact.
 
-var countsBackfillScript = &script{name: "counts_backfill", Script: redis.NewScript(lua.CountsBackfill)}
+var countsBackfillScript = newScript("counts_backfill", "counts_backfill")
 
 // RouteCounts reads every shard's counts in one pipelined round trip (one HGETALL per
 // shard: O(routes) each).

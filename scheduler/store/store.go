@@ -13,7 +13,6 @@ import (
 
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/observe"
-	"github.com/delaybridge/delay-bridge/lua"
 	"github.com/delaybridge/delay-bridge/membership"
 	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
@@ -126,11 +125,6 @@ type shardKeys struct {
 	ko, ki string // per-key order (lua/order.lua)
 }
 
-type script struct {
-	name string
-	*redis.Script
-}
-
 // Store is the Redis shard store: every operation on parked messages, shard leases and
 // membership. It is safe for concurrent use.
 //
@@ -201,6 +195,7 @@ type Store struct {
 	oPark, oAck, oCancel, oReschedule      *script
 	oReplace                               *script // ordered_replace (store_replace.go)
 	leaseAcquire, leaseRenew, leaseRelease *script
+	fns                                    functions // FCALL or EVALSHA (library.go)
 }
 
 // New checks the recorded shard count (recording it on first start) and loads the
@@ -241,16 +236,16 @@ func New(ctx context.Context, rdb redis.UniversalClient, opt Options) (*Store, e
 			ko: base + "ko", ki: base + "ki", guard: base + "slotguard",
 		}
 	}
-	mk := newScript
-	s.claim = mk("claim", lua.Claim)
+	mk := func(name string) *script { return newScript(name, name) }
+	s.claim = mk("claim")
 	s.initOrdered()
-	s.purgeDead = mk("purge_dead", lua.PurgeDead)
-	s.replace = mk("replace", lua.Replace)
-	s.browse = mk("browse", lua.Browse)
-	s.coldRead = mk("cold_read", lua.ColdRead)
-	s.leaseAcquire = mk("lease_acquire", lua.LeaseAcquire)
-	s.leaseRenew = mk("lease_renew", lua.LeaseRenew)
-	s.leaseRelease = mk("lease_release", lua.LeaseRelease)
+	s.purgeDead = mk("purge_dead")
+	s.replace = mk("replace")
+	s.browse = mk("browse")
+	s.coldRead = mk("cold_read")
+	s.leaseAcquire = mk("lease_acquire")
+	s.leaseRenew = mk("lease_renew")
+	s.leaseRelease = mk("lease_release")
 
 	if err := s.checkShards(ctx); err != nil {
 		return nil, err
@@ -258,12 +253,8 @@ func New(ctx context.Context, rdb redis.UniversalClient, opt Options) (*Store, e
 	if err := s.initLayout(ctx); err != nil {
 		return nil, err
 	}
-	// Loading up front turns a broken script into a start-up error rather than a
-	// failure on the first message, and saves the EVAL fallback on first use.
-	for _, sc := range s.scripts() {
-		if err := sc.Load(ctx, rdb).Err(); err != nil {
-			return nil, fmt.Errorf("scheduler: load script %s: %w", sc.name, redisErr(err))
-		}
+	if err := s.initScripts(ctx); err != nil {
+		return nil, err
 	}
 	// A new store is counted at once (empty sets); one written by an older bridge
 	// gets its first step here and the rest from the caller (BackfillCounts).
@@ -277,8 +268,6 @@ func (s *Store) scripts() []*script {
 	return append(append([]*script{s.claim, s.retry, s.recover, s.purgeDead, s.replace, s.browse, s.coldRead, s.leaseAcquire,
 		s.leaseRenew, s.leaseRelease, countsBackfillScript, s.oPark, s.oAck, s.oCancel, s.oReschedule, s.oReplace}, s.v2.all()...), s.v3.all()...)
 }
-
-func newScript(name, src string) *script { return &script{name: name, Script: redis.NewScript(src)} }
 
 func (s *Store) checkShards(ctx context.Context) error {
 	pipe := s.rdb.Pipeline()

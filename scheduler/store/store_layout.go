@@ -32,16 +32,17 @@ type byLayout struct {
 }
 
 func newByLayout(v int) byLayout {
-	mk := func(name, src string) *script { return newScript(name, src) }
 	if v == layoutV2 {
+		mk := evalScript
 		return byLayout{
 			park: mk("v2/park", lua.V2Park), bury: mk("v2/bury", lua.V2Bury), cancel: mk("v2/cancel", lua.V2Cancel),
 			ack: mk("v2/ack", lua.V2Ack), get: mk("v2/get", lua.V2Get), reschedule: mk("v2/reschedule", lua.V2Reschedule),
 		}
 	}
+	mk := func(name string) *script { return newScript(name, name) }
 	return byLayout{
-		park: mk("park", lua.Park), bury: mk("bury", lua.Bury), cancel: mk("cancel", lua.Cancel),
-		ack: mk("ack", lua.Ack), get: mk("get", lua.Get), reschedule: mk("reschedule", lua.Reschedule),
+		park: mk("park"), bury: mk("bury"), cancel: mk("cancel"),
+		ack: mk("ack"), get: mk("get"), reschedule: mk("reschedule"),
 	}
 }
 

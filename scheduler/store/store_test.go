@@ -254,6 +254,7 @@ func TestStoreShardCountRefused(t *testing.T) {
 func TestStoreRedisRestartNoScript(t *testing.T) {
 	s, r, c := newTestStore(t, Options{})
 	ctx := storeCtx(t)
+	s.fns.on.Store(false) // EVALSHA, as on a server without FUNCTION (library_test.go)
 	// SIGKILL loses what AOF has not fsynced yet; the test is about scripts, not that.
 	if err := c.ConfigSet(ctx, "appendfsync", "always").Err(); err != nil {
 		t.Fatal(err)
