@@ -7,14 +7,14 @@
 -- ARGV: ack's.
 -- Returns { acked, trimmed, woke }: woke is the earliest due time of a head promoted
 -- now, -1 if none.
-ostart(KEYS[10], KEYS[11], KEYS[9], KEYS[1])
+local o = ostart(KEYS[10], KEYS[11], KEYS[9], KEYS[1])
 local ids = {}
 local step = ARGV[5] == '1' and 3 or 2
 for i = 7, #ARGV, step do
   ids[#ids + 1] = ARGV[i]
 end
-local pre = opre(ids)
+local pre = opre(o, ids)
 local r = ack(KEYS, ARGV)
-ogoneIfLeft(pre)
-r[3] = O.woke
+ogoneIfLeft(o, pre)
+r[3] = o.woke
 return r

@@ -6,8 +6,8 @@
 -- KEYS[11] ko, KEYS[12] ki (order.lua)
 -- ARGV: cancel's.
 -- Returns cancel's reply; a cancelled head is replaced by the next of its key.
-ostart(KEYS[11], KEYS[12], KEYS[1], KEYS[2])
-local pre = opre({ ARGV[1] })
+local o = ostart(KEYS[11], KEYS[12], KEYS[1], KEYS[2])
+local pre = opre(o, { ARGV[1] })
 local r = cancel(KEYS, ARGV)
-ogoneIfLeft(pre)
+ogoneIfLeft(o, pre)
 return r

@@ -9,14 +9,14 @@
 -- (the slot guard last: scheduler/store/slotguard.go)
 -- ARGV: park's.
 -- Returns park's reply.
-ostart(KEYS[10], KEYS[11], KEYS[1], KEYS[2])
+local o = ostart(KEYS[10], KEYS[11], KEYS[1], KEYS[2])
 ARGV[2] = '-1' -- keyed messages never go to the cold tier (their key's queue holds them)
 local out = park(KEYS, ARGV)
 for j = 1, #out do
   local kz = KEYS[11 + j]
   if kz ~= KEYS[10] and out[j] == 'parked' then
     local i = (j - 1) * 5 + 3
-    oadd(ARGV[i], tonumber(ARGV[i + 1]), kz)
+    oadd(o, ARGV[i], tonumber(ARGV[i + 1]), kz)
   end
 end
 return out

@@ -7,17 +7,17 @@
 -- ARGV: recover's.
 -- Returns { moved, more, woke }: recovered heads stay heads (marked claimed); then a
 -- bounded sweep of the heads.
-ostart(KEYS[6], KEYS[7], KEYS[1], KEYS[3])
+local o = ostart(KEYS[6], KEYS[7], KEYS[1], KEYS[3])
 local page = {}
-if O.on then
+if o.on then
   page = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[3] or ARGV[1], 'LIMIT', 0, ARGV[2])
 end
 local r = recover(KEYS, ARGV)
 for _, id in ipairs(page) do
   if redis.call('ZSCORE', KEYS[1], id) then
-    oclaimed(id)
+    oclaimed(o, id)
   end
 end
-osweep(32)
-r[3] = O.woke
+osweep(o, 32)
+r[3] = o.woke
 return r

@@ -13,14 +13,14 @@
 -- key's order is recomputed: it may become or stop being the unclaimed head); a newly
 -- parked one (new, delivered, dead) joins its key; an in-flight one keeps its place
 -- (its successor takes it when acked: the key stays blocked until it is delivered).
-ostart(KEYS[11], KEYS[12], KEYS[1], KEYS[2])
+local o = ostart(KEYS[11], KEYS[12], KEYS[1], KEYS[2])
 -- New versions go to due, never to the cold tier (a keyed one joins its key's queue).
 local out, keep, argv = {}, {}, { ARGV[1], ARGV[2], '-1' }
 local j = 0
 for i = 4, #ARGV, 5 do
   local id = ARGV[i]
   j = j + 1
-  local kz, m = oinfo(id)
+  local kz, m = oinfo(o, id)
   local prior = nil
   if redis.call('HEXISTS', KEYS[2], id) == 1 and (kz or KEYS[11]) ~= KEYS[12 + j] then
     if redis.call('ZSCORE', KEYS[1], id) then
@@ -46,12 +46,12 @@ for n, jj in ipairs(keep) do
   out[jj] = res
   if res ~= 'replaced:inflight' and string.sub(res, 1, 8) ~= 'refused:' then
     -- read now, not before replace: the same id may come again in the batch
-    local okz, om = oinfo(id)
+    local okz, om = oinfo(o, id)
     if okz then
-      ogone(id, okz, om)
+      ogone(o, id, okz, om)
     end
     if kz ~= KEYS[11] then
-      oadd(id, d, kz)
+      oadd(o, id, d, kz)
     end
   end
 end

@@ -9,12 +9,12 @@
 -- ARGV: reschedule's.
 -- A message of an ordered key is not rescheduled: "ordered". A requeued dead letter of
 -- an ordered key joins its key's queue.
-ostart(KEYS[9], KEYS[10], KEYS[1], KEYS[2])
+local o = ostart(KEYS[9], KEYS[10], KEYS[1], KEYS[2])
 if redis.call('HEXISTS', KEYS[10], ARGV[1]) == 1 then
   return 'ordered'
 end
 local r = reschedule(KEYS, ARGV)
 if r == 'dead' and KEYS[11] ~= KEYS[9] then
-  oadd(ARGV[1], tonumber(ARGV[2]), KEYS[11])
+  oadd(o, ARGV[1], tonumber(ARGV[2]), KEYS[11])
 end
 return r
