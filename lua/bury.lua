@@ -6,9 +6,8 @@
 -- idempotently by id (same rules as park), so bad input never blocks a partition or a
 -- queue and is never silently dropped.
 --
--- KEYS[1..9] as in park: due, msg (id -> envelope; its Reason says why it is dead),
---            inflight, dead (ZSET id -> time dead-lettered), done and cancelled
---            (layout 2's done window, read while it exists), counts, ix, dn
+-- KEYS[1..7] as in park: due, msg (id -> envelope; its Reason says why it is dead),
+--            inflight, dead (ZSET id -> time dead-lettered), counts, ix, dn
 -- ARGV[1] now (integer unix ms): the dead-letter time
 -- ARGV[2..] quadruples: id, envelope bytes, route, fp; the caller bounds the batch.
 -- Returns an array with one string per quadruple: "buried", or why it was refused (the
@@ -17,10 +16,9 @@
 -- hasRoute comes from routes.lua, cstart/cadd/cflush from counts.lua, ixstart/ixget/
 -- doneOf from index.lua, cofind from cold.lua, which lua.go puts in front of this
 -- script.
-cstart(KEYS[7])
-ixstart(KEYS[8], KEYS[9])
+cstart(KEYS[5])
+ixstart(KEYS[6], KEYS[7])
 costart(KEYS[1])
-local legacy = redis.call('EXISTS', KEYS[5]) == 1
 local fps = {}
 for i = 5, #ARGV, 4 do
   fps[#fps + 1] = ARGV[i]
@@ -34,9 +32,6 @@ for i = 2, #ARGV, 4 do
   local st
   n = n + 1
   local t, routes = doneOf(states[n])
-  if not t and legacy and redis.call('ZSCORE', KEYS[5], id) then
-    t, routes = 1, redis.call('HGET', KEYS[6], id)
-  end
   if t then
     if not routes then
       st = 'delivered'
@@ -57,7 +52,7 @@ for i = 2, #ARGV, 4 do
     else
       redis.call('HSET', KEYS[2], id, ARGV[i + 1])
       redis.call('ZADD', KEYS[4], now, id)
-      cadd('dead', route, 1, now, id)
+      cadd('dead', route, 1)
       st = 'buried'
     end
   end

@@ -10,13 +10,10 @@
 -- KEYS[2] msg        HASH
 -- KEYS[3] inflight   ZSET
 -- KEYS[4] dead       ZSET
--- KEYS[5] done       ZSET, layout 2's done window (read, and the id's entry moved to
---                    the index, while it exists)
--- KEYS[6] cancelled  HASH, layout 2's cancel routes
--- KEYS[7] counts     HASH per-route counts (counts.lua)
--- KEYS[8] ix         HASH the id index's state (index.lua)
--- KEYS[9] dn         ZSET the done slices (index.lua)
--- KEYS[10] nx        HASH successors (successor.lua): an in-flight id's successor is
+-- KEYS[5] counts     HASH per-route counts (counts.lua)
+-- KEYS[6] ix         HASH the id index's state (index.lua)
+-- KEYS[7] dn         ZSET the done slices (index.lua)
+-- KEYS[8] nx         HASH successors (successor.lua): an in-flight id's successor is
 --                    cancelled with it (and is the envelope ARGV[7] is checked against)
 -- ARGV[1] id
 -- ARGV[2] now (integer unix ms)
@@ -47,31 +44,16 @@ local function entry(route)
 end
 local id, now, route, expected, fp = ARGV[1], ARGV[2], ARGV[6], ARGV[7], ARGV[9]
 local remember = ARGV[3] == '1'
-ixstart(KEYS[8], KEYS[9])
-local legacy = redis.call('EXISTS', KEYS[5]) == 1
+ixstart(KEYS[6], KEYS[7])
 -- done: whether the id is remembered, and the routes of its cancels (nil: delivered).
 local state = ixget({ fp })[1]
 local done, doneRoutes = doneOf(state)
-if not done and legacy and redis.call('ZSCORE', KEYS[5], id) then
-  done, doneRoutes = 1, redis.call('HGET', KEYS[6], id)
-end
 local function finish(routes)
   if remember then
     ixset({ fp }, { cancelledAt(now, routes) })
     dnrecord({ fp }, now, ARGV[10])
-    if legacy then
-      redis.call('ZREM', KEYS[5], id)
-      redis.call('HDEL', KEYS[6], id)
-    end
   end
   dntrim(ARGV[4], ARGV[5])
-  if legacy then
-    local old = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', '(' .. ARGV[4], 'LIMIT', 0, ARGV[5])
-    if #old > 0 then
-      redis.call('ZREM', KEYS[5], unpack(old))
-      redis.call('HDEL', KEYS[6], unpack(old))
-    end
-  end
   ixflush()
 end
 local prior = ''
@@ -94,7 +76,7 @@ if prior ~= '' then
   local env = redis.call('HGET', KEYS[2], id)
   if prior == 'inflight' then
     -- get.lua shows an in-flight id's successor, so that is what the caller checked.
-    local _, nenv = nxget(KEYS[10], id)
+    local _, nenv = nxget(KEYS[8], id)
     env = nenv or env
   end
   local sum = ''
@@ -107,10 +89,10 @@ if prior ~= '' then
   redis.call('ZREM', set, id)
   redis.call('HDEL', KEYS[2], id)
   if prior == 'inflight' then
-    redis.call('HDEL', KEYS[10], id)
+    redis.call('HDEL', KEYS[8], id)
   end
-  cstart(KEYS[7])
-  cadd(prior, routeOf(env), -1, score, id)
+  cstart(KEYS[5])
+  cadd(prior, routeOf(env), -1)
   cflush()
   -- Keep another route's tombstone for this id (its message may still come).
   local routes = entry(route)
@@ -127,8 +109,8 @@ if b then
     return 'stale'
   end
   codrop(b, pos)
-  cstart(KEYS[7])
-  caddc(routeOf(cenv), -1, b, pos)
+  cstart(KEYS[5])
+  cadd('pending', routeOf(cenv), -1)
   cflush()
   if not remember then
     ixdel({ fp })

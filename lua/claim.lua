@@ -57,9 +57,9 @@ for first = 1, #ids, 2 * step do
   local zadd = {}
   for j = 1, #members do
     local route = routeOf(envs[j])
-    cadd('pending', route, -1, scores[j], members[j])
+    cadd('pending', route, -1)
     if envs[j] then
-      cadd('inflight', route, 1, ARGV[3], members[j])
+      cadd('inflight', route, 1)
       zadd[#zadd + 1] = ARGV[3]
       zadd[#zadd + 1] = members[j]
       out[n + 1] = members[j]

@@ -1,6 +1,6 @@
 --- @include "counts"
 --- @include "index"
--- cold: the cold tier of store layout 3 (level 5), put in front of the scripts that
+-- cold: the cold tier of the shard store, put in front of the scripts that
 -- park, find, move or promote pending messages by lua.go. docs/ARCHITECTURE.md "Cold
 -- tier" gives the reasons and the figures. counts.lua and index.lua come in front of
 -- it (uvarint, routeOf, the counts and the index helpers).
@@ -128,8 +128,8 @@ end
 -- cocold: whether a message due at due goes to the cold tier; horizon is the cold
 -- horizon in ms (negative: the cold tier is off for this call), now unix ms.
 local function cocold(due, now, horizon)
-  if horizon < 0 or not C.exact then
-    return false -- off; or the counts backfill runs (counts.lua): nothing new goes cold
+  if horizon < 0 then
+    return false
   end
   due = tonumber(due)
   return due >= now + horizon and due >= cowm()
@@ -206,8 +206,9 @@ end
 -- into due and msg, at most budget elements, and deletes their index entries (the
 -- caller has run cstart and runs cflush; the index is read only once a bucket is due
 -- for promotion: ixKey is the shard's P:{C:n}:ix); returns how many it moved, how many it
--- dropped because the id was pending already (a rollback to a release without the cold
--- tier parked it again), and whether it stopped on its budget.
+-- dropped because the id had an envelope in msg already (that copy is kept: the scripts
+-- never let this happen, but a promotion must not overwrite one), and whether it stopped
+-- on its budget.
 local function copromote(dueKey, msgKey, ixKey, upTo, budget)
   local moved, dup, ix = 0, 0, false
   local cw = CO.base .. 'cw'
@@ -244,20 +245,13 @@ local function copromote(dueKey, msgKey, ixKey, upTo, budget)
       if id then
         fps[#fps + 1] = fp
         marks[#fps] = cost(b, from + i - 1)
-        local p = from + i - 1
         if redis.call('HSETNX', msgKey, id, env) == 1 then
           zadd[#zadd + 1] = due
           zadd[#zadd + 1] = id
           moved = moved + 1
-          if not C.exact and cocounted(b, p) ~= counted('pending', due, id) then
-            -- the backfill runs: the message crossed from one cursor's side to the other's
-            local d = C.d.pending or {}
-            C.d.pending = d
-            d[routeOf(env)] = (d[routeOf(env)] or 0) + (cocounted(b, p) and -1 or 1)
-          end
         else
           dup = dup + 1 -- its copy in msg stays; this one leaves the route's count
-          caddc(routeOf(env), -1, b, p)
+          cadd('pending', routeOf(env), -1)
         end
       end
     end

@@ -8,10 +8,8 @@
 -- KEYS[2] msg        HASH id -> envelope
 -- KEYS[3] inflight   ZSET id -> lease deadline
 -- KEYS[4] dead       ZSET id -> time dead-lettered
--- KEYS[5] done       ZSET, layout 2's done window: id -> time delivered or cancelled
--- KEYS[6] cancelled  HASH, layout 2's cancel routes
--- KEYS[7] ix         HASH the id index's state (index.lua)
--- KEYS[8] nx         HASH successors (successor.lua): an in-flight id with one reads as
+-- KEYS[5] ix         HASH the id index's state (index.lua)
+-- KEYS[6] nx         HASH successors (successor.lua): an in-flight id with one reads as
 --                    its successor, pending at the successor's due time
 -- ARGV[1] id
 -- ARGV[2] fp: 12 bytes of SHA-256(id)
@@ -19,8 +17,6 @@
 -- "delivered" or "cancelled" and score the time in that state (due time, lease
 -- deadline, time dead-lettered, delivered or cancelled; unix ms); "delivered" and
 -- "cancelled" have no envelope; an unknown id returns { "" }.
--- A layout-2 done entry without a cancelled field reads "delivered" (also those written
--- by bridges that recorded cancels in done without the cancelled hash).
 -- ixstart/ixget/doneOf come from index.lua, cofind from cold.lua (a pending message
 -- in the cold tier), which lua.go puts in front of this script.
 local id = ARGV[1]
@@ -30,7 +26,7 @@ for i = 1, 3 do
   if i == 2 then k = KEYS[3] elseif i == 3 then k = KEYS[4] end
   local score = redis.call('ZSCORE', k, id)
   if score and i == 2 then
-    local due, nenv = nxget(KEYS[8], id)
+    local due, nenv = nxget(KEYS[6], id)
     if due then
       return { 'pending', due, nenv }
     end
@@ -43,7 +39,7 @@ for i = 1, 3 do
     return { states[i], tonumber(score) }
   end
 end
-ixstart(KEYS[7], '')
+ixstart(KEYS[5], '')
 local v = ixget({ ARGV[2] })[1]
 costart(KEYS[1])
 local b, _, due, env = cofind(v, id)
@@ -56,12 +52,5 @@ if t then
     return { 'cancelled', t }
   end
   return { 'delivered', t }
-end
-local score = redis.call('ZSCORE', KEYS[5], id)
-if score then
-  if redis.call('HEXISTS', KEYS[6], id) == 1 then
-    return { 'cancelled', tonumber(score) }
-  end
-  return { 'delivered', tonumber(score) }
 end
 return { '' }

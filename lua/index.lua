@@ -1,4 +1,4 @@
--- index: the id index and the done window of store layout 3, put in front of the
+-- index: the id index and the done window of the shard store, put in front of the
 -- scripts that read or write remembered ids by lua.go (Redis scripts cannot include one
 -- another). docs/ARCHITECTURE.md "Store layout" gives the reasons and the figures.
 --

@@ -6,7 +6,7 @@
 // Conventions every script keeps, because the store relies on them:
 //   - every key is passed in KEYS, and all keys of one call share one Redis Cluster
 //     hash tag, so a script touches exactly one slot. The one exception is index.lua:
-//     the index sub-hashes and done slices of store layout 3 are many keys whose names
+//     the index sub-hashes and done slices of the store are many keys whose names
 //     depend on the data, so it builds them by appending to a key passed in KEYS (the
 //     shard's P:{C:n}:ix and P:{C:n}:dn), which keeps the hash tag and so the slot.
 //     cold.lua is the second: the cold tier's buckets P:{C:n}:cb:<b> are named after
@@ -29,7 +29,7 @@ import _ "embed"
 // reschedule and replace with per-key order (ordered_park.lua and the others).
 var Scripts = []string{
 	"park", "replace", "bury", "cancel", "claim", "ack", "retry", "recover", "reschedule",
-	"get", "purge_dead", "purge_dead_ids", "counts_backfill", "browse", "cold_read",
+	"get", "purge_dead", "purge_dead_ids", "browse", "cold_read",
 	"job_claim", "job_save", "job_cancel", "lease_acquire", "lease_renew", "lease_release",
 	"schedule_put", "schedule_delete", "schedule_plan",
 	"ordered_park", "ordered_ack", "ordered_retry", "ordered_recover", "ordered_cancel",
@@ -56,44 +56,13 @@ func helper(name string) string {
 	return u.text
 }
 
-// IndexHelper is index.lua, the helper of layout 3's done window: the only source that
-// builds key names apart from ColdHelper (tests look for others that do).
+// IndexHelper is index.lua, the helper of the done window: the only source that builds
+// key names apart from ColdHelper (tests look for others that do).
 var IndexHelper = helper("index")
 
 // ColdHelper is cold.lua, the helper of the cold tier, which names the shard's bucket
 // keys after its due key.
 var ColdHelper = helper("cold")
-
-// Legacy helpers for the layout-2 scripts below (EVAL only).
-var (
-	routes = helper("routes")
-	counts = helper("counts")
-)
-
-// The layout-2 scripts (v2/, as the release before layout 3 ran them) that differ in
-// layout 3: a store writes with them while a bridge of that release is a live member
-// (compat mode), and BenchmarkStoreLayout measures them as the baseline.
-var (
-	//go:embed v2/park.lua
-	v2park string
-	//go:embed v2/bury.lua
-	v2bury string
-	//go:embed v2/cancel.lua
-	v2cancel string
-	//go:embed v2/ack.lua
-	v2ack string
-	//go:embed v2/get.lua
-	v2get string
-	//go:embed v2/reschedule.lua
-	v2reschedule string
-
-	V2Park       = routes + counts + v2park
-	V2Bury       = routes + counts + v2bury
-	V2Cancel     = routes + counts + v2cancel
-	V2Ack        = counts + v2ack
-	V2Get        = v2get
-	V2Reschedule = counts + v2reschedule
-)
 
 // All returns every script's EVAL source by name, for callers that inspect them all,
 // such as tests.
@@ -102,14 +71,7 @@ func All() map[string]string {
 	if err != nil {
 		panic(err)
 	}
-	out := map[string]string{
-		"v2/park":       V2Park,
-		"v2/bury":       V2Bury,
-		"v2/cancel":     V2Cancel,
-		"v2/ack":        V2Ack,
-		"v2/get":        V2Get,
-		"v2/reschedule": V2Reschedule,
-	}
+	out := make(map[string]string, len(Scripts))
 	for _, n := range Scripts {
 		out[n] = lib.Eval(n)
 	}

@@ -2,12 +2,12 @@
 --- @include "ack"
 -- ordered_ack: ack (ack.lua) with strict per-key order (order.lua).
 --
--- KEYS[1..9]  ack's keys (the 9th is due)
--- KEYS[10] ko, KEYS[11] ki (order.lua)
+-- KEYS[1..7]  ack's keys (the 7th is due)
+-- KEYS[8] ko, KEYS[9] ki (order.lua)
 -- ARGV: ack's.
 -- Returns { acked, trimmed, woke }: woke is the earliest due time of a head promoted
 -- now, -1 if none.
-local o = ostart(KEYS[10], KEYS[11], KEYS[9], KEYS[1])
+local o = ostart(KEYS[8], KEYS[9], KEYS[7], KEYS[1])
 local ids = {}
 local step = ARGV[5] == '1' and 3 or 2
 for i = 7, #ARGV, step do

@@ -2,9 +2,9 @@
 --- @include "replace"
 -- ordered_replace: replace (replace.lua) with strict per-key order (order.lua).
 --
--- KEYS[1..10] replace's keys
--- KEYS[11] ko, KEYS[12] ki (order.lua)
--- KEYS[13..] one key per quintuple of ARGV: its key's queue, or ko itself for a
+-- KEYS[1..8]  replace's keys
+-- KEYS[9] ko, KEYS[10] ki (order.lua)
+-- KEYS[11..] one key per quintuple of ARGV: its key's queue, or ko itself for a
 --            message without a key
 -- ARGV: replace's.
 -- Returns replace's reply. A stored id whose key (or keylessness) differs from the one
@@ -13,16 +13,16 @@
 -- key's order is recomputed: it may become or stop being the unclaimed head); a newly
 -- parked one (new, delivered, dead) joins its key; an in-flight one keeps its place
 -- (its successor takes it when acked: the key stays blocked until it is delivered).
-local o = ostart(KEYS[11], KEYS[12], KEYS[1], KEYS[2])
+local o = ostart(KEYS[9], KEYS[10], KEYS[1], KEYS[2])
 -- New versions go to due, never to the cold tier (a keyed one joins its key's queue).
-local out, keep, argv = {}, {}, { ARGV[1], ARGV[2], '-1' }
+local out, keep, argv = {}, {}, { ARGV[1], '-1' }
 local j = 0
-for i = 4, #ARGV, 5 do
+for i = 3, #ARGV, 5 do
   local id = ARGV[i]
   j = j + 1
   local kz, m = oinfo(o, id)
   local prior = nil
-  if redis.call('HEXISTS', KEYS[2], id) == 1 and (kz or KEYS[11]) ~= KEYS[12 + j] then
+  if redis.call('HEXISTS', KEYS[2], id) == 1 and (kz or KEYS[9]) ~= KEYS[10 + j] then
     if redis.call('ZSCORE', KEYS[1], id) then
       prior = 'pending'
     elseif redis.call('ZSCORE', KEYS[3], id) then
@@ -40,8 +40,8 @@ for i = 4, #ARGV, 5 do
 end
 local r = replace(KEYS, argv)
 for n, jj in ipairs(keep) do
-  local i = (n - 1) * 5 + 4
-  local id, d, kz = argv[i], tonumber(argv[i + 1]), KEYS[12 + jj]
+  local i = (n - 1) * 5 + 3
+  local id, d, kz = argv[i], tonumber(argv[i + 1]), KEYS[10 + jj]
   local res = r[n]
   out[jj] = res
   if res ~= 'replaced:inflight' and string.sub(res, 1, 8) ~= 'refused:' then
@@ -50,7 +50,7 @@ for n, jj in ipairs(keep) do
     if okz then
       ogone(o, id, okz, om)
     end
-    if kz ~= KEYS[11] then
+    if kz ~= KEYS[9] then
       oadd(o, id, d, kz)
     end
   end

@@ -8,12 +8,10 @@
 -- KEYS[2] msg        HASH id -> envelope
 -- KEYS[3] inflight   ZSET id -> lease deadline
 -- KEYS[4] dead       ZSET id -> time dead-lettered
--- KEYS[5] done       ZSET, layout 2's done window (read while it exists)
--- KEYS[6] cancelled  HASH, layout 2's cancel routes of its done ids
--- KEYS[7] counts     HASH per-route counts (counts.lua)
--- KEYS[8] ix         HASH the id index's state (index.lua); its sub-hashes hold the
+-- KEYS[5] counts     HASH per-route counts (counts.lua)
+-- KEYS[6] ix         HASH the id index's state (index.lua); its sub-hashes hold the
 --                    done window: fp -> delivered or cancelled state
--- KEYS[9] dn         ZSET the done slices (index.lua)
+-- KEYS[7] dn         ZSET the done slices (index.lua)
 -- ARGV[1] now (integer unix ms)
 -- ARGV[2] the cold horizon (ms): a message due at least this far ahead (and not
 --         before the cold tier's watermark) is parked in the cold tier (cold.lua); -1
@@ -34,21 +32,16 @@
 --
 -- Every script keeps msg holding an envelope exactly for the ids in due, inflight or
 -- dead, so one HMGET of msg for the batch is the test for those three states, and one
--- HSET stores the new envelopes. The done window is read by ixget (index.lua), and
--- layout 2's done set only while it exists (one EXISTS per call).
+-- HSET stores the new envelopes. The done window is read by ixget (index.lua).
 -- A message parked in the cold tier is an element of one RPUSH per bucket and one index
 -- entry; its id is looked for in msg first (the same HMGET), so an id in flight or dead
 -- is refused as before.
 -- hasRoute comes from routes.lua, cstart/cadd/cflush from counts.lua, ixstart/ixget/
 -- doneOf from index.lua, co* from cold.lua, which lua.go puts in front of this script.
-cstart(KEYS[7])
-ixstart(KEYS[8], KEYS[9])
+cstart(KEYS[5])
+ixstart(KEYS[6], KEYS[7])
 costart(KEYS[1])
 local now, horizon = tonumber(ARGV[1]), tonumber(ARGV[2])
-if not C.exact then
-  horizon = -1 -- the counts backfill walks due: nothing goes cold until it is done
-end
-local legacy = redis.call('EXISTS', KEYS[5]) == 1
 local fps = {}
 for i = 7, #ARGV, 5 do
   fps[#fps + 1] = ARGV[i]
@@ -77,9 +70,6 @@ for i = 3, #ARGV, 5 do
   if cold[id] or cofind(states[n], id) then
     t, st = nil, 'pending'
   end
-  if not t and legacy and redis.call('ZSCORE', KEYS[5], id) then
-    t, routes = 1, redis.call('HGET', KEYS[6], id)
-  end
   if t then
     if not routes then
       st = 'delivered'
@@ -91,14 +81,14 @@ for i = 3, #ARGV, 5 do
   if not st and free and not states[n] and cocold(ARGV[i + 1], now, horizon) then
     st = 'parked'
     cold[id] = true
-    cadd('pending', route, 1, ARGV[i + 1], id)
+    cadd('pending', route, 1)
     coadd(id, ARGV[i + 1], ARGV[i + 2], ARGV[i + 4])
   end
   if not st then
     if free then
       st = 'parked'
       seen[id] = true
-      cadd('pending', route, 1, ARGV[i + 1], id)
+      cadd('pending', route, 1)
       zadd[#zadd + 1] = ARGV[i + 1]
       zadd[#zadd + 1] = id
       hset[#hset + 1] = id

@@ -17,7 +17,7 @@ if #ids > 0 then
   for i = 1, #ids do
     redis.call('ZREM', KEYS[1], ids[i])
     redis.call('HDEL', KEYS[2], ids[i])
-    cadd('dead', routeOf(envs[i]), -1, page[2 * i], ids[i])
+    cadd('dead', routeOf(envs[i]), -1)
   end
   cflush()
 end

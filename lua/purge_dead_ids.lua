@@ -15,7 +15,7 @@ for i = 1, #ARGV, 2 do
   local id = ARGV[i]
   local at = redis.call('ZSCORE', KEYS[1], id)
   if at and tonumber(at) == tonumber(ARGV[i + 1]) then
-    cadd('dead', routeOf(redis.call('HGET', KEYS[2], id)), -1, at, id)
+    cadd('dead', routeOf(redis.call('HGET', KEYS[2], id)), -1)
     redis.call('ZREM', KEYS[1], id)
     redis.call('HDEL', KEYS[2], id)
     out[#out + 1] = 1

@@ -31,10 +31,10 @@ if #ids > 0 then
   for i = 1, #ids do
     redis.call('ZREM', KEYS[2], ids[i])
     local route = routeOf(envs[i])
-    cadd('inflight', route, -1, page[2 * i], ids[i])
+    cadd('inflight', route, -1)
     if not (succ and nxpromote(KEYS[5], KEYS[1], KEYS[3], ids[i])) then
       redis.call('ZADD', KEYS[1], ARGV[1], ids[i])
-      cadd('pending', route, 1, ARGV[1], ids[i])
+      cadd('pending', route, 1)
     end
   end
   cflush()

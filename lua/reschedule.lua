@@ -7,10 +7,8 @@
 -- KEYS[2] msg       HASH
 -- KEYS[3] inflight  ZSET
 -- KEYS[4] dead      ZSET
--- KEYS[5] done      ZSET, layout 2's done window
--- KEYS[6] cancelled HASH, layout 2's cancel routes (done ids that were cancelled)
--- KEYS[7] counts    HASH per-route counts (counts.lua, put in front by lua.go)
--- KEYS[8] ix        HASH the id index's state (index.lua), for the done window
+-- KEYS[5] counts    HASH per-route counts (counts.lua, put in front by lua.go)
+-- KEYS[6] ix        HASH the id index's state (index.lua), for the done window
 -- ARGV[1] id
 -- ARGV[2] new due (integer unix ms)
 -- ARGV[3] fp: 12 bytes of SHA-256(id)
@@ -50,19 +48,10 @@ if dueAt then
     end
     redis.call('HSET', KEYS[2], id, newEnv)
   end
-  redis.call('ZADD', KEYS[1], ARGV[2], id)
-  cstart(KEYS[7])
-  -- once exact both positions count and nothing changes; while the backfill runs the
-  -- move may cross its cursor
-  if counted('pending', dueAt, id) ~= counted('pending', ARGV[2], id) then
-    local r = route()
-    cadd('pending', r, -1, dueAt, id)
-    cadd('pending', r, 1, ARGV[2], id)
-    cflush()
-  end
+  redis.call('ZADD', KEYS[1], ARGV[2], id) -- still pending, on the same route: counts stay
   return 'pending'
 end
-ixstart(KEYS[8], '')
+ixstart(KEYS[6], '')
 costart(KEYS[1])
 local state = ixget({ ARGV[3] })[1]
 local b, pos, cdue, cenv = cofind(state, id)
@@ -72,8 +61,8 @@ if b then
   end
   local env = newEnv or cenv
   codrop(b, pos)
-  cstart(KEYS[7])
-  caddc(routeOf(env), -1, b, pos)
+  cstart(KEYS[5])
+  cadd('pending', routeOf(env), -1)
   if cocold(ARGV[2], tonumber(ARGV[6]), tonumber(ARGV[7])) then
     ixset({ ARGV[3] }, { coput(id, ARGV[2], env, ARGV[3]) })
   else
@@ -81,7 +70,7 @@ if b then
     redis.call('HSET', KEYS[2], id, env)
     redis.call('ZADD', KEYS[1], ARGV[2], id)
   end
-  cadd('pending', routeOf(env), 1, ARGV[2], id) -- (cold only once the counts are exact)
+  cadd('pending', routeOf(env), 1)
   cflush()
   ixflush()
   return 'pending'
@@ -96,10 +85,10 @@ if deadAt then
   end
   redis.call('ZREM', KEYS[4], id)
   redis.call('ZADD', KEYS[1], ARGV[2], id)
-  cstart(KEYS[7])
+  cstart(KEYS[5])
   local r = route()
-  cadd('dead', r, -1, deadAt, id)
-  cadd('pending', r, 1, ARGV[2], id)
+  cadd('dead', r, -1)
+  cadd('pending', r, 1)
   cflush()
   return 'dead'
 end
@@ -109,12 +98,6 @@ end
 local t, routes = doneOf(state)
 if t then
   if routes then
-    return 'cancelled'
-  end
-  return 'delivered'
-end
-if redis.call('ZSCORE', KEYS[5], id) then
-  if redis.call('HEXISTS', KEYS[6], id) == 1 then
     return 'cancelled'
   end
   return 'delivered'

@@ -22,24 +22,20 @@ local requeued, dead = 0, 0
 local succ = nxany(KEYS[6])
 for i = 2, #ARGV, 4 do
   local id = ARGV[i]
-  local score
-  if not C.exact then
-    score = redis.call('ZSCORE', KEYS[3], id)
-  end
   if redis.call('ZREM', KEYS[3], id) == 1 then
     local route = routeOf(ARGV[i + 2])
-    cadd('inflight', route, -1, score, id)
+    cadd('inflight', route, -1)
     if succ and nxpromote(KEYS[6], KEYS[1], KEYS[2], id) then
       requeued = requeued + 1
     elseif ARGV[i + 3] == '1' then
       redis.call('HSET', KEYS[2], id, ARGV[i + 2])
       redis.call('ZADD', KEYS[4], ARGV[1], id)
-      cadd('dead', route, 1, ARGV[1], id)
+      cadd('dead', route, 1)
       dead = dead + 1
     else
       redis.call('HSET', KEYS[2], id, ARGV[i + 2])
       redis.call('ZADD', KEYS[1], ARGV[i + 1], id)
-      cadd('pending', route, 1, ARGV[i + 1], id)
+      cadd('pending', route, 1)
       requeued = requeued + 1
     end
   end

@@ -40,7 +40,7 @@ local function nxpromote(nxKey, dueKey, msgKey, id)
   end
   redis.call('HSET', msgKey, id, env)
   redis.call('ZADD', dueKey, due, id)
-  cadd('pending', routeOf(env), 1, due, id)
+  cadd('pending', routeOf(env), 1)
   return due
 end
 

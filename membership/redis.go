@@ -53,7 +53,7 @@ func (r *Redis) Heartbeat(ctx context.Context, instance string, now int64) error
 // while one with a lagging clock is not evicted by the next reader.
 func (r *Redis) Live(ctx context.Context, now int64, maxAge time.Duration) ([]Member, error) {
 	pipe := r.rdb.Pipeline()
-	live := r.LiveIn(ctx, pipe, now, maxAge)
+	live := r.liveIn(ctx, pipe, now, maxAge)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("membership: members: %w", err)
 	}
@@ -68,23 +68,9 @@ func (r *Redis) Leave(ctx context.Context, instance string) error {
 	return nil
 }
 
-// The same three on a caller's pipeline, for a caller that keeps something of its own
-// beside each member in the same round trip (the shard store records each member's
-// store layout with its heartbeat, in a MULTI; every key of a cluster's membership
-// shares the hash tag {C}). They queue commands only: the caller runs pipe.Exec.
-
-// HeartbeatIn queues Heartbeat on pipe.
-func (r *Redis) HeartbeatIn(ctx context.Context, pipe redis.Pipeliner, instance string, now int64) error {
-	if err := CheckInstance(instance); err != nil {
-		return err
-	}
-	pipe.ZAdd(ctx, r.members, heartbeatZ(instance, now))
-	return nil
-}
-
-// LiveIn queues Live's reads on pipe; the function it returns gives Live's result once
+// liveIn queues Live's reads on pipe; the function it returns gives Live's result once
 // pipe has run without error.
-func (r *Redis) LiveIn(ctx context.Context, pipe redis.Pipeliner, now int64, maxAge time.Duration) func() []Member {
+func (r *Redis) liveIn(ctx context.Context, pipe redis.Pipeliner, now int64, maxAge time.Duration) func() []Member {
 	age := maxAge.Milliseconds()
 	pipe.ZRemRangeByScore(ctx, r.members, "-inf", "("+strconv.FormatInt(now-10*age, 10))
 	live := pipe.ZRangeByScoreWithScores(ctx, r.members, &redis.ZRangeBy{Min: strconv.FormatInt(now-age, 10), Max: "+inf"})
@@ -97,11 +83,6 @@ func (r *Redis) LiveIn(ctx context.Context, pipe redis.Pipeliner, now int64, max
 		sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 		return out
 	}
-}
-
-// LeaveIn queues Leave on pipe.
-func (r *Redis) LeaveIn(ctx context.Context, pipe redis.Pipeliner, instance string) {
-	pipe.ZRem(ctx, r.members, instance)
 }
 
 func heartbeatZ(instance string, now int64) redis.Z {

@@ -150,7 +150,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 		return err
 	}
 	defer stopSides() // before the sinks close: their last attempt still publishes
-	sources, err := b.buildSources(conns, shardStore)
+	sources, err := b.buildSources(conns)
 	if err != nil {
 		return err
 	}

@@ -13,7 +13,6 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/adminapi"
 	"github.com/delaybridge/delay-bridge/internal/amqpconn"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
-	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
 // connections the bridge owns for its whole run: one AMQP connection for ingress and one
@@ -151,12 +150,12 @@ func (b *Bridge) buildSinks(ctx context.Context, conns *connections) (map[string
 }
 
 // buildSources creates one source per route.
-func (b *Bridge) buildSources(conns *connections, shardStore storeapi.Store) ([]ingress.Source, error) {
+func (b *Bridge) buildSources(conns *connections) ([]ingress.Source, error) {
 	var out []ingress.Source
 	for _, r := range b.cfg.Routes {
 		switch {
 		case r.From.Kafka != nil:
-			s, err := b.kafkaSource(r, shardStore)
+			s, err := b.kafkaSource(r)
 			if err != nil {
 				return nil, fmt.Errorf("route %q: %w", r.Name, err)
 			}

@@ -1,7 +1,6 @@
 package app
 
 import (
-	"context"
 	"crypto/tls"
 	"fmt"
 
@@ -11,7 +10,6 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/fault"
 	"github.com/delaybridge/delay-bridge/internal/kafkaconn"
 	"github.com/delaybridge/delay-bridge/membership"
-	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
 // kafkaConn is kafka.* as the Kafka connection helper takes it: the TLS files read
@@ -34,33 +32,19 @@ func kafkaConn(c config.KafkaConfig) (kafkaconn.Config, error) {
 // kafkaSource is the Kafka source of route r (from.kafka), from kafka.*, the route's
 // parsing rules and ingress.*; its partitions are owned through the bridge's
 // membership (the members the scheduler heartbeats, scheduler.lease_ttl).
-func (b *Bridge) kafkaSource(r config.Route, shardStore storeapi.Store) (*kafkain.Source, error) {
+func (b *Bridge) kafkaSource(r config.Route) (*kafkain.Source, error) {
 	conn, err := kafkaConn(b.cfg.Kafka)
 	if err != nil {
 		return nil, err
 	}
 	return kafkain.New(kafkain.Config{
 		Conn: conn, GroupID: b.cfg.Kafka.GroupID,
-		Membership: kafkaMembers{Redis: membership.New(b.rdb, b.cfg.Prefix, b.cfg.Cluster), store: shardStore},
+		Membership: membership.New(b.rdb, b.cfg.Prefix, b.cfg.Cluster),
 		Instance:   b.cfg.Instance,
 		LeaseTTL:   b.cfg.Scheduler.LeaseTTL,
 		Topic:      r.From.Kafka.Topic, Rules: b.rules[r.Name],
 		StallTimeout: b.cfg.Ingress.StallTimeout, Clock: b.clk, Logger: b.log, Observer: b.obs,
 	})
-}
-
-// kafkaMembers is the Kafka sources' membership: membership.Redis, with heartbeats
-// through the shard store, which records this build's store layout beside each one
-// (compat mode, scheduler/store/compat.go). A member heartbeated by its Kafka source
-// alone (before the scheduler's first round) would otherwise read as one of the
-// release before layout 3 and put every instance in compat mode meanwhile.
-type kafkaMembers struct {
-	*membership.Redis
-	store storeapi.Store
-}
-
-func (m kafkaMembers) Heartbeat(ctx context.Context, instance string, now int64) error {
-	return m.store.Heartbeat(ctx, instance, now)
 }
 
 // amqpSourceConfig is the AMQP source of route r (from.amqp), from amqp.prefetch, the

@@ -4,12 +4,12 @@ package store
 // the keys and arguments Park and AckEnvelopes give them.
 
 func (s *Store) parkCall(shard int, _ []encoded) (*script, []string, []any) {
-	return s.v3.park, parkKeys(s.keys[shard], layoutV3), []any{t0, s.coldHorizon()}
+	return s.park, parkKeys(s.keys[shard]), []any{t0, s.coldHorizon()}
 }
 
 func (s *Store) ackCall(shard int, now int64) call {
 	k := s.keys[shard]
 	remember, trimBefore, trimLimit := s.trimArgs(now, 0)
-	keys := withGuard(k, []string{k.msg, k.inflight, k.done, k.cancelled, k.counts, k.ix, k.dn, k.nx, k.due, k.ko, k.ki})
+	keys := withGuard(k, []string{k.msg, k.inflight, k.counts, k.ix, k.dn, k.nx, k.due, k.ko, k.ki})
 	return call{sc: s.oAck, keys: keys, args: []any{now, remember, trimBefore, trimLimit, 1, s.doneSliceMs()}}
 }

@@ -64,6 +64,7 @@ const (
 var (
 	ErrFenced        = storeapi.ErrFenced
 	ErrShardCount    = storeapi.ErrShardCount
+	ErrStoreFormat   = storeapi.ErrStoreFormat
 	ErrNotReplicated = storeapi.ErrNotReplicated
 	ErrNotFound      = storeapi.ErrNotFound
 	ErrInvalid       = storeapi.ErrInvalid

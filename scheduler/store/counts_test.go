@@ -78,90 +78,35 @@ func countsBackends(t *testing.T, f func(t *testing.T, c redis.UniversalClient))
 	})
 }
 
-// TestCountsUpgrade: a store written by an older bridge (no counts hash; some
-// envelopes in the version 1 layout) is counted by the backfill in small steps while
-// messages keep moving in every direction between the steps, and ends exact — no
-// message counted twice or missed. Until then RouteCounts says it is not exact.
-func TestCountsUpgrade(t *testing.T) {
+// TestCountsWhileMoving: messages moving in every direction (claim, ack, retry,
+// dead-letter, recover, reschedule, requeue, cancel, park, purge) keep the counts exact.
+func TestCountsWhileMoving(t *testing.T) {
 	countsBackends(t, func(t *testing.T, c redis.UniversalClient) {
 		ctx := storeCtx(t)
-		opt := Options{Prefix: "u", Cluster: "c", Shards: 3, DoneWindow: time.Hour}
-		old, err := New(ctx, c, opt)
+		s, err := New(ctx, c, Options{Prefix: "u", Cluster: "c", Shards: 3, DoneWindow: time.Hour})
 		if err != nil {
 			t.Fatal(err)
 		}
-		const n = 2400 // 800 a shard: more than New counts (startBackfill)
+		const n = 2400
 		rng := rand.New(rand.NewPCG(3, 4))
 		var envs []*envelope.Envelope
 		for i := range n {
 			envs = append(envs, &envelope.Envelope{ID: fmt.Sprintf("m-%04d", i), Route: fmt.Sprintf("r%d", i%4),
-				SourceBroker: envelope.BrokerKafka, Source: "t", DueAt: t0 + 100*rng.Int64N(50), Payload: []byte("p")}) // many ties: the cursor orders them by id
+				SourceBroker: envelope.BrokerKafka, Source: "t", DueAt: t0 + 100*rng.Int64N(50), Payload: []byte("p")})
 		}
-		if _, _, err := old.Park(ctx, envs); err != nil {
+		if _, _, err := s.Park(ctx, envs); err != nil {
 			t.Fatal(err)
-		}
-		// Some in flight, some dead, some stored in the version 1 layout.
-		for sh := range 3 {
-			tok := mustLease(t, old, sh, "i1")
-			items, _ := mustClaim(t, old, sh, tok, t0+1000, 100)
-			var dead []RetryItem
-			for _, e := range items[:30] {
-				dead = append(dead, RetryItem{Env: e, Dead: true})
-			}
-			if err := old.Retry(ctx, sh, dead, t0); err != nil {
-				t.Fatal(err)
-			}
-		}
-		for _, e := range envs[:200] {
-			raw, _ := envelope.EncodeV1(e)
-			if err := c.HSet(ctx, old.keys[old.ShardOf(e.ID)].msg, e.ID, raw).Err(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		// What an older bridge leaves: no counts at all.
-		for _, k := range old.keys {
-			if err := c.Del(ctx, k.counts).Err(); err != nil {
-				t.Fatal(err)
-			}
-		}
-
-		s, err := New(ctx, c, opt) // counts the first startBackfill of each shard
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got, _ := s.RouteCounts(ctx); got.Exact() {
-			t.Fatal("counts exact before the backfill finished")
 		}
 		toks := map[int]int64{}
-		for sh, k := range s.keys {
-			if err := c.Del(ctx, k.owner).Err(); err != nil { // the old instance is gone
-				t.Fatal(err)
-			}
+		for sh := range s.keys {
 			toks[sh] = mustLease(t, s, sh, "i2")
 		}
+		checkCounts(t, s, "after park")
 		now := t0 + 1000
-		for step := 0; ; step++ {
-			exact, _, err := s.BackfillCounts(ctx, 37)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if exact {
-				break
-			}
-			if step > 200 {
-				t.Fatal("backfill does not finish")
-			}
+		for step := range 60 {
 			moveSome(t, s, rng, toks, now+int64(step)*20, step)
 		}
-		checkCounts(t, s, "after backfill")
-		moveSome(t, s, rng, toks, now+10_000, 1)
-		checkCounts(t, s, "after more moves")
-		// Another instance starting now finds the shards exact and counts nothing.
-		if s2, err := New(ctx, c, opt); err != nil {
-			t.Fatal(err)
-		} else if exact, counted, err := s2.BackfillCounts(ctx, 10); !exact || counted != 0 || err != nil {
-			t.Fatalf("second instance's backfill = %v, %d, %v", exact, counted, err)
-		}
+		checkCounts(t, s, "after moves")
 	})
 }
 

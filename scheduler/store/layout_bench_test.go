@@ -17,8 +17,9 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
 
-// BenchmarkStoreLayout measures what one message costs Redis in each store layout, all
-// layouts in one run so their figures sit side by side (issue 17):
+// BenchmarkStoreLayout measures what one message costs Redis, with every pending
+// message in due ("due": the cold tier off) and with the cold tier at its defaults
+// ("cold"), both in one run so their figures sit side by side:
 //
 //   - pending-B/msg: INFO used_memory growth per pending message beyond its 100-byte
 //     payload, with N parked (the bench's scale message: bench/scen_scale.go, a Kafka
@@ -30,7 +31,7 @@ import (
 //     claim in calls of 500 per shard and ack of each claimed batch.
 //
 // Each measurement gets a fresh redis-server (no AOF, so nothing but the data and its
-// structures grows). The layouts take turns for DELAYBRIDGE_LAYOUT_ROUNDS rounds
+// structures grows). The two take turns for DELAYBRIDGE_LAYOUT_ROUNDS rounds
 // (default 3) and each figure is the best of its rounds, so a busy machine slows both
 // alike and the ratio holds. N is 1,000,000 unless DELAYBRIDGE_LAYOUT_N says otherwise;
 // DELAYBRIDGE_LAYOUT_STATS=1 also prints the commands the scripts called:
@@ -39,7 +40,7 @@ import (
 func BenchmarkStoreLayout(b *testing.B) {
 	n := envInt(b, "DELAYBRIDGE_LAYOUT_N", 1_000_000)
 	rounds := envInt(b, "DELAYBRIDGE_LAYOUT_ROUNDS", 3)
-	best := make(map[int]layoutCost)
+	best := make(map[string]layoutCost)
 	for range b.N {
 		for range rounds {
 			for _, layout := range benchLayouts {
@@ -54,20 +55,20 @@ func BenchmarkStoreLayout(b *testing.B) {
 	}
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "n=%d, best of %d rounds: pending B/msg beyond payload | done B/id | redis µs park+claim+ack per msg", n, rounds)
-	base := best[layoutV2]
+	base := best[benchLayouts[0]]
 	for _, layout := range benchLayouts {
 		r := best[layout]
-		v := fmt.Sprintf("v%d-", layout)
+		v := layout + "-"
 		b.ReportMetric(r.pendingBytes, v+"pending-B/msg")
 		b.ReportMetric(r.doneBytes, v+"done-B/id")
 		b.ReportMetric(r.park, v+"redis-µs/park")
 		b.ReportMetric(r.claim, v+"redis-µs/claim")
 		b.ReportMetric(r.ack, v+"redis-µs/ack")
 		b.ReportMetric(r.total(), v+"redis-µs/msg")
-		fmt.Fprintf(&sb, "\n  v%d: %7.1f | %6.1f | %5.2f (%.2f + %.2f + %.2f)", layout,
+		fmt.Fprintf(&sb, "\n  %4s: %7.1f | %6.1f | %5.2f (%.2f + %.2f + %.2f)", layout,
 			r.pendingBytes, r.doneBytes, r.total(), r.park, r.claim, r.ack)
-		if layout != layoutV2 {
-			fmt.Fprintf(&sb, "   vs v2: %.2fx | %.2fx | %.2fx", r.pendingBytes/base.pendingBytes,
+		if layout != benchLayouts[0] {
+			fmt.Fprintf(&sb, "   vs %s: %.2fx | %.2fx | %.2fx", benchLayouts[0], r.pendingBytes/base.pendingBytes,
 				r.doneBytes/base.doneBytes, r.total()/base.total())
 		}
 	}
@@ -93,12 +94,9 @@ func envInt(b *testing.B, name string, def int) int {
 	return n
 }
 
-// benchLayouts are the layouts BenchmarkStoreLayout compares: 2, 3 with every pending
-// message in due (the previous release), and 3 with the cold tier (level 5, this
-// release's default), reported as "v5".
-var benchLayouts = []int{layoutV2, layoutV3, benchCold}
-
-const benchCold = 5
+// benchLayouts are what BenchmarkStoreLayout compares: every pending message in due,
+// and the cold tier at its defaults.
+var benchLayouts = []string{"due", "cold"}
 
 type layoutCost struct {
 	pendingBytes, doneBytes float64 // per message, per id
@@ -119,7 +117,7 @@ func layoutEnv(i int, due, now int64, payload []byte) *envelope.Envelope {
 	}
 }
 
-func measureLayout(b *testing.B, layout, n int) layoutCost {
+func measureLayout(b *testing.B, layout string, n int) layoutCost {
 	const (
 		shards  = 64
 		payload = 100
@@ -129,14 +127,11 @@ func measureLayout(b *testing.B, layout, n int) layoutCost {
 	r := testkit.StartRedis(b, "--appendonly", "no")
 	c := r.Client()
 	opt := Options{Shards: shards, DoneWindow: time.Hour, Clock: fixedClock(now), Cold: ColdOptions{Horizon: -1}}
-	if layout == benchCold {
+	if layout == "cold" {
 		opt.Cold = ColdOptions{} // the defaults: due 5 min or more ahead goes cold
 	}
 	s, err := New(ctx, c, opt)
 	if err != nil {
-		b.Fatal(err)
-	}
-	if err := s.forceLayout(min(layout, layoutV3)); err != nil {
 		b.Fatal(err)
 	}
 	body := make([]byte, payload)
@@ -219,7 +214,7 @@ func measureLayout(b *testing.B, layout, n int) layoutCost {
 				for _, f := range strings.Split(rest, ",") {
 					if v, ok := strings.CutPrefix(f, "calls="); ok {
 						calls, _ := strconv.ParseFloat(v, 64)
-						fmt.Printf("v%d %-22s %6.2f calls/msg  %s\n", layout, name, calls/float64(n), rest)
+						fmt.Printf("%s %-22s %6.2f calls/msg  %s\n", layout, name, calls/float64(n), rest)
 					}
 				}
 			}

@@ -142,15 +142,8 @@ func (s *Store) Heartbeat(ctx context.Context, instance string, now int64) error
 	if err := storeapi.CheckInstance(instance); err != nil {
 		return err
 	}
-	// With the layout this build writes, so that the others know when every member can
-	// read layout 3 (compat.go).
-	pipe := s.rdb.TxPipeline()
-	if err := s.members.HeartbeatIn(ctx, pipe, instance, now); err != nil {
-		return err
-	}
-	pipe.HSet(ctx, s.layoutsKey, instance, recordedLevel)
-	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("scheduler: heartbeat: %w", redisErr(err))
+	if err := s.members.Heartbeat(ctx, instance, now); err != nil {
+		return fmt.Errorf("scheduler: %w", redisErr(err))
 	}
 	return nil
 }
@@ -173,53 +166,22 @@ func (s *Store) Members(ctx context.Context, now int64, maxAge time.Duration) ([
 // when the next one ages out (Heartbeat + maxAge): a member that stopped heartbeating
 // is noticed at that moment rather than at the caller's next periodic look.
 func (s *Store) LiveMembers(ctx context.Context, now int64, maxAge time.Duration) ([]Member, error) {
-	pipe := s.rdb.Pipeline()
-	live := s.members.LiveIn(ctx, pipe, now, maxAge)
-	layouts := pipe.HGetAll(ctx, s.layoutsKey)
-	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, fmt.Errorf("scheduler: members: %w", redisErr(err))
+	members, err := s.members.Live(ctx, now, maxAge)
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: %w", redisErr(err))
 	}
-	members := live()
 	out := make([]Member, len(members))
-	names := make([]string, len(members))
 	for i, m := range members {
 		out[i] = Member{Name: m.Name, Heartbeat: m.Heartbeat}
-		names[i] = m.Name
 	}
-	s.decideLayout(names, layouts.Val())
-	s.pruneLayouts(ctx, names, layouts.Val())
 	return out, nil
-}
-
-// pruneLayouts forgets the recorded layouts of instances that are no longer live once
-// they outnumber the live ones by 16 (crashed pods with generated names); one that
-// comes back records its layout again with its next heartbeat.
-func (s *Store) pruneLayouts(ctx context.Context, live []string, recorded map[string]string) {
-	if len(recorded) <= len(live)+16 {
-		return
-	}
-	isLive := make(map[string]bool, len(live))
-	for _, name := range live {
-		isLive[name] = true
-	}
-	var gone []string
-	for name := range recorded {
-		if !isLive[name] {
-			gone = append(gone, name)
-		}
-	}
-	// Best effort: a failure leaves them for the next round.
-	_ = s.rdb.HDel(ctx, s.layoutsKey, gone...).Err()
 }
 
 // Leave removes instance from the members at once (graceful shutdown), so the others
 // take its shards over without waiting for its heartbeat to age out.
 func (s *Store) Leave(ctx context.Context, instance string) error {
-	pipe := s.rdb.TxPipeline()
-	s.members.LeaveIn(ctx, pipe, instance)
-	pipe.HDel(ctx, s.layoutsKey, instance)
-	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("scheduler: leave: %w", redisErr(err))
+	if err := s.members.Leave(ctx, instance); err != nil {
+		return fmt.Errorf("scheduler: %w", redisErr(err))
 	}
 	return nil
 }

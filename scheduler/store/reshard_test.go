@@ -58,8 +58,6 @@ func TestStoreAckWaitsOutSlotMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := s.keys[0]
-	cc.ZAdd(ctx, k.done, redis.Z{Score: float64(t0), Member: "legacy"})
-	cc.HSet(ctx, k.cancelled, "legacy", "6:orders")
 
 	slot, m, built := beginIndexFirstMove(t, rc, cc, k)
 	defer m.Close()

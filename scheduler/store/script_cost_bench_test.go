@@ -25,28 +25,22 @@ import (
 //
 // DELAYBRIDGE_SCRIPT_BATCH=5 makes the calls that small instead (the fixed cost of a
 // call then shows: a steady flow over 64 shards parks one or two messages per call).
-// Layouts 2 and 3 are sub-benchmarks; the cold tier (BenchmarkStoreLayout's "v5") is
-// not one: these messages are due now, which never go cold, so it would be layout 3.
-// The done window's share of layout 3 shows in two more: "window=off" (done_window 0:
-// nothing remembered, nothing looked up) and "window=trimming" (a 10 s window while
-// each call's clock advances 250 ms, so that after 40 rounds every ack also forgets
-// about as many ids as it records: the steady state of a long run). The others
-// remember for an hour and never trim.
+// These messages are due now, so the cold tier never holds them. The done window's
+// share shows in three sub-benchmarks: "window=hour" (remembered for an hour, never
+// trimmed), "window=off" (done_window 0: nothing remembered, nothing looked up) and
+// "window=trimming" (a 10 s window while each call's clock advances 250 ms, so that
+// after 40 rounds every ack also forgets about as many ids as it records: the steady
+// state of a long run).
 func BenchmarkStoreScriptCost(b *testing.B) {
-	for _, l := range []int{layoutV2, layoutV3} {
-		b.Run(fmt.Sprintf("layout=v%d", l), func(b *testing.B) { benchScriptCost(b, l, time.Hour, 0) })
-	}
-	b.Run("layout=v3,window=off", func(b *testing.B) { benchScriptCost(b, layoutV3, 0, 0) })
-	b.Run("layout=v3,window=trimming", func(b *testing.B) { benchScriptCost(b, layoutV3, 10*time.Second, 250) })
+	b.Run("window=hour", func(b *testing.B) { benchScriptCost(b, time.Hour, 0) })
+	b.Run("window=off", func(b *testing.B) { benchScriptCost(b, 0, 0) })
+	b.Run("window=trimming", func(b *testing.B) { benchScriptCost(b, 10*time.Second, 250) })
 }
 
-// benchScriptCost measures one layout with done window `window`; the ack of round i
+// benchScriptCost measures the scripts with done window `window`; the ack of round i
 // says the time is stepMs × i later than the first.
-func benchScriptCost(b *testing.B, layout int, window time.Duration, stepMs int64) {
+func benchScriptCost(b *testing.B, window time.Duration, stepMs int64) {
 	s, c := benchStore(b, 1)
-	if err := s.forceLayout(layout); err != nil {
-		b.Fatal(err)
-	}
 	s.opt.DoneWindow = window
 	ctx := context.Background()
 	tok, err := s.AcquireLease(ctx, 0, "bench", time.Hour)
@@ -90,10 +84,9 @@ func benchScriptCost(b *testing.B, layout int, window time.Duration, stepMs int6
 	b.ReportMetric(replace/float64(msgs), "redis-µs/replace")
 	b.ReportMetric(claim/float64(msgs), "redis-µs/claim")
 	b.ReportMetric(ack/float64(msgs), "redis-µs/ack")
-	if layout == layoutV3 { // ids remembered at the end: flat once the trim keeps up
-		n, _ := c.HGet(ctx, s.keys[0].ix, "n").Int64()
-		b.ReportMetric(float64(n), "ids-remembered")
-	}
+	// ids remembered at the end: flat once the trim keeps up
+	n, _ := c.HGet(ctx, s.keys[0].ix, "n").Int64()
+	b.ReportMetric(float64(n), "ids-remembered")
 }
 
 // scriptUsec is the total time Redis has spent in EVALSHA and EVAL so far.

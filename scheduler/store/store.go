@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -26,7 +24,6 @@ const (
 	// single-id calls still keep pace with the entries they add.
 	minTrim         = 16
 	purgeBatch      = 1000
-	startBackfill   = 256 // messages per shard counted by New (counts.go)
 	defaultShards   = 64
 	defaultPrefix   = "delaybridge"
 	defaultCluster  = "default"
@@ -53,8 +50,7 @@ type Options struct {
 	// Ordered are the routes with `order: key` (strict per-key order): their messages
 	// with an ordering key live in the shard of their key (storeapi/order.go).
 	Ordered []string
-	// Logger gets one info line whenever the store layout it writes changes (compat
-	// mode, compat.go); nil logs nothing.
+	// Logger gets the store's rare notices; nil logs nothing.
 	Logger *slog.Logger
 	// Cold tunes the cold tier (lua/cold.lua): pending messages due far ahead kept as
 	// elements of per-bucket lists instead of sorted-set members.
@@ -115,9 +111,9 @@ func (o *ColdOptions) defaults() {
 // shardKeys are the Redis keys of one shard. They share the hash tag {cluster:shard}, so
 // on Redis Cluster every script call touches one slot.
 type shardKeys struct {
-	due, msg, inflight, dead, done, cancelled, owner, fence, counts string
-	ix, dn                                                          string // layout 3
-	nx                                                              string // replace's successors
+	due, msg, inflight, dead, owner, fence, counts string
+	ix, dn                                         string // the id index and its done slices
+	nx                                             string // replace's successors
 	// guard is never written: every script that reads or writes index keys it was not
 	// given (index.lua) declares it too, so Redis refuses the call while the shard's
 	// slot is being migrated (slotguard.go).
@@ -144,15 +140,13 @@ type shardKeys struct {
 //	                         pending messages due in [b*W, (b+1)*W), W = 65.536 s;
 //	                         P:{C:n}:cw HASH wm, cur: how far promotion went (lua/cold.lua)
 //	P:{C:n}:slotguard never exists; declared by the scripts of the index (slotguard.go)
-//	P:{C:n}:done      ZSET   layout 2's done window: id -> time delivered or cancelled
-//	P:{C:n}:cancelled HASH   layout 2's cancel routes of its done ids; both are read
-//	                         and trimmed while they exist (store_layout.go)
 //	P:{C:n}:owner     STRING "instance|token", PX lease TTL
 //	P:{C:n}:fence     STRING counter behind the fencing tokens (never expires)
 //	P:{C:n}:counts    HASH   "<state>:<route>" -> messages of that route pending, inflight,
 //	                         dead; changed by the scripts that move them (counts.go)
 //	P:{C}:members     ZSET   instance -> heartbeat time
-//	P:{C}:meta        HASH   "shards" -> shard count recorded at first start
+//	P:{C}:meta        HASH   "shards" -> shard count recorded at first start, "store" ->
+//	                         the store format (marker.go)
 //	P:{C}:wake        pub/sub channel (WakeChannel)
 //
 // Redis Cluster: pipelines are split per slot by go-redis; with MinReplicas each primary
@@ -172,25 +166,13 @@ type Store struct {
 	membersKey string
 	members    *membership.Redis
 	wakeCh     string
-	exact      countsExact
-	// layout is the Redis layout this store writes (store_layout.go: writing), forced
-	// when a test or benchmark chose it; v2 and v3 are the scripts that differ between
-	// the layouts. layoutsKey records each member's layout (compat.go).
-	layout atomic.Int32
-	forced atomic.Bool
-	// successors: every member records level 4 (compat.go), so a replace of an in-flight
-	// id may keep a successor; initially false until the members are read.
-	successors atomic.Bool
-	// cold: every member records level 5, which knows the cold tier (compat.go).
-	cold       atomic.Bool
-	v2, v3     byLayout
-	layoutsKey string
 
+	park, bury, get                          *script
 	claim, retry, recover, purgeDead, browse *script
 	coldRead                                 *script // lua/cold_read.lua (cold.go)
 	replace                                  *script // replace.lua (store_replace.go)
 	// ord are the ordered routes; the ordered_* scripts wrap park (for a batch with
-	// ordering keys), ack, cancel and reschedule of layout 3 (order.go).
+	// ordering keys), ack, cancel and reschedule (order.go).
 	ord                                    storeapi.Ordering
 	oPark, oAck, oCancel, oReschedule      *script
 	oReplace                               *script // ordered_replace (store_replace.go)
@@ -198,8 +180,9 @@ type Store struct {
 	fns                                    functions // FCALL or EVALSHA (library.go)
 }
 
-// New checks the recorded shard count (recording it on first start) and loads the
-// scripts. A different shard count than the one recorded is refused with ErrShardCount.
+// New checks the recorded store format and shard count (recording both on first start:
+// marker.go) and loads the scripts. A store of another format is refused with
+// ErrStoreFormat, a different shard count than the one recorded with ErrShardCount.
 func New(ctx context.Context, rdb redis.UniversalClient, opt Options) (*Store, error) {
 	opt.defaults()
 	if opt.Shards < 1 || opt.Shards > 16384 {
@@ -218,25 +201,22 @@ func New(ctx context.Context, rdb redis.UniversalClient, opt Options) (*Store, e
 		opt:        opt,
 		obs:        obs,
 		keys:       make([]shardKeys, opt.Shards),
-		exact:      countsExact{shards: make([]atomic.Bool, opt.Shards)},
 		metaKey:    fmt.Sprintf("%s:{%s}:meta", opt.Prefix, opt.Cluster),
 		membersKey: membership.MembersKey(opt.Prefix, opt.Cluster),
 		members:    membership.New(rdb, opt.Prefix, opt.Cluster),
 		wakeCh:     fmt.Sprintf("%s:{%s}:wake", opt.Prefix, opt.Cluster),
-		layoutsKey: fmt.Sprintf("%s:{%s}:layouts", opt.Prefix, opt.Cluster),
-		v2:         newByLayout(layoutV2),
-		v3:         newByLayout(layoutV3),
 	}
 	for i := range s.keys {
 		base := fmt.Sprintf("%s:{%s:%d}:", opt.Prefix, opt.Cluster, i)
 		s.keys[i] = shardKeys{
 			due: base + "due", msg: base + "msg", inflight: base + "inflight", dead: base + "dead",
-			done: base + "done", cancelled: base + "cancelled", owner: base + "owner", fence: base + "fence",
+			owner: base + "owner", fence: base + "fence",
 			counts: base + "counts", ix: base + "ix", dn: base + "dn", nx: base + "nx",
 			ko: base + "ko", ki: base + "ki", guard: base + "slotguard",
 		}
 	}
 	mk := func(name string) *script { return newScript(name, name) }
+	s.park, s.bury, s.get = mk("park"), mk("bury"), mk("get")
 	s.claim = mk("claim")
 	s.initOrdered()
 	s.purgeDead = mk("purge_dead")
@@ -247,41 +227,18 @@ func New(ctx context.Context, rdb redis.UniversalClient, opt Options) (*Store, e
 	s.leaseRenew = mk("lease_renew")
 	s.leaseRelease = mk("lease_release")
 
-	if err := s.checkShards(ctx); err != nil {
-		return nil, err
-	}
-	if err := s.initLayout(ctx); err != nil {
+	if err := s.checkMeta(ctx); err != nil {
 		return nil, err
 	}
 	if err := s.initScripts(ctx); err != nil {
-		return nil, err
-	}
-	// A new store is counted at once (empty sets); one written by an older bridge
-	// gets its first step here and the rest from the caller (BackfillCounts).
-	if _, _, err := s.BackfillCounts(ctx, startBackfill); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
 func (s *Store) scripts() []*script {
-	return append(append([]*script{s.claim, s.retry, s.recover, s.purgeDead, s.replace, s.browse, s.coldRead, s.leaseAcquire,
-		s.leaseRenew, s.leaseRelease, countsBackfillScript, s.oPark, s.oAck, s.oCancel, s.oReschedule, s.oReplace}, s.v2.all()...), s.v3.all()...)
-}
-
-func (s *Store) checkShards(ctx context.Context) error {
-	pipe := s.rdb.Pipeline()
-	pipe.HSetNX(ctx, s.metaKey, "shards", s.opt.Shards)
-	get := pipe.HGet(ctx, s.metaKey, "shards")
-	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("scheduler: record shard count in %s: %w", s.metaKey, redisErr(err))
-	}
-	if got := get.Val(); got != strconv.Itoa(s.opt.Shards) {
-		return fmt.Errorf("%w: Redis (%s) records shards=%s for cluster %q but the configuration says shards=%d; "+
-			"the shard count is fixed at first start: set shards back to %s, or use a new cluster name",
-			ErrShardCount, s.metaKey, got, s.opt.Cluster, s.opt.Shards, got)
-	}
-	return nil
+	return []*script{s.park, s.bury, s.get, s.claim, s.retry, s.recover, s.purgeDead, s.replace, s.browse, s.coldRead,
+		s.leaseAcquire, s.leaseRenew, s.leaseRelease, s.oPark, s.oAck, s.oCancel, s.oReschedule, s.oReplace}
 }
 
 // Shards is the fixed shard count.

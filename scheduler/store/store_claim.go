@@ -132,31 +132,23 @@ func (s *Store) ackCalls(shard int, ids, routes []string, now int64) []call {
 		end := min(start+maxItemsPerCall, len(ids))
 		part := ids[start:end]
 		remember, trimBefore, trimLimit := s.trimArgs(now, len(part))
-		l := s.writing()
-		v3 := l != layoutV2
 		withRoutes := 0
 		if routes != nil {
 			withRoutes = 1
 		}
 		args := make([]any, 0, 6+3*len(part))
 		args = append(args, now, remember, trimBefore, trimLimit, withRoutes)
-		keys := []string{k.msg, k.inflight, k.done, k.cancelled, k.counts}
-		sc := s.scriptsOf(l).ack
-		if v3 {
-			args = append(args, s.doneSliceMs())
-			keys = withGuard(k, append(keys, k.ix, k.dn, k.nx, k.due, k.ko, k.ki))
-			sc = s.oAck // an acked head lets its key's next message be claimed
-		}
+		args = append(args, s.doneSliceMs())
+		keys := withGuard(k, []string{k.msg, k.inflight, k.counts, k.ix, k.dn, k.nx, k.due, k.ko, k.ki})
 		for i, id := range part {
 			args = append(args, id)
 			if routes != nil {
 				args = append(args, routes[start+i])
 			}
-			if v3 {
-				args = append(args, fingerprint(id))
-			}
+			args = append(args, fingerprint(id))
 		}
-		calls = append(calls, call{sc: sc, keys: keys, args: args})
+		// ordered_ack: an acked head lets its key's next message be claimed.
+		calls = append(calls, call{sc: s.oAck, keys: keys, args: args})
 	}
 	return calls
 }

@@ -2,7 +2,6 @@ package store
 
 import (
 	"fmt"
-	"log/slog"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,19 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delaybridge/delay-bridge/internal/envelope"
-	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
-
-// newV2Store is newTestStore writing layout 2 (the release before issue 17, and compat
-// mode): the tests of that layout's keys use it.
-func newV2Store(t *testing.T, opt Options) (*Store, *testkit.Redis, *redis.Client) {
-	t.Helper()
-	s, r, c := newTestStore(t, opt)
-	if err := s.forceLayout(layoutV2); err != nil {
-		t.Fatal(err)
-	}
-	return s, r, c
-}
 
 // scanKeys lists the keys matching pattern.
 func scanKeys(t *testing.T, c *redis.Client, pattern string) []string {
@@ -160,159 +147,4 @@ func checkSubHashes(t *testing.T, c *redis.Client, k shardKeys, idList []string,
 			t.Fatalf("%s is an index field itself", id)
 		}
 	}
-}
-
-// TestStoreServesLayoutV2: a store written in layout 2 (by the previous release's
-// scripts) is served by a layout-3 store: its done ids and tombstones are still
-// refused, read and cancelled, and they are trimmed away as the window passes.
-func TestStoreServesLayoutV2(t *testing.T) {
-	old, r, c := newV2Store(t, Options{Shards: 1, DoneWindow: time.Minute})
-	ctx := storeCtx(t)
-	k := old.keys[0]
-	parkClaimAck(t, old, []string{"d1", "d2"}, t0)
-	if _, _, err := old.Cancel(ctx, "tomb", t0, CancelOptions{Route: "orders", Tombstone: true}); err != nil {
-		t.Fatal(err)
-	}
-	mustPark(t, old, env("p", t0+5000))
-	if c.ZCard(ctx, k.done).Val() != 3 || c.Exists(ctx, k.ix).Val() != 0 {
-		t.Fatal("the layout-2 store did not write layout 2")
-	}
-
-	s, err := New(ctx, r.Client(), Options{Shards: 1, DoneWindow: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wantState(t, s, "d1", StateDelivered, t0)
-	wantState(t, s, "tomb", StateCancelled, t0)
-	prior, _, err := s.ParkEach(ctx, []*envelope.Envelope{env("d1", t0), env("tomb", t0), env("p", t0), env("new", t0)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := []State{StateDelivered, StateCancelled, StatePending, StateUnknown}; fmt.Sprint(prior) != fmt.Sprint(want) {
-		t.Fatalf("park over layout-2 states = %q, want %q", prior, want)
-	}
-	// Cancelling a layout-2 tombstone's id for another route adds to it in the index.
-	if st, _, err := s.Cancel(ctx, "tomb", t0+1, CancelOptions{Route: "other", Tombstone: true}); err != nil || st != StateUnknown {
-		t.Fatalf("second tombstone = %q %v", st, err)
-	}
-	if c.ZScore(ctx, k.done, "tomb").Err() != redis.Nil || c.HExists(ctx, k.cancelled, "tomb").Val() {
-		t.Fatal("the tombstone stayed in layout 2 beside the index")
-	}
-	for _, route := range []string{"orders", "other"} {
-		e := env("tomb", t0)
-		e.Route = route
-		if prior, _, _ := s.ParkEach(ctx, []*envelope.Envelope{e}); prior[0] != StateCancelled {
-			t.Fatalf("route %s's message over the moved tombstone = %q, want cancelled", route, prior[0])
-		}
-	}
-	// Reschedule reads the done state of layout 2 too.
-	if st, err := s.Reschedule(ctx, "d2", t0); err != nil || st != StateDelivered {
-		t.Fatalf("Reschedule(d2) = %q %v, want delivered", st, err)
-	}
-	// The pending message of layout 2 is claimed and acked into the index; acks past
-	// the window trim layout 2's done set away.
-	tok := mustLease(t, s, 0, "i1")
-	items, _ := mustClaim(t, s, 0, tok, t0+5000, 10)
-	if len(ids(items)) != 2 { // p and new
-		t.Fatalf("claimed %v", ids(items))
-	}
-	later := t0 + time.Minute.Milliseconds() + s.doneSliceMs() + 10
-	if err := s.AckEnvelopes(ctx, items, later); err != nil {
-		t.Fatal(err)
-	}
-	if n := c.Exists(ctx, k.done, k.cancelled).Val(); n != 0 {
-		t.Fatalf("%d layout-2 done keys left after the window", n)
-	}
-	wantState(t, s, "d1", StateUnknown, -1)
-	wantState(t, s, "p", StateDelivered, later-later%1000)
-}
-
-// TestStoreCompatMode: while a member records no layout (a bridge of the release before
-// layout 3), the store writes layout 2, so that member's scripts see every done id; once
-// it is gone, layout 3 within one LiveMembers round, and layout 2's ids stay served.
-func TestStoreCompatMode(t *testing.T) {
-	var logs strings.Builder
-	s, r, c := newTestStore(t, Options{Shards: 1, DoneWindow: time.Minute, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	ctx := storeCtx(t)
-	k := s.keys[0]
-	if l := s.WritingLayout(); l != layoutV3 {
-		t.Fatalf("a store with no members writes layout %d, want 3", l)
-	}
-	// A bridge of the previous release joins: it heartbeats without a layout.
-	ttl := 3 * time.Second
-	if err := c.ZAdd(ctx, s.membersKey, redis.Z{Score: float64(t0), Member: "old"}).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Heartbeat(ctx, "new", t0); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.LiveMembers(ctx, t0, ttl); err != nil {
-		t.Fatal(err)
-	}
-	if l := s.WritingLayout(); l != layoutV2 {
-		t.Fatalf("with a layout-2 member live the store writes layout %d, want 2", l)
-	}
-	if !strings.Contains(logs.String(), "compat mode") || !strings.Contains(logs.String(), "member=old") {
-		t.Fatalf("the switch to compat mode was not logged: %q", logs.String())
-	}
-	// A store opened now starts in compat mode too.
-	s2, err := New(ctx, r.Client(), Options{Shards: 1, DoneWindow: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if l := s2.WritingLayout(); l != layoutV2 {
-		t.Fatalf("a store opened beside a layout-2 member writes layout %d, want 2", l)
-	}
-	compatWritesLayoutV2(t, s, r, c)
-
-	// The old member leaves: layout 3 from the next round on.
-	if err := c.ZRem(ctx, s.membersKey, "old").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.LiveMembers(ctx, t0+1000, ttl); err != nil {
-		t.Fatal(err)
-	}
-	if l := s.WritingLayout(); l != layoutV3 {
-		t.Fatalf("with only layout-3 members the store writes layout %d, want 3", l)
-	}
-	if !strings.Contains(logs.String(), "writing layout 3") {
-		t.Fatalf("the end of compat mode was not logged: %q", logs.String())
-	}
-	parkClaimAck(t, s, []string{"b"}, t0+1000)
-	if c.ZScore(ctx, k.done, "b").Err() != redis.Nil || c.HGet(ctx, k.ix, "n").Val() != "1" {
-		t.Fatal("after compat mode the done id did not go to the index")
-	}
-	wantState(t, s, "a", StateDelivered, t0)
-	wantState(t, s, "b", StateDelivered, t0+1000)
-	// Leave forgets the instance's layout with its membership.
-	if err := s.Leave(ctx, "new"); err != nil {
-		t.Fatal(err)
-	}
-	if c.HExists(ctx, s.layoutsKey, "new").Val() {
-		t.Fatal("Leave kept the layout of the instance")
-	}
-}
-
-// compatWritesLayoutV2: s, in compat mode, records done ids in layout 2 only, where the
-// previous release's scripts (a store forced to layout 2 runs them) see them.
-func compatWritesLayoutV2(t *testing.T, s *Store, r *testkit.Redis, c *redis.Client) {
-	t.Helper()
-	ctx := storeCtx(t)
-	k := s.keys[0]
-	parkClaimAck(t, s, []string{"a"}, t0)
-	if _, _, err := s.Cancel(ctx, "tomb", t0, CancelOptions{Route: "orders", Tombstone: true}); err != nil {
-		t.Fatal(err)
-	}
-	if c.ZScore(ctx, k.done, "a").Val() != float64(t0) || !c.HExists(ctx, k.cancelled, "tomb").Val() || c.Exists(ctx, k.ix).Val() != 0 {
-		t.Fatal("in compat mode the done ids did not go to layout 2's done set and cancelled hash only")
-	}
-	old, err := New(ctx, r.Client(), Options{Shards: 1, DoneWindow: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := old.forceLayout(layoutV2); err != nil {
-		t.Fatal(err)
-	}
-	wantState(t, old, "a", StateDelivered, t0)
-	wantState(t, old, "tomb", StateCancelled, t0)
 }

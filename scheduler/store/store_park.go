@@ -105,32 +105,26 @@ func (s *Store) ParkEach(ctx context.Context, envs []*envelope.Envelope) (prior 
 	}
 	var calls []call
 	var chunks [][]encoded
-	l := s.writing()
 	now, horizon := clock.NowMs(s.opt.Clock), s.coldHorizon()
 	for gi, g := range groups {
 		k := s.keys[shards[gi]]
 		for _, ch := range chunk(g) {
 			args := make([]any, 0, 2+5*len(ch))
-			if l != layoutV2 {
-				h := horizon
-				if s.onOrdered(envs, ch) {
-					// Messages of order: key routes stay in due, keyed or not: a
-					// replace finds a route's stored ids in other shards by msg.
-					h = -1
-				}
-				args = append(args, now, h)
+			h := horizon
+			if s.onOrdered(envs, ch) {
+				// Messages of order: key routes stay in due, keyed or not: a
+				// replace finds a route's stored ids in other shards by msg.
+				h = -1
 			}
-			keys, queues := parkKeys(k, l), []string(nil)
+			args = append(args, now, h)
+			keys, queues := parkKeys(k), []string(nil)
 			for _, it := range ch {
 				e := envs[it.idx]
-				args = append(args, e.ID, e.DueAt, it.data, e.Route)
-				if l != layoutV2 {
-					args = append(args, fingerprint(e.ID))
-					queues = append(queues, s.queueOf(shards[gi], e))
-				}
+				args = append(args, e.ID, e.DueAt, it.data, e.Route, fingerprint(e.ID))
+				queues = append(queues, s.queueOf(shards[gi], e))
 			}
-			sc := s.scriptsOf(l).park
-			if l != layoutV2 && s.anyOrdered(envs, ch) {
+			sc := s.park
+			if s.anyOrdered(envs, ch) {
 				// Ordered keys in the batch: park them in their keys' queues too.
 				// The guard moves to the end, after the queues (slotguard.go).
 				keys = append(append(keys[:len(keys)-1:len(keys)-1], k.ko, k.ki), queues...)
@@ -180,19 +174,15 @@ func (s *Store) Bury(ctx context.Context, envs []*envelope.Envelope, now int64) 
 	}
 	var calls []call
 	var chunks [][]encoded
-	l := s.writing()
 	for gi, g := range groups {
 		k := s.keys[shards[gi]]
 		for _, ch := range chunk(g) {
 			args := make([]any, 0, 1+4*len(ch))
 			args = append(args, now)
 			for _, it := range ch {
-				args = append(args, envs[it.idx].ID, it.data, envs[it.idx].Route)
-				if l != layoutV2 {
-					args = append(args, fingerprint(envs[it.idx].ID))
-				}
+				args = append(args, envs[it.idx].ID, it.data, envs[it.idx].Route, fingerprint(envs[it.idx].ID))
 			}
-			calls = append(calls, call{sc: s.scriptsOf(l).bury, keys: parkKeys(k, l), args: args})
+			calls = append(calls, call{sc: s.bury, keys: parkKeys(k), args: args})
 			chunks = append(chunks, ch)
 		}
 	}

@@ -17,10 +17,6 @@ import (
 // (x-delay-replace): see storeapi.Intake.ReplaceEach for the outcome of every state,
 // lua/replace.lua and lua/successor.lua for how. One script call per shard (more for
 // huge batches), all in one pipelined round trip; the error contract is ParkEach's.
-//
-// While the store writes layout 2 (a bridge of a release before layout 3 is a live
-// member), a replace of an in-flight message is refused: that release's ack would not
-// hand the successor on.
 func (s *Store) ReplaceEach(ctx context.Context, envs []*envelope.Envelope) ([]storeapi.ReplaceResult, map[int]int64, error) {
 	res := make([]storeapi.ReplaceResult, len(envs))
 	for i := range res {
@@ -34,10 +30,6 @@ func (s *Store) ReplaceEach(ctx context.Context, envs []*envelope.Envelope) ([]s
 	if err != nil {
 		return nil, nil, err
 	}
-	succ := 1
-	if s.writing() == layoutV2 || !s.successors.Load() {
-		succ = 0 // compat mode, or a member of a release without successors (compat.go)
-	}
 	now, horizon := clock.NowMs(s.opt.Clock), s.coldHorizon()
 	groups, shards, err = s.refuseElsewhere(ctx, envs, groups, shards, res)
 	if err != nil {
@@ -47,10 +39,10 @@ func (s *Store) ReplaceEach(ctx context.Context, envs []*envelope.Envelope) ([]s
 	var chunks [][]encoded
 	for gi, g := range groups {
 		k := s.keys[shards[gi]]
-		keys := []string{k.due, k.msg, k.inflight, k.dead, k.done, k.cancelled, k.counts, k.ix, k.dn, k.nx}
+		keys := []string{k.due, k.msg, k.inflight, k.dead, k.counts, k.ix, k.dn, k.nx}
 		for _, ch := range chunk(g) {
-			args := make([]any, 0, 3+5*len(ch))
-			args = append(args, succ, now, horizon)
+			args := make([]any, 0, 2+5*len(ch))
+			args = append(args, now, horizon)
 			sc, ks, ordered := s.replace, withGuard(k, keys), s.onOrdered(envs, ch)
 			if ordered {
 				// ordered_replace: the keys' queues after ko and ki, the guard last.
@@ -98,7 +90,7 @@ func (s *Store) ReplaceEach(ctx context.Context, envs []*envelope.Envelope) ([]s
 // onOrdered reports whether a message of ch is on a route with `order: key` (its
 // replace runs as ordered_replace, which keeps the key bookkeeping of lua/order.lua).
 func (s *Store) onOrdered(envs []*envelope.Envelope, ch []encoded) bool {
-	if len(s.ord) == 0 || s.writing() == layoutV2 {
+	if len(s.ord) == 0 {
 		return false
 	}
 	for _, it := range ch {
@@ -120,7 +112,7 @@ func (s *Store) refuseElsewhere(ctx context.Context, envs []*envelope.Envelope, 
 	var at []encoded
 	for _, g := range groups {
 		for _, it := range g {
-			if s.ord[envs[it.idx].Route] && s.writing() != layoutV2 {
+			if s.ord[envs[it.idx].Route] {
 				ids, at = append(ids, envs[it.idx].ID), append(at, it)
 			}
 		}

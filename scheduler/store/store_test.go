@@ -153,57 +153,6 @@ func TestStoreParkManyShardsAndChunks(t *testing.T) {
 	}
 }
 
-// TestStoreAckAndDoneTrimV2: layout 2's done ZSET, trimmed by score.
-func TestStoreAckAndDoneTrimV2(t *testing.T) {
-	s, _, c := newV2Store(t, Options{DoneWindow: 10 * time.Second})
-	ctx := storeCtx(t)
-	a := idsOnShard(s, 0, 40, "a")
-	for _, id := range a {
-		mustPark(t, s, env(id, t0))
-	}
-	tok := mustLease(t, s, 0, "i1")
-	items, _ := mustClaim(t, s, 0, tok, t0, 100)
-	if len(items) != 40 {
-		t.Fatalf("claimed %d", len(items))
-	}
-	// Ack 30 at t0; one of them twice, and an id that was never claimed: both no-ops.
-	if err := s.Ack(ctx, 0, append(slices.Clone(a[:30]), a[0], "never-claimed"), t0); err != nil {
-		t.Fatal(err)
-	}
-	k := s.keys[0]
-	if n := c.ZCard(ctx, k.done).Val(); n != 30 {
-		t.Fatalf("done has %d, want 30", n)
-	}
-	if n := c.HLen(ctx, k.msg).Val(); n != 10 {
-		t.Fatalf("msg has %d, want the 10 unacked", n)
-	}
-	if c.ZScore(ctx, k.done, "never-claimed").Err() != redis.Nil {
-		t.Fatal("an id that was not in flight was recorded as done")
-	}
-	// Within the window, the acked ids stay remembered (a replay is a duplicate).
-	if p := mustPark(t, s, env(a[0], t0)); p[0] {
-		t.Fatal("acked id re-parked inside the done window")
-	}
-	// Past the window, each ack forgets at most max(2*batch, minTrim) old entries.
-	later := t0 + 10_001
-	if err := s.Ack(ctx, 0, []string{a[30]}, later); err != nil {
-		t.Fatal(err)
-	}
-	if n := c.ZCard(ctx, k.done).Val(); n != 30-minTrim+1 {
-		t.Fatalf("done has %d after one bounded trim, want %d", n, 30-minTrim+1)
-	}
-	if err := s.Ack(ctx, 0, a[31:], later); err != nil {
-		t.Fatal(err)
-	}
-	if n := c.ZCard(ctx, k.done).Val(); n != 10 {
-		t.Fatalf("done has %d, want only the 10 acked at %d", n, later)
-	}
-	// Forgotten ids may be parked again.
-	if p := mustPark(t, s, env(a[0], t0)); !p[0] {
-		t.Fatal("id forgotten after the window was not parked")
-	}
-}
-
 func TestStoreClaimSurvivesCorruption(t *testing.T) {
 	s, _, c := newTestStore(t, Options{})
 	ctx := storeCtx(t)
@@ -274,7 +223,7 @@ func TestStoreRedisRestartNoScript(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Get after restart: %v", err)
 	}
-	if n := c.Do(ctx, "script", "exists", s.v3.park.Hash()).Val(); fmt.Sprint(n) != "[0]" {
+	if n := c.Do(ctx, "script", "exists", s.park.Hash()).Val(); fmt.Sprint(n) != "[0]" {
 		t.Fatalf("script cache survived the restart (%v): the NOSCRIPT path is not tested", n)
 	}
 	// Pipelined park across all shards: every EVALSHA meets NOSCRIPT and is re-sent.
@@ -380,7 +329,7 @@ func TestStoreKeysShareHashTag(t *testing.T) {
 	slots := map[int64]bool{}
 	for sh, k := range s.keys {
 		var slot int64 = -1
-		for _, key := range []string{k.due, k.msg, k.inflight, k.dead, k.done, k.cancelled, k.owner, k.fence, k.ix, k.ix + ":7", k.dn, k.dn + ":0:1024"} {
+		for _, key := range []string{k.due, k.msg, k.inflight, k.dead, k.counts, k.owner, k.fence, k.ix, k.ix + ":7", k.dn, k.dn + ":0:1024"} {
 			got, err := c.ClusterKeySlot(ctx, key).Result()
 			if err != nil {
 				t.Fatal(err)
@@ -397,9 +346,8 @@ func TestStoreKeysShareHashTag(t *testing.T) {
 	}
 	a, _ := c.ClusterKeySlot(ctx, s.membersKey).Result()
 	b, _ := c.ClusterKeySlot(ctx, s.metaKey).Result()
-	l, _ := c.ClusterKeySlot(ctx, s.layoutsKey).Result()
-	if a != b || a != l {
-		t.Fatalf("members, meta and layouts in slots %d, %d and %d", a, b, l)
+	if a != b {
+		t.Fatalf("members and meta in slots %d and %d", a, b)
 	}
 	// Scripts must not reference keys beyond KEYS: look for key-building in the sources.
 	// The exceptions are the index helper (lua/index.lua), which appends to the

@@ -13,7 +13,8 @@ import (
 //
 //   - transient: every backend error that may go away by itself (a lost connection, a
 //     failover, a timeout), and ErrNotReplicated;
-//   - permanent: ErrShardCount and ErrInvalid (retrying the same call cannot succeed);
+//   - permanent: ErrShardCount, ErrStoreFormat and ErrInvalid (retrying the same call
+//     cannot succeed);
 //   - neither: ErrFenced (a signal to stop working a shard, not a failure to retry),
 //     ErrNotFound, ErrOtherRoute, ErrJobNotFound and ErrJobLost (answers), ErrBadCursor,
 //     a corrupt envelope (envelope.ErrCorrupt), a cancelled context, a closed client, a
@@ -25,6 +26,9 @@ var (
 	// ErrShardCount: the store records a different shard count for this cluster than the
 	// configuration asks for. Shards cannot be re-counted in place.
 	ErrShardCount = fault.Permanent(errors.New("scheduler: shard count mismatch"))
+	// ErrStoreFormat: Redis holds a store of a format this build does not read (one
+	// written by a pre-release build, or by a later release). Nothing is read or written.
+	ErrStoreFormat = fault.Permanent(errors.New("scheduler: unknown store format"))
 	// ErrNotReplicated: the write reached the primary but fewer than the required
 	// replicas acknowledged it in time. Writes are idempotent, so retrying is safe.
 	ErrNotReplicated = fault.Transient(errors.New("scheduler: write not acknowledged by enough replicas"))
