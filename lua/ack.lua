@@ -29,8 +29,8 @@
 -- Only an id still in inflight is acked: if it was recovered, cancelled or acked already,
 -- it no longer belongs to this claim and must be left alone. An acked id's state becomes
 -- delivered, replacing any tombstone another route's cancel left.
-cstart(KEYS[3])
-ixstart(KEYS[4], KEYS[5])
+local cs = cstart(KEYS[3])
+local ix = ixstart(KEYS[4], KEYS[5])
 local acked, fps, vals, routes = {}, {}, {}, {}
 local withRoutes = ARGV[5] == '1'
 local step = withRoutes and 3 or 2
@@ -54,16 +54,16 @@ if #acked > 0 then
     end
   end
   for j = 1, #acked do
-    cadd('inflight', routes[j], -1)
+    cadd(cs, 'inflight', routes[j], -1)
   end
   redis.call('HDEL', KEYS[1], unpack(acked))
-  fps, vals = nxacked(KEYS[6], KEYS[7], KEYS[1], acked, fps, vals)
-  cflush()
+  fps, vals = nxacked(cs, KEYS[6], KEYS[7], KEYS[1], acked, fps, vals)
+  cflush(cs)
   if ARGV[2] == '1' and #fps > 0 then
-    ixset(fps, vals)
-    dnrecord(fps, now, ARGV[6])
+    ixset(ix, fps, vals)
+    dnrecord(ix, fps, now, ARGV[6])
   end
 end
-local trimmed = dntrim(ARGV[3], ARGV[4])
-ixflush()
+local trimmed = dntrim(ix, ARGV[3], ARGV[4])
+ixflush(ix)
 return { #acked, trimmed }

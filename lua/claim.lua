@@ -32,12 +32,12 @@
 if redis.call('GET', KEYS[4]) ~= ARGV[1] then
   return redis.error_reply('FENCED shard lease is not held by ' .. ARGV[1])
 end
-cstart(KEYS[5])
-costart(KEYS[1])
+local cs = cstart(KEYS[5])
+local co = costart(KEYS[1])
 local lead = tonumber(ARGV[5] or '-1')
 local promoting = false
 if lead >= 0 then
-  local _, _, more = copromote(KEYS[1], KEYS[2], KEYS[6], tonumber(ARGV[2]) + lead, tonumber(ARGV[6]))
+  local _, _, more = copromote(co, cs, KEYS[1], KEYS[2], KEYS[6], tonumber(ARGV[2]) + lead, tonumber(ARGV[6]))
   promoting = more
 end
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[2], 'WITHSCORES', 'LIMIT', 0, ARGV[4])
@@ -57,9 +57,9 @@ for first = 1, #ids, 2 * step do
   local zadd = {}
   for j = 1, #members do
     local route = routeOf(envs[j])
-    cadd('pending', route, -1)
+    cadd(cs, 'pending', route, -1)
     if envs[j] then
-      cadd('inflight', route, 1)
+      cadd(cs, 'inflight', route, 1)
       zadd[#zadd + 1] = ARGV[3]
       zadd[#zadd + 1] = members[j]
       out[n + 1] = members[j]
@@ -81,11 +81,11 @@ end
 if promoting then
   out[1] = 0
 elseif lead >= 0 then
-  local nb = conext()
+  local nb = conext(co)
   if nb and (out[1] < 0 or nb < out[1]) then
     out[1] = nb
   end
 end
 out[2] = dropped
-cflush()
+cflush(cs)
 return out

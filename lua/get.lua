@@ -39,10 +39,10 @@ for i = 1, 3 do
     return { states[i], tonumber(score) }
   end
 end
-ixstart(KEYS[5], '')
-local v = ixget({ ARGV[2] })[1]
-costart(KEYS[1])
-local b, _, due, env = cofind(v, id)
+local ix = ixstart(KEYS[5], '')
+local v = ixget(ix, { ARGV[2] })[1]
+local co = costart(KEYS[1])
+local b, _, due, env = cofind(co, v, id)
 if b then
   return { 'pending', due, env }
 end

@@ -24,7 +24,7 @@ import (
 // so one script can call another (the ordered_* wrappers call the script they wrap):
 // including a script's name includes that function.
 
-//go:embed *.lua
+//go:embed *.lua includes/*.lua
 var files embed.FS
 
 var includeLine = regexp.MustCompile(`(?m)^--- @include "([a-z0-9_]+)"[ \t]*\r?\n?`)

@@ -9,13 +9,13 @@
 --           read it: left alone). At most a few hundred pairs per call.
 -- Returns one flag per pair: 1 deleted, 0 left alone. Purged ids are not remembered in
 -- done, as with purge_dead.
-cstart(KEYS[3])
+local cs = cstart(KEYS[3])
 local out = {}
 for i = 1, #ARGV, 2 do
   local id = ARGV[i]
   local at = redis.call('ZSCORE', KEYS[1], id)
   if at and tonumber(at) == tonumber(ARGV[i + 1]) then
-    cadd('dead', routeOf(redis.call('HGET', KEYS[2], id)), -1)
+    cadd(cs, 'dead', routeOf(redis.call('HGET', KEYS[2], id)), -1)
     redis.call('ZREM', KEYS[1], id)
     redis.call('HDEL', KEYS[2], id)
     out[#out + 1] = 1
@@ -23,5 +23,5 @@ for i = 1, #ARGV, 2 do
     out[#out + 1] = 0
   end
 end
-cflush()
+cflush(cs)
 return out

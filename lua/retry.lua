@@ -17,28 +17,28 @@
 --
 -- Only an id still in inflight is touched, for the same reason as in ack.
 -- The route is read from the new envelope (the same route as the stored one).
-cstart(KEYS[5])
+local cs = cstart(KEYS[5])
 local requeued, dead = 0, 0
 local succ = nxany(KEYS[6])
 for i = 2, #ARGV, 4 do
   local id = ARGV[i]
   if redis.call('ZREM', KEYS[3], id) == 1 then
     local route = routeOf(ARGV[i + 2])
-    cadd('inflight', route, -1)
-    if succ and nxpromote(KEYS[6], KEYS[1], KEYS[2], id) then
+    cadd(cs, 'inflight', route, -1)
+    if succ and nxpromote(cs, KEYS[6], KEYS[1], KEYS[2], id) then
       requeued = requeued + 1
     elseif ARGV[i + 3] == '1' then
       redis.call('HSET', KEYS[2], id, ARGV[i + 2])
       redis.call('ZADD', KEYS[4], ARGV[1], id)
-      cadd('dead', route, 1)
+      cadd(cs, 'dead', route, 1)
       dead = dead + 1
     else
       redis.call('HSET', KEYS[2], id, ARGV[i + 2])
       redis.call('ZADD', KEYS[1], ARGV[i + 1], id)
-      cadd('pending', route, 1)
+      cadd(cs, 'pending', route, 1)
       requeued = requeued + 1
     end
   end
 end
-cflush()
+cflush(cs)
 return { requeued, dead }

@@ -8,7 +8,6 @@
 -- The route is read from the envelope (routeOf): version byte, flags, then the route as
 -- a uvarint length + bytes. An envelope that is missing or of an unknown version counts
 -- under route "".
-local C = { d = {}, key = nil }
 local FIELD_SEP = ':' -- "<state>:<route>": a hash field, not a key name
 
 local function uvarint(s, pos)
@@ -38,29 +37,30 @@ local function routeOf(env)
   return string.sub(env, pos, pos + n - 1)
 end
 
--- cstart names the shard's counts key; nothing is read.
+-- cstart returns the call's counts state cs, which cadd and cflush take: the shard's
+-- counts key and the changes not yet written. Nothing is read.
 local function cstart(key)
-  C.key = key
+  return { key = key, d = {} }
 end
 
 -- cadd adds delta to route's count in state.
-local function cadd(state, route, delta)
-  local t = C.d[state]
+local function cadd(cs, state, route, delta)
+  local t = cs.d[state]
   if not t then
     t = {}
-    C.d[state] = t
+    cs.d[state] = t
   end
   t[route] = (t[route] or 0) + delta
 end
 
 -- cflush writes the accumulated changes: one HINCRBY per route and state touched.
-local function cflush()
-  for state, t in pairs(C.d) do
+local function cflush(cs)
+  for state, t in pairs(cs.d) do
     for route, n in pairs(t) do
       if n ~= 0 then
-        redis.call('HINCRBY', C.key, state .. FIELD_SEP .. route, n)
+        redis.call('HINCRBY', cs.key, state .. FIELD_SEP .. route, n)
       end
     end
   end
-  C.d = {}
+  cs.d = {}
 end
