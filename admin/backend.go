@@ -192,9 +192,6 @@ type Stats struct {
 	Shards []ShardStats `json:"shards"`
 	// Routes has per-route counts when the backend can tell them cheaply; nil otherwise.
 	Routes map[string]Counts `json:"routes,omitempty"`
-	// CountsExact is false while Routes covers only part of the messages (a store
-	// written by an older bridge being counted); nil when Routes is not kept.
-	CountsExact *bool `json:"counts_exact,omitempty"`
 	// Instance is the answering instance; Members the live instances (heartbeating).
 	Instance string   `json:"instance,omitempty"`
 	Members  []string `json:"members,omitempty"`
@@ -381,9 +378,6 @@ type RouteStatus struct {
 	// nil / 0 when it does not.
 	Counts  *Counts `json:"counts,omitempty"`
 	NextDue int64   `json:"next_due,omitempty"`
-	// CountsExact is false while Counts covers only part of the route's messages (a
-	// store written by an older bridge being counted); nil without Counts.
-	CountsExact *bool `json:"counts_exact,omitempty"`
 }
 
 // RoutesResponse is the body of GET /v1/routes.

@@ -40,9 +40,7 @@ function card(label, value, cls, title) {
 
 function routeRow(name, rs, statCounts, lat) {
   const c = (rs && rs.counts) || statCounts;
-  // counts_exact false: an older bridge's store is still being counted (at least this many)
-  const atLeast = rs && rs.counts && rs.counts_exact === false ? '≥ ' : '';
-  const num = (v) => (c ? atLeast + String(v) : '—');
+  const num = (v) => (c ? String(v) : '—');
   const ing = rs && rs.ingress;
   return h('tr', { 'data-route': name },
     h('td', {}, h('a', { href: '#/browse?route=' + encodeURIComponent(name) }, name)),

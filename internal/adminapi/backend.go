@@ -368,7 +368,6 @@ func (b *Backend) Stats(ctx context.Context) (admin.Stats, error) {
 			}
 		}
 	}
-	exact := c.Exact()
 	out.Routes = make(map[string]admin.Counts, len(routes))
 	for _, r := range b.cfg.Routes {
 		out.Routes[r.Name] = admin.Counts{}
@@ -376,7 +375,6 @@ func (b *Backend) Stats(ctx context.Context) (admin.Stats, error) {
 	for r, n := range routes {
 		out.Routes[r] = adminCounts(n)
 	}
-	out.CountsExact = &exact
 	members, err := shardStore.Members(ctx, clock.NowMs(b.clk), b.cfg.Scheduler.LeaseTTL)
 	if err != nil {
 		return admin.Stats{}, storeErr(err)

@@ -206,22 +206,18 @@ func (b *Bridge) Run(ctx context.Context) error {
 
 // startBackground runs the background work that stops with ingress, before the
 // scheduler: the bulk jobs (one stopped mid-way is resumed from its cursor by another
-// instance once its heartbeat is stale), counting a store written by an older bridge,
-// the charts' intervals (series.go) and the schedules' planner (schedules.go). stop
-// cancels them and waits for all four.
+// instance once its heartbeat is stale), the charts' intervals (series.go) and the
+// schedules' planner (schedules.go). stop cancels them and waits for all three.
 func (b *Bridge) startBackground(ctx context.Context, shardStore storeapi.Store, runner *jobs.Runner, planner *schedules.Planner) (stop func()) {
 	jobsCtx, cancel := context.WithCancel(ctx)
 	jobsDone := make(chan struct{})
 	go func() { defer close(jobsDone); _ = runner.Run(jobsCtx) }()
-	countsDone := make(chan struct{})
-	go func() { defer close(countsDone); b.backfillCounts(jobsCtx, shardStore) }()
 	seriesDone := b.runSeries(jobsCtx, shardStore)
 	plannerDone := make(chan struct{})
 	go func() { defer close(plannerDone); b.runSchedules(jobsCtx, shardStore, planner) }()
 	return func() {
 		cancel()
 		<-jobsDone
-		<-countsDone
 		<-seriesDone
 		<-plannerDone
 	}

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/delaybridge/delay-bridge/admin"
 )
 
@@ -55,8 +53,8 @@ func TestRouteCountsAndNextDue(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, b := routeView(t, tb, "a"), routeView(t, tb, "b")
-	if a.Counts == nil || *a.Counts != (admin.Counts{Pending: 2}) || a.NextDue != firstA || a.CountsExact == nil || !*a.CountsExact {
-		t.Errorf("route a: counts %+v next due %d exact %v, want 2 pending, next due %d, exact", a.Counts, a.NextDue, a.CountsExact, firstA)
+	if a.Counts == nil || *a.Counts != (admin.Counts{Pending: 2}) || a.NextDue != firstA {
+		t.Errorf("route a: counts %+v next due %d, want 2 pending, next due %d", a.Counts, a.NextDue, firstA)
 	}
 	if b.Counts == nil || *b.Counts != (admin.Counts{Pending: 2}) || b.NextDue != firstB {
 		t.Errorf("route b: counts %+v next due %d, want 2 pending, next due %d", b.Counts, b.NextDue, firstB)
@@ -65,8 +63,8 @@ func TestRouteCountsAndNextDue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Routes["a"] != (admin.Counts{Pending: 2}) || st.Routes["b"] != (admin.Counts{Pending: 2}) || st.CountsExact == nil || !*st.CountsExact {
-		t.Errorf("stats routes %+v exact %v", st.Routes, st.CountsExact)
+	if st.Routes["a"] != (admin.Counts{Pending: 2}) || st.Routes["b"] != (admin.Counts{Pending: 2}) {
+		t.Errorf("stats routes %+v", st.Routes)
 	}
 	perShard := map[string]int64{}
 	for _, sh := range st.Shards {
@@ -81,41 +79,5 @@ func TestRouteCountsAndNextDue(t *testing.T) {
 	}
 	if perShard["a"] != 2 || perShard["b"] != 2 {
 		t.Errorf("per-shard route counts sum to %v", perShard)
-	}
-}
-
-// TestRouteCountsBackfilledAtStart: a bridge started on a store without counts (as an
-// older bridge leaves it) counts it at start and then reports exact, right counts. (The
-// counts being reported inexact while a large store is counted in steps is
-// scheduler/store TestCountsUpgrade.)
-func TestRouteCountsBackfilledAtStart(t *testing.T) {
-	e := newEnv(t)
-	tb := e.run(t)
-	ctx := context.Background()
-	for i := range 30 {
-		route := "a"
-		if i%3 == 0 {
-			route = "b"
-		}
-		if _, err := tb.Schedule(ctx, admin.ScheduleRequest{ID: fmt.Sprintf("m-%d", i), Route: route, When: admin.When{Delay: time.Hour}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	tb.stop()
-	rdb := redis.NewClient(&redis.Options{Addr: e.redisAddr})
-	defer rdb.Close()
-	for sh := range 4 {
-		if err := rdb.Del(ctx, fmt.Sprintf("%s:{default:%d}:counts", e.prefix, sh)).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	tb = e.run(t)
-	waitUntil(t, "counts exact", 30*time.Second, func() bool {
-		st, err := tb.Stats(ctx)
-		return err == nil && st.CountsExact != nil && *st.CountsExact
-	})
-	st, _ := tb.Stats(ctx)
-	if st.Routes["a"] != (admin.Counts{Pending: 20}) || st.Routes["b"] != (admin.Counts{Pending: 10}) {
-		t.Errorf("after the backfill: %+v, want a 20 pending, b 10", st.Routes)
 	}
 }

@@ -11,13 +11,11 @@ import (
 )
 
 // The envelope's binary form starts with a version byte. Encode writes the current
-// version (2, codec_v2.go); Decode reads it and every earlier one (1, codec_v1.go), so
-// messages parked by an older bridge still fire after an upgrade. A new version gets a
-// new byte and its own file; an existing version's layout never changes.
-const (
-	version1 = 1
-	version2 = 2
-)
+// version (2, codec_v2.go) and Decode reads it; 1 was a pre-release format and reads as
+// corrupt. A new version gets a new byte and its own file, and Decode keeps reading the
+// one before it, so messages parked by the previous release still fire after an
+// upgrade; an existing version's layout never changes.
+const version2 = 2
 
 // ErrCorrupt is returned by Decode for input that is not a valid envelope.
 var ErrCorrupt = errors.New("envelope: corrupt encoding")
@@ -36,7 +34,7 @@ const maxPlausibleVersion = 16
 const maxDepth = 32
 
 // Header value type tags. A value is its tag followed by its encoding (see appendValue).
-// Tags 0..18 exist in every version; tDecText and tDelayText only in version 2.
+// tDelayText is valid only at the top level.
 const (
 	tNil     = 0
 	tString  = 1
@@ -79,9 +77,8 @@ func appendBytes(b []byte, p []byte) []byte {
 	return append(b, p...)
 }
 
-// appendValue appends v with its type tag. compact (version 2) stores canonical decimal
-// text as tDecText.
-func appendValue(b []byte, v any, depth int, compact bool) ([]byte, error) {
+// appendValue appends v with its type tag; canonical decimal text is stored as tDecText.
+func appendValue(b []byte, v any, depth int) ([]byte, error) {
 	if depth > maxDepth {
 		return nil, errors.New("nesting too deep")
 	}
@@ -89,10 +86,8 @@ func appendValue(b []byte, v any, depth int, compact bool) ([]byte, error) {
 	case nil:
 		return append(b, tNil), nil
 	case string:
-		if compact {
-			if n, ok := decText(x); ok {
-				return binary.AppendVarint(append(b, tDecText), n), nil
-			}
+		if n, ok := decText(x); ok {
+			return binary.AppendVarint(append(b, tDecText), n), nil
 		}
 		return appendString(append(b, tString), x), nil
 	case []byte:
@@ -134,7 +129,7 @@ func appendValue(b []byte, v any, depth int, compact bool) ([]byte, error) {
 		var err error
 		for _, k := range sortedKeys(x) {
 			b = appendString(b, k)
-			if b, err = appendValue(b, x[k], depth+1, compact); err != nil {
+			if b, err = appendValue(b, x[k], depth+1); err != nil {
 				return nil, err
 			}
 		}
@@ -143,7 +138,7 @@ func appendValue(b []byte, v any, depth int, compact bool) ([]byte, error) {
 		b = binary.AppendUvarint(append(b, tArray), uint64(len(x)))
 		var err error
 		for _, el := range x {
-			if b, err = appendValue(b, el, depth+1, compact); err != nil {
+			if b, err = appendValue(b, el, depth+1); err != nil {
 				return nil, err
 			}
 		}
@@ -166,10 +161,8 @@ func decText(s string) (int64, bool) {
 	return n, true
 }
 
-// Decode parses an envelope stored under id (the msg hash field), in any version. A
-// version 2 envelope does not carry its id: it gets id. A version 1 envelope carries it
-// (always the field it was stored under); id wins when given, so a caller acting on the
-// envelope (ack, retry) addresses the entry it actually read.
+// Decode parses an envelope stored under id (the msg hash field). The envelope does not
+// carry its id: it gets id.
 func Decode(data []byte, id string) (*Envelope, error) {
 	return decode(data, "", id)
 }
@@ -195,8 +188,6 @@ func decode(data []byte, s string, id string) (*Envelope, error) {
 	switch data[0] {
 	case version2:
 		e, err = decodeV2(data[1:], s)
-	case version1:
-		e, err = decodeV1(data[1:])
 	default:
 		if data[0] > version2 && data[0] <= maxPlausibleVersion {
 			return nil, fmt.Errorf("%w: version %d (this build reads up to %d)", ErrNewerVersion, data[0], version2)
@@ -215,8 +206,7 @@ func decode(data []byte, s string, id string) (*Envelope, error) {
 type decoder struct {
 	buf []byte
 	err error
-	v2  bool  // version 2 value tags allowed
-	ref int64 // version 2: DueAt - ReceivedAt, the base of tDelayText
+	ref int64 // DueAt - ReceivedAt, the base of tDelayText
 	// src, when not empty, is the whole input as an immutable string ending where buf
 	// ends (DecodeString): strings and byte fields are taken from it without copying.
 	src string
@@ -395,13 +385,9 @@ func (d *decoder) value(depth int) any {
 	case tUint64:
 		return d.uvarint()
 	case tDecText:
-		if !d.v2 {
-			d.fail()
-			return nil
-		}
 		return strconv.FormatInt(d.varint(), 10)
 	case tDelayText:
-		if !d.v2 || depth != 0 {
+		if depth != 0 {
 			d.fail()
 			return nil
 		}

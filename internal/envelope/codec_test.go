@@ -2,7 +2,6 @@ package envelope
 
 import (
 	"bytes"
-	"encoding/hex"
 	"math"
 	"reflect"
 	"testing"
@@ -29,29 +28,13 @@ func sample() *Envelope {
 	}
 }
 
-// Encoded by the version 1 encoder as it shipped before version 2 (commit 1747e6e):
-// what an older bridge left in Redis.
-const (
-	goldenV1Sample = "01030b6f72646572732f302f3432066f726465727304616d71700d62696c6c696e672e64656c617903616c74f6a1abfef96280a0abfef96206000a65752e696e766f6963650d68656c6c6f200020776f726c641207782d64656c617905904e01730104746578740162020300010202693803fd0369313604d7040369363406ffffffffff3f02753807c80375313608e0d403037533320980d0acf30e037536341280808080808080808001036633320a0000c03f036636340b000000000000024004626f6f6c0c0101740d80c49fd50c036465630e02f2c0010374626c0f020161010178016e0f0104646565700602036172721003010161060400036e696c00106170706c69636174696f6e2f6a736f6e00020701630172053630303030016d80c49fd50c0174056775657374036170700f6261645f64656c61793a206e6f7065"
-	goldenV1Kafka  = "0101157363616c652e64656c61792f352f31363636363636057363616c65056b61666b610b7363616c652e64656c617900f6b1edcdd56680f6b5cad56600086b393939393939390064303132333435363738393031323334353637383930313233343536373839303132333435363738393031323334353637383930313233343536373839303132333435363738393031323334353637383930313233343536373839303132333435363738390107782d64656c617901073336303031323300"
-)
-
 // kafkaSample is what ingress/kafka parks for a 100-byte record with x-delay (the
-// bench's scale message, goldenV1Kafka).
+// bench's scale message).
 func kafkaSample() *Envelope {
 	return &Envelope{ID: "scale.delay/5/1666666", Route: "scale", SourceBroker: BrokerKafka, Source: "scale.delay",
 		DueAt: 1763836800123, ReceivedAt: 1763833200000, Key: []byte("k9999999"),
 		Payload: []byte("0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789"),
 		Headers: []Header{{"x-delay", "3600123"}}}
-}
-
-func mustHex(t testing.TB, s string) []byte {
-	t.Helper()
-	b, err := hex.DecodeString(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }
 
 func TestRoundTripKeepsEveryFieldAndType(t *testing.T) {
@@ -94,51 +77,20 @@ func TestVersion2DoesNotCarryTheID(t *testing.T) {
 	}
 }
 
-// Messages parked by a bridge before version 2 must still fire after an upgrade.
-func TestVersion1StillDecodes(t *testing.T) {
-	for name, c := range map[string]struct {
-		hex  string
-		want *Envelope
-	}{"sample": {goldenV1Sample, sample()}, "kafka": {goldenV1Kafka, kafkaSample()}} {
-		old := mustHex(t, c.hex)
-		got, err := Decode(old, "")
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		if !reflect.DeepEqual(got, c.want) {
-			t.Fatalf("%s: v1 decode differs:\n got=%#v\nwant=%#v", name, got, c.want)
-		}
-		if got, _ := Decode(old, c.want.ID); !reflect.DeepEqual(got, c.want) {
-			t.Fatalf("%s: v1 decode with its id differs", name)
-		}
-		// The v1 encoder kept for tests writes exactly what the old bridge wrote.
-		if b, _ := EncodeV1(c.want); !bytes.Equal(b, old) {
-			t.Fatalf("%s: EncodeV1 = %x, want %x", name, b, old)
-		}
-		// Re-encoded (a retry or reschedule of an old message) it becomes version 2.
-		b, _ := Encode(got)
-		if again, err := Decode(b, c.want.ID); err != nil || !reflect.DeepEqual(again, c.want) {
-			t.Fatalf("%s: v1 -> v2 differs (%v):\n got=%#v", name, err, again)
-		}
-	}
-}
-
 func TestNilKeyStaysNil(t *testing.T) {
-	for _, enc := range []func(*Envelope) ([]byte, error){Encode, EncodeV1} {
-		in := &Envelope{ID: "a", Payload: []byte("p")}
-		b, _ := enc(in)
-		out, err := Decode(b, "a")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if out.Key != nil || out.AMQP != nil {
-			t.Fatalf("nil key / absent AMQP must stay absent: %#v", out)
-		}
-		in.Key = []byte{}
-		b, _ = enc(in)
-		if out, _ := Decode(b, "a"); out.Key == nil {
-			t.Fatal("an empty key must stay present")
-		}
+	in := &Envelope{ID: "a", Payload: []byte("p")}
+	b, _ := Encode(in)
+	out, err := Decode(b, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Key != nil || out.AMQP != nil {
+		t.Fatalf("nil key / absent AMQP must stay absent: %#v", out)
+	}
+	in.Key = []byte{}
+	b, _ = Encode(in)
+	if out, _ := Decode(b, "a"); out.Key == nil {
+		t.Fatal("an empty key must stay present")
 	}
 }
 
@@ -219,11 +171,8 @@ func TestDecimalTextComesBackExactly(t *testing.T) {
 }
 
 func TestUnsupportedHeaderTypeIsAnError(t *testing.T) {
-	for _, enc := range []func(*Envelope) ([]byte, error){Encode, EncodeV1} {
-		_, err := enc(&Envelope{ID: "a", Headers: []Header{{"x", struct{}{}}}})
-		if err == nil {
-			t.Fatal("want error for unsupported header type")
-		}
+	if _, err := Encode(&Envelope{ID: "a", Headers: []Header{{"x", struct{}{}}}}); err == nil {
+		t.Fatal("want error for unsupported header type")
 	}
 }
 
@@ -236,17 +185,15 @@ func TestDecodeRejectsCorruptInput(t *testing.T) {
 	// The frames the cases below break are valid as such.
 	for _, ok := range [][]byte{h2(10, tNil), h2(16+1, 'a', tNil), h2(16, tTable, 1, 0, tDecText, 0), h2(0, tDelayText, 0),
 		{2, v2FlagAMQP, 0, 0, 0, 0, 0, 0, 0, 0x80, 0x1f, 0, 0, 0, 0, 0},
-		{2, v2FlagAttempt, 0, 0, 0, 0, 0, 2, 0, 0}, {1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, tString, 0, 0}} {
+		{2, v2FlagAttempt, 0, 0, 0, 0, 0, 2, 0, 0}} {
 		if _, err := Decode(ok, "x"); err != nil {
 			t.Fatalf("Decode(%x): %v, want a valid envelope", ok, err)
 		}
 	}
 
 	good, _ := Encode(sample())
-	v1 := mustHex(t, goldenV1Sample)
 	bad := [][]byte{nil, {1}, {2}, {2, 0}, {3, 0, 0, 0}, {0, 0},
 		good[:len(good)-1], append(append([]byte{}, good...), 0),
-		v1[:len(v1)-1], append(append([]byte{}, v1...), 0),
 		// version 2 with flags, then empty route, broker name and source, times 0 0,
 		// no payload (h2 prefixes one header):
 		h2(15, tNil),                        // reserved well-known key code
@@ -255,8 +202,8 @@ func TestDecodeRejectsCorruptInput(t *testing.T) {
 		h2(16, tTable, 1, 0, tDelayText, 0), // tDelayText nested
 		{2, v2FlagAMQP, 0, 0, 0, 0, 0, 0, 0, 0x80, 0x20}, // AMQP mask beyond 12 fields
 		{2, v2FlagAttempt, 0, 0, 0, 0, 0, 1, 0, 0},       // negative attempt
-		// version 1 with a version 2 tag:
-		{1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, tDecText, 2, 0},
+		// a valid frame of the pre-release version 1:
+		{1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, tString, 0, 0},
 	}
 	for _, b := range bad {
 		if _, err := Decode(b, "x"); err == nil {
@@ -268,16 +215,14 @@ func TestDecodeRejectsCorruptInput(t *testing.T) {
 // TestCompactness pins the size that decides Redis memory per pending message: the
 // envelope is one Redis string (3-byte sds header + NUL for these sizes) in a jemalloc
 // size class (..., 128, 160, 192, 224, 256, ...). The bench's Kafka message (100-byte
-// payload, 8-byte key, x-delay, 21-byte id) was 192 bytes in version 1 (196 -> the
-// 224-byte class); version 2 must stay within the 160-byte class.
+// payload, 8-byte key, x-delay, 21-byte id) must stay within the 160-byte class.
 func TestCompactness(t *testing.T) {
 	e := kafkaSample()
 	b, err := Encode(e)
 	if err != nil {
 		t.Fatal(err)
 	}
-	old := mustHex(t, goldenV1Kafka)
-	t.Logf("bench Kafka message: version 1 %d bytes, version 2 %d bytes", len(old), len(b))
+	t.Logf("bench Kafka message: %d bytes", len(b))
 	if len(b)+4 > 160 {
 		t.Fatalf("version 2 envelope is %d bytes, want <= 156 (the 160-byte jemalloc class)", len(b))
 	}
@@ -290,8 +235,6 @@ func TestCompactness(t *testing.T) {
 func FuzzDecode(f *testing.F) {
 	for _, e := range []*Envelope{sample(), kafkaSample(), {ID: "a"}} {
 		b, _ := Encode(e)
-		f.Add(b)
-		b, _ = EncodeV1(e)
 		f.Add(b)
 	}
 	f.Add([]byte{1, 0})
@@ -308,7 +251,7 @@ func FuzzDecode(f *testing.F) {
 		if e.ID != "fuzz/id" {
 			t.Fatalf("ID = %q, want the id passed to Decode", e.ID)
 		}
-		// Whatever decodes (either version) must re-encode and decode to the same value.
+		// Whatever decodes must re-encode and decode to the same value.
 		b, err := Encode(e)
 		if err != nil {
 			t.Fatalf("re-encode: %v", err)
@@ -317,34 +260,24 @@ func FuzzDecode(f *testing.F) {
 		if err != nil {
 			t.Fatalf("decode of re-encoded: %v", err)
 		}
-		// Field by field, bit-exact (NaN-safe): the version 1 form holds every field.
-		v1, err := EncodeV1(e)
-		if err != nil {
-			t.Fatalf("EncodeV1: %v", err)
-		}
-		v1b, _ := EncodeV1(e2)
-		if !bytes.Equal(v1, v1b) {
-			t.Fatalf("version 2 round trip changed the envelope:\n%#v\n%#v", e, e2)
-		}
 		if (e.Key == nil) != (e2.Key == nil) {
 			t.Fatalf("key presence changed")
 		}
+		// Bit-exact (NaN-safe): the encoding holds every field.
 		b2, _ := Encode(e2)
 		if !bytes.Equal(b, b2) {
-			t.Fatalf("encoding not stable")
+			t.Fatalf("round trip changed the envelope:\n%#v\n%#v", e, e2)
 		}
 	})
 }
 
 // TestDecodeStringIsDecode: DecodeString reads what Decode reads — every field and type
-// of both samples, a version 1 envelope, and the same refusal of every corrupt input
-// above — and it does so without copying the fields out of the string: fewer
+// of both samples, and the same refusal of every corrupt input above — and it does so without copying the fields out of the string: fewer
 // allocations than Decode (the claim path's reason to exist, issue 17).
 func TestDecodeStringIsDecode(t *testing.T) {
 	good, _ := Encode(sample())
 	kafka, _ := Encode(kafkaSample())
-	inputs := [][]byte{good, kafka, mustHex(t, goldenV1Sample), mustHex(t, goldenV1Kafka),
-		nil, {2}, good[:len(good)-1], append(append([]byte{}, good...), 0), h2(16+5, 'a', tNil), h2(0, 99)}
+	inputs := [][]byte{good, kafka, nil, {2}, good[:len(good)-1], append(append([]byte{}, good...), 0), h2(16+5, 'a', tNil), h2(0, 99)}
 	for _, in := range inputs {
 		want, werr := Decode(in, "x")
 		got, gerr := DecodeString(string(in), "x")

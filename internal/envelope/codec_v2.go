@@ -14,8 +14,8 @@ import (
 //	DueAt | DueAt-ReceivedAt | [Attempt] | [Key] | [RoutingKey] | Payload |
 //	nHeaders {key value}* | [AMQP] | [Reason]
 //
-// Unlike version 1 it does not carry the id: the envelope is stored under its id (the
-// msg hash field), so every reader has it already and passes it to Decode. Fields that
+// It does not carry the id: the envelope is stored under its id (the msg hash field),
+// so every reader has it already and passes it to Decode. Fields that
 // are usually empty cost nothing but a flag bit.
 //
 // flags: bit0 Key present (nil and empty differ), bit1 AMQP properties present,
@@ -145,7 +145,7 @@ func AppendEncode(dst []byte, e *Envelope) ([]byte, error) {
 				continue
 			}
 		}
-		if b, err = appendValue(b, h.Value, 0, true); err != nil {
+		if b, err = appendValue(b, h.Value, 0); err != nil {
 			return nil, fmt.Errorf("header %q: %w", h.Key, err)
 		}
 	}
@@ -199,7 +199,7 @@ func appendAMQPv2(b []byte, p *AMQPProperties) []byte {
 
 // decodeV2 parses a version 2 envelope after its version byte. The caller sets ID.
 func decodeV2(data []byte, src string) (*Envelope, error) {
-	d := decoder{buf: data, v2: true}
+	d := decoder{buf: data}
 	if src != "" {
 		d.src = src[len(src)-len(data):]
 	}

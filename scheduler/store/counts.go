@@ -34,7 +34,7 @@ func (s *Store) RouteCounts(ctx context.Context) (Counts, error) {
 }
 
 func parseCounts(shard int, m map[string]string) ShardCounts {
-	sc := ShardCounts{Shard: shard, Routes: map[string]RouteCount{}, Exact: true}
+	sc := ShardCounts{Shard: shard, Routes: map[string]RouteCount{}}
 	for f, v := range m {
 		state, route, ok := strings.Cut(f, ":")
 		if !ok || strings.HasPrefix(f, "~") {
@@ -63,9 +63,4 @@ func parseCounts(shard int, m map[string]string) ShardCounts {
 		}
 	}
 	return sc
-}
-
-// BackfillCounts has nothing to count: every shard is counted from its first message.
-func (s *Store) BackfillCounts(ctx context.Context, limit int) (exact bool, counted int, err error) {
-	return true, 0, nil
 }

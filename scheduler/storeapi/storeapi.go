@@ -305,16 +305,9 @@ type Stats interface {
 	// ShardStats reads every shard's totals, earliest due time and lease holder, shard
 	// by shard (not one snapshot).
 	ShardStats(ctx context.Context) ([]ShardStat, error)
-	// RouteCounts reads every shard's per-route counts: exact at every moment for the
-	// shards whose ShardCounts.Exact is true (every message move changes them in the
-	// same atomic step), partial while a shard is still being backfilled.
+	// RouteCounts reads every shard's per-route counts, exact at every moment (every
+	// message move changes them in the same atomic step).
 	RouteCounts(ctx context.Context) (Counts, error)
-	// BackfillCounts does one bounded step (at most limit messages per shard) of
-	// counting the shards whose counts are not exact yet (a store written by a bridge
-	// without counts). It returns whether every shard is now exact and how many
-	// messages this step counted. Call it until exact, pausing between steps; it is
-	// resumable and safe from several instances at once and while messages move.
-	BackfillCounts(ctx context.Context, limit int) (exact bool, counted int, err error)
 }
 
 // Jobs are the bulk job records: any instance answers for any job, and one runner at a

@@ -162,27 +162,15 @@ type RouteCount struct {
 	Pending, Inflight, Dead int64
 }
 
-// ShardCounts is one shard's per-route counts; Exact is false while the shard is still
-// being backfilled (the counts then cover only part of it).
+// ShardCounts is one shard's per-route counts.
 type ShardCounts struct {
 	Shard  int
 	Routes map[string]RouteCount
-	Exact  bool
 }
 
 // Counts are the per-route counts of every shard.
 type Counts struct {
 	Shards []ShardCounts
-}
-
-// Exact reports whether every shard's counts cover all its messages.
-func (c Counts) Exact() bool {
-	for _, s := range c.Shards {
-		if !s.Exact {
-			return false
-		}
-	}
-	return true
 }
 
 // Routes sums the shards' counts per route (routes with nothing left are omitted).

@@ -7,7 +7,7 @@ import (
 	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
-// Browse, range counts and the counts backfill.
+// Browse and range counts.
 
 // set is shard sh's sorted set of state st (pending, inflight or dead).
 func set(sh *shard, st storeapi.State) map[string]int64 {
@@ -137,14 +137,4 @@ func (s *Store) EdgeScore(ctx context.Context, st storeapi.State, from, to int64
 		}
 	}
 	return best, ok, after
-}
-
-// BackfillCounts has nothing to do: this store counts its maps when asked
-// (RouteCounts), so its counts are exact from the start.
-func (s *Store) BackfillCounts(ctx context.Context, limit int) (exact bool, counted int, err error) {
-	after, err := s.begin(ctx, OpStats)
-	if err != nil {
-		return false, 0, err
-	}
-	return true, 0, after
 }

@@ -360,7 +360,7 @@ func (s *Store) RouteCounts(ctx context.Context) (storeapi.Counts, error) {
 	defer s.mu.Unlock()
 	out := storeapi.Counts{Shards: make([]storeapi.ShardCounts, len(s.shards))}
 	for i, sh := range s.shards {
-		sc := storeapi.ShardCounts{Shard: i, Routes: map[string]storeapi.RouteCount{}, Exact: true}
+		sc := storeapi.ShardCounts{Shard: i, Routes: map[string]storeapi.RouteCount{}}
 		for _, set := range []struct {
 			ids map[string]int64
 			add func(*storeapi.RouteCount)

@@ -45,7 +45,7 @@ const (
 	OpReschedule   = "reschedule"
 	OpGet          = "get"
 	OpPurgeDead    = "purge_dead"
-	OpStats        = "stats" // ShardStats, RouteCounts, BackfillCounts, ListDead, Envelopes
+	OpStats        = "stats" // ShardStats, RouteCounts, ListDead, Envelopes
 	OpLeaseAcquire = "lease_acquire"
 	OpLeaseRenew   = "lease_renew"
 	OpLeaseRelease = "lease_release"

@@ -12,7 +12,7 @@ import (
 )
 
 // Browse (order, filters, cursor, scan budget), CountRange and EdgeScore, dead-letter
-// listing order, and the counts backfill.
+// listing order.
 
 func init() {
 	register("BrowseOrderAndCursor", caseBrowseOrderAndCursor)
@@ -21,7 +21,6 @@ func init() {
 	register("BrowseRefusesBadQueries", caseBrowseRefusesBadQueries)
 	register("CountRangeAndEdgeScore", caseCountRangeAndEdgeScore)
 	register("ListDeadOldestFirst", caseListDeadOldestFirst)
-	register("BackfillCountsOnNewStore", caseBackfillCountsOnNewStore)
 }
 
 // want is a message the suite expects a browse to return: its id and score.
@@ -317,26 +316,4 @@ func caseListDeadOldestFirst(t *testing.T, newSubject func(Config) Subject) {
 	if parked := mustPark(t, s, env("dl-03", t0)); !parked[0] {
 		t.Fatal("a purged dead letter's id was refused by park")
 	}
-}
-
-// A new store's counts need no backfill: BackfillCounts reports exact (at once, or
-// after the steps it takes), and the counts it leaves are right.
-func caseBackfillCountsOnNewStore(t *testing.T, newSubject func(Config) Subject) {
-	s := newSubject(defaults).Store
-	ctx := storeCtx(t)
-	parkSpread(t, s, "bf", 9)
-	exact := false
-	for range 20 {
-		var err error
-		if exact, _, err = s.BackfillCounts(ctx, 100); err != nil {
-			t.Fatal(err)
-		}
-		if exact {
-			break
-		}
-	}
-	if !exact {
-		t.Fatal("BackfillCounts never reported exact")
-	}
-	wantCounts(t, s, "after backfill", map[string]rc{"orders": {Pending: 5}, "pay": {Pending: 4}})
 }
