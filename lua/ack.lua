@@ -1,3 +1,4 @@
+--- @include "zset"
 --- @include "counts"
 --- @include "index"
 --- @include "successor"
@@ -35,10 +36,22 @@ local acked, fps, vals, routes = {}, {}, {}, {}
 local withRoutes = ARGV[5] == '1'
 local step = withRoutes and 3 or 2
 local now = ARGV[1]
+-- The batch's distinct ids (an id twice is acked once), looked up in inflight with one
+-- command and removed with one.
+local ids, at, seen = {}, {}, {}
 for i = 7, #ARGV, step do
   local id = ARGV[i]
-  if redis.call('ZREM', KEYS[2], id) == 1 then
-    acked[#acked + 1] = id
+  if not seen[id] then
+    seen[id] = true
+    ids[#ids + 1] = id
+    at[#ids] = i
+  end
+end
+local held = zpresent(KEYS[2], ids)
+for j = 1, #ids do
+  if held[j] then
+    local i = at[j]
+    acked[#acked + 1] = ids[j]
     if withRoutes then
       routes[#acked] = ARGV[i + 1]
     end
@@ -47,6 +60,7 @@ for i = 7, #ARGV, step do
   end
 end
 if #acked > 0 then
+  redis.call('ZREM', KEYS[2], unpack(acked))
   if not withRoutes then
     local envs = redis.call('HMGET', KEYS[1], unpack(acked))
     for j = 1, #acked do

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
@@ -149,4 +150,52 @@ func commandCalls(t *testing.T, c *redis.Client, cmd string) int {
 		}
 	}
 	return 0
+}
+
+// TestStoreAckBatch: ack looks the batch up in inflight with one ZMSCORE and, on a
+// server without it, one ZSCORE per id; either way only ids still in flight are acked,
+// each once however often the batch names it.
+func TestStoreAckBatch(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		extra []string
+	}{{"zmscore", nil}, {"no-zmscore", []string{"--rename-command", "ZMSCORE", ""}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := testkit.StartRedis(t, tc.extra...)
+			c := r.Client()
+			ctx := storeCtx(t)
+			s, err := New(ctx, c, Options{Shards: 1, DoneWindow: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			parkN(t, s, "k", 5)
+			tok := mustLease(t, s, 0, "i1")
+			items, _ := mustClaim(t, s, 0, tok, t0, 3)
+			if len(items) != 3 {
+				t.Fatalf("claimed %d, want 3", len(items))
+			}
+			batch := append(ids(items), ids(items)[0], "k-4", "never-parked")
+			if err := s.Ack(ctx, 0, batch, t0); err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range ids(items) {
+				wantState(t, s, id, StateDelivered, t0)
+			}
+			wantState(t, s, "k-4", StatePending, t0)
+			if n := c.ZCard(ctx, s.keys[0].inflight).Val(); n != 0 {
+				t.Fatalf("%d left in flight", n)
+			}
+			counts, err := s.RouteCounts(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := fmt.Sprint(counts); got != "{[{0 map[orders:{2 0 0}]}]}" {
+				t.Fatalf("counts %s, want 2 pending, none in flight", got)
+			}
+			calls := commandCalls(t, c, "zmscore")
+			if (calls > 0) != (tc.extra == nil) {
+				t.Fatalf("%d ZMSCORE calls", calls)
+			}
+		})
+	}
 }
