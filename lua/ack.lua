@@ -7,7 +7,7 @@
 --
 -- KEYS[1] msg        HASH
 -- KEYS[2] inflight   ZSET
--- KEYS[3] counts     HASH per-route counts (counts.lua, put in front by lua.go)
+-- KEYS[3] counts     HASH per-route counts (includes/counts.lua)
 -- KEYS[4] ix         HASH the id index's state (index.lua)
 -- KEYS[5] dn         ZSET the done slices (index.lua)
 -- KEYS[6] nx         HASH successors (successor.lua): an acked id's successor becomes

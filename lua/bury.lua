@@ -14,8 +14,8 @@
 -- state the id is already in, as in park), so a replayed batch is neither counted nor
 -- copied to the dead-letter target again.
 -- hasRoute comes from routes.lua, cstart/cadd/cflush from counts.lua, ixstart/ixget/
--- doneOf from index.lua, cofind from cold.lua, which lua.go puts in front of this
--- script.
+-- doneOf from index.lua, cofind from cold.lua, which this script
+-- includes.
 local cs = cstart(KEYS[5])
 local ix = ixstart(KEYS[6], KEYS[7])
 local co = costart(KEYS[1])

@@ -38,7 +38,7 @@
 -- A pending message in the cold tier (cold.lua) is found through its index entry; its
 -- element is emptied and the entry becomes the tombstone (or is deleted).
 -- hasRoute comes from routes.lua, cstart/cadd/cflush from counts.lua, the ix*/dn*
--- helpers from index.lua, co* from cold.lua, which lua.go puts in front of this script.
+-- helpers from index.lua, co* from cold.lua, which this script includes.
 local function entry(route)
   return string.format('%d:', #route) .. route
 end

@@ -7,7 +7,7 @@
 -- KEYS[2] msg       HASH id -> envelope
 -- KEYS[3] inflight  ZSET id -> lease deadline
 -- KEYS[4] owner     STRING "instance|token"
--- KEYS[5] counts    HASH per-route counts (counts.lua, put in front by lua.go)
+-- KEYS[5] counts    HASH per-route counts (includes/counts.lua)
 -- KEYS[6] ix        HASH the id index's state (index.lua): promoted messages' entries
 --                   are deleted
 -- KEYS[7] the shard's slotguard (never written; slotguard.go): the cold tier's buckets

@@ -18,7 +18,7 @@
 -- deadline, time dead-lettered, delivered or cancelled; unix ms); "delivered" and
 -- "cancelled" have no envelope; an unknown id returns { "" }.
 -- ixstart/ixget/doneOf come from index.lua, cofind from cold.lua (a pending message
--- in the cold tier), which lua.go puts in front of this script.
+-- in the cold tier), which this script includes.
 local id = ARGV[1]
 local states = { 'pending', 'inflight', 'dead' }
 for i = 1, 3 do

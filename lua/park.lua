@@ -37,7 +37,7 @@
 -- entry; its id is looked for in msg first (the same HMGET), so an id in flight or dead
 -- is refused as before.
 -- hasRoute comes from routes.lua, cstart/cadd/cflush from counts.lua, ixstart/ixget/
--- doneOf from index.lua, co* from cold.lua, which lua.go puts in front of this script.
+-- doneOf from index.lua, co* from cold.lua, which this script includes.
 local cs = cstart(KEYS[5])
 local ix = ixstart(KEYS[6], KEYS[7])
 local co = costart(KEYS[1])

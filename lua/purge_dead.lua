@@ -3,7 +3,7 @@
 --
 -- KEYS[1] dead      ZSET
 -- KEYS[2] msg       HASH
--- KEYS[3] counts    HASH per-route counts (counts.lua, put in front by lua.go)
+-- KEYS[3] counts    HASH per-route counts (includes/counts.lua)
 -- ARGV[1] limit: delete at most this many per call
 -- Returns { purged, more } with more = 1 when dead letters remain.
 local cs = cstart(KEYS[3])

@@ -3,7 +3,7 @@
 --
 -- KEYS[1] dead  ZSET id -> time dead-lettered
 -- KEYS[2] msg   HASH
--- KEYS[3] counts HASH per-route counts (counts.lua, put in front by lua.go)
+-- KEYS[3] counts HASH per-route counts (includes/counts.lua)
 -- ARGV[1..] id, dead-letter time pairs: an id is deleted only if it is still a dead
 --           letter with that time (requeued, or dead-lettered again, since the caller
 --           read it: left alone). At most a few hundred pairs per call.

@@ -7,7 +7,7 @@
 -- KEYS[1] due       ZSET
 -- KEYS[2] inflight  ZSET id -> lease deadline
 -- KEYS[3] msg       HASH (read for the routes)
--- KEYS[4] counts    HASH per-route counts (counts.lua, put in front by lua.go)
+-- KEYS[4] counts    HASH per-route counts (includes/counts.lua)
 -- KEYS[5] nx        HASH successors (successor.lua): an id with one is not fired again;
 --                   its successor becomes pending instead
 -- ARGV[1] now (integer unix ms): the new due time

@@ -7,7 +7,7 @@
 -- KEYS[2] msg       HASH
 -- KEYS[3] inflight  ZSET
 -- KEYS[4] dead      ZSET
--- KEYS[5] counts    HASH per-route counts (counts.lua, put in front by lua.go)
+-- KEYS[5] counts    HASH per-route counts (includes/counts.lua)
 -- KEYS[6] ix        HASH the id index's state (index.lua), for the done window
 -- ARGV[1] id
 -- ARGV[2] new due (integer unix ms)
@@ -28,7 +28,7 @@
 -- due), "inflight", "delivered", "cancelled" or "" (unchanged:
 -- a message being published or already gone cannot be rescheduled), or "stale".
 -- The route is read from the envelope stored (ARGV[4], else the one kept).
--- ixstart/ixget/doneOf come from index.lua, which lua.go puts in front of this script.
+-- ixstart/ixget/doneOf come from index.lua, which this script includes.
 local id = ARGV[1]
 local newEnv, readAt = ARGV[4], ARGV[5]
 if newEnv == '' then

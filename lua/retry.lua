@@ -8,7 +8,7 @@
 -- KEYS[2] msg       HASH
 -- KEYS[3] inflight  ZSET
 -- KEYS[4] dead      ZSET id -> time dead-lettered
--- KEYS[5] counts    HASH per-route counts (counts.lua, put in front by lua.go)
+-- KEYS[5] counts    HASH per-route counts (includes/counts.lua)
 -- KEYS[6] nx        HASH successors (successor.lua): an id with one is not retried or
 --                   dead-lettered; its successor becomes pending instead
 -- ARGV[1] now (integer unix ms): the dead-letter time

@@ -1,9 +1,10 @@
+--- @include "envelope"
 --- @include "counts"
 --- @include "index"
--- cold: the cold tier of the shard store, put in front of the scripts that
--- park, find, move or promote pending messages by lua.go. docs/ARCHITECTURE.md "Cold
--- tier" gives the reasons and the figures. counts.lua and index.lua come in front of
--- it (uvarint, routeOf, the counts and the index helpers).
+-- cold: the cold tier of the shard store, included by the scripts that park, find,
+-- move or promote pending messages. docs/ARCHITECTURE.md "Cold tier" gives the reasons
+-- and the figures. It includes envelope.lua (uvarint, routeOf), counts.lua and
+-- index.lua.
 --
 -- A pending message due at least the cold horizon ahead is not a member of the shard's
 -- `due` sorted set and a field of its `msg` hash (~205 bytes of structure); it is one

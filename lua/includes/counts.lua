@@ -1,41 +1,11 @@
--- counts: the per-route counts helper, put in front of every script that moves messages
--- by lua.go (Redis scripts cannot include one another).
+--- @include "envelope"
+-- counts: the per-route counts helper, included by every script that moves messages.
 --
 -- The shard's counts HASH (P:{C:n}:counts) holds "<state>:<route>" -> number of messages
 -- of that route in that state (state pending, inflight or dead), changed in the same
--- script as the move, so it is exact at every moment.
---
--- The route is read from the envelope (routeOf): version byte, flags, then the route as
--- a uvarint length + bytes. An envelope that is missing or of an unknown version counts
--- under route "".
+-- script as the move, so it is exact at every moment. A message's route is read from
+-- its envelope (routeOf, envelope.lua).
 local FIELD_SEP = ':' -- "<state>:<route>": a hash field, not a key name
-
-local function uvarint(s, pos)
-  local v, mul = 0, 1
-  while true do
-    local b = string.byte(s, pos)
-    if not b then
-      return nil, pos
-    end
-    pos = pos + 1
-    if b < 128 then
-      return v + b * mul, pos
-    end
-    v = v + (b - 128) * mul
-    mul = mul * 128
-  end
-end
-
-local function routeOf(env)
-  if not env or string.byte(env, 1) ~= 2 then
-    return ''
-  end
-  local n, pos = uvarint(env, 3)
-  if not n then
-    return ''
-  end
-  return string.sub(env, pos, pos + n - 1)
-end
 
 -- cstart returns the call's counts state cs, which cadd and cflush take: the shard's
 -- counts key and the changes not yet written. Nothing is read.

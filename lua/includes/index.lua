@@ -1,6 +1,6 @@
--- index: the id index and the done window of the shard store, put in front of the
--- scripts that read or write remembered ids by lua.go (Redis scripts cannot include one
--- another). docs/ARCHITECTURE.md "Store layout" gives the reasons and the figures.
+-- index: the id index and the done window of the shard store, included by the
+-- scripts that read or write remembered ids. docs/ARCHITECTURE.md "Store layout" gives
+-- the reasons and the figures.
 --
 -- Keys (shard n, prefix P; every name below starts with a key passed in KEYS, so it
 -- carries the shard's hash tag {C:n} and lives in the same Redis Cluster slot; the

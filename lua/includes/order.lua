@@ -1,5 +1,5 @@
 -- order: strict per-key order for routes with `order: key` (storeapi/order.go), the
--- helper lua.go puts in front of the ordered_* wrappers. They wrap park, ack, retry,
+-- helper the ordered_* wrappers include. They wrap park, ack, retry,
 -- cancel, recover and reschedule unchanged (each runs as a function inside its
 -- wrapper) and keep, in the same atomic call, per shard:
 --

@@ -1,7 +1,7 @@
 --- @include "counts"
--- successor: the new version of an in-flight message kept by replace.lua, put in front
--- of the scripts that take a message out of in flight (ack, retry, recover) or look it
--- up by id (cancel, get) by lua.go. docs/CONTRACT.md "Replace" states the rule; this
+-- successor: the new version of an in-flight message kept by replace.lua, included
+-- by the scripts that take a message out of in flight (ack, retry, recover) or look it
+-- up by id (cancel, get). docs/CONTRACT.md "Replace" states the rule; this
 -- file and replace.lua are the whole of it on Redis.
 --
 -- P:{C:n}:nx  HASH id -> "<due>|<envelope>": the successor of an id in flight (a

@@ -12,7 +12,7 @@ import (
 	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
-// Strict per-key order (storeapi/order.go, lua/order.lua): where a message lives, and
+// Strict per-key order (storeapi/order.go, lua/includes/order.lua): where a message lives, and
 // the wake-ups after a key's next message became claimable.
 
 // ShardOfEnv is the shard of e: the one it was claimed from, else the shard of its
@@ -24,7 +24,7 @@ func (s *Store) ShardOfEnv(e *envelope.Envelope) int {
 	return s.ord.ShardOf(e, s.opt.Shards)
 }
 
-// keyQueue is the queue of route's key in shard (lua/order.lua: kz).
+// keyQueue is the queue of route's key in shard (lua/includes/order.lua: kz).
 func (s *Store) keyQueue(shard int, route, key string) string {
 	return s.keys[shard].ko + ":" + route + "\x00" + key
 }

@@ -52,7 +52,7 @@ type Options struct {
 	Ordered []string
 	// Logger gets the store's rare notices; nil logs nothing.
 	Logger *slog.Logger
-	// Cold tunes the cold tier (lua/cold.lua): pending messages due far ahead kept as
+	// Cold tunes the cold tier (lua/includes/cold.lua): pending messages due far ahead kept as
 	// elements of per-bucket lists instead of sorted-set members.
 	Cold ColdOptions
 }
@@ -118,7 +118,7 @@ type shardKeys struct {
 	// given (index.lua) declares it too, so Redis refuses the call while the shard's
 	// slot is being migrated (slotguard.go).
 	guard  string
-	ko, ki string // per-key order (lua/order.lua)
+	ko, ki string // per-key order (lua/includes/order.lua)
 }
 
 // Store is the Redis shard store: every operation on parked messages, shard leases and
@@ -138,7 +138,7 @@ type shardKeys struct {
 //	P:{C:n}:dn:<s>:<w> LIST  the fps remembered in that slice, for trimming it
 //	P:{C:n}:cb        ZSET   the cold tier's buckets (b -> b); P:{C:n}:cb:<b> LIST the
 //	                         pending messages due in [b*W, (b+1)*W), W = 65.536 s;
-//	                         P:{C:n}:cw HASH wm, cur: how far promotion went (lua/cold.lua)
+//	                         P:{C:n}:cw HASH wm, cur: how far promotion went (lua/includes/cold.lua)
 //	P:{C:n}:slotguard never exists; declared by the scripts of the index (slotguard.go)
 //	P:{C:n}:owner     STRING "instance|token", PX lease TTL
 //	P:{C:n}:fence     STRING counter behind the fencing tokens (never expires)
