@@ -108,6 +108,9 @@ end
 -- counts its entries exactly) is not read at all.
 local function ixget(ix, fps)
   local out = {}
+  if #fps == 0 then
+    return out
+  end
   ixload(ix)
   if ix.n == 0 then
     return out
@@ -129,6 +132,9 @@ end
 
 -- ixset stores states (vals[i] for fps[i]).
 local function ixset(ix, fps, vals)
+  if #fps == 0 then
+    return
+  end
   ixload(ix)
   if not ixdense(ix, fps) then
     for i = 1, #fps do
@@ -148,6 +154,9 @@ end
 
 -- ixdel forgets fps.
 local function ixdel(ix, fps)
+  if #fps == 0 then
+    return
+  end
   ixload(ix)
   if not ixdense(ix, fps) then
     for i = 1, #fps do
