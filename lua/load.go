@@ -15,9 +15,9 @@ import (
 //
 //	--- @include "<name>"
 //
-// where <name> is a file of includes/ (or a script: see below) without ".lua". Loading
-// a script puts every helper it needs, transitively, in front of it, each once and
-// after the helpers it includes itself. A script's own body becomes the function
+// where <name> is a file of includes/ (or a script of this folder: see below) without
+// ".lua". Loading a script puts every helper it needs, transitively, in front of it,
+// each once and after the helpers it includes itself. A script's own body becomes the function
 //
 //	local function <name>(KEYS, ARGV) ... end
 //
@@ -56,11 +56,10 @@ func (l *loader) unit(name string) (*unit, error) {
 		return u, nil
 	}
 	path := name + ".lua"
-	b, err := files.ReadFile(path)
-	if err != nil && !l.scripts[name] {
+	if !l.scripts[name] {
 		path = "includes/" + path
-		b, err = files.ReadFile(path)
 	}
+	b, err := files.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("lua: no source %q for %q: %w", path, name, err)
 	}
