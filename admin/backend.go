@@ -49,8 +49,7 @@ const (
 	StateInflight = "inflight" // claimed by an owner, being fired and published
 	StateDead     = "dead"     // in the dead letters (Reason says why)
 	// StateDelivered: published (broker-confirmed), remembered for
-	// scheduler.done_window. An entry written by an older bridge, which did not tell
-	// delivered from cancelled, reads as delivered.
+	// scheduler.done_window.
 	StateDelivered = "delivered"
 	// StateCancelled: cancelled (over HTTP or by an x-delay-cancel record, also one
 	// that arrived before its message), remembered for scheduler.done_window.

@@ -308,24 +308,12 @@ func (r *replays) finish() int {
 }
 
 // slowMoves moves three shards' slots one key at a time (100 ms apart) to another
-// master while the stream flows, so scripts meet a half-moved slot for seconds: shard 0
-// of layout 3 only, its index sub-hashes and done slices first; shards 1 and 2 with
-// layout 2 leftovers (a done ZSET and a cancelled HASH, as a store upgraded from layout 2
-// keeps for a done window), which are declared keys that exist, sub-hashes first for
-// shard 1 and last for shard 2.
+// master while the stream flows, so scripts meet a half-moved slot for seconds: the
+// keys the scripts build (index sub-hashes and done slices) first for shards 0 and 1,
+// last for shard 2.
 func slowMoves(t *testing.T, rc *testkit.RedisCluster, cc *redis.ClusterClient) []string {
 	t.Helper()
 	ctx := context.Background()
-	for _, sh := range []int{1, 2} {
-		base := fmt.Sprintf("delaybridge:{ha:%d}:", sh)
-		legacy := fmt.Sprintf("legacy-%d", sh)
-		if err := cc.ZAdd(ctx, base+"done", redis.Z{Score: float64(time.Now().UnixMilli()), Member: legacy}).Err(); err != nil {
-			t.Fatal(err)
-		}
-		if err := cc.HSet(ctx, base+"cancelled", legacy, "6:orders").Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
 	undeclared := func(key string) bool { return strings.Contains(key, ":ix:") || strings.Contains(key, ":dn:") }
 	orders := []func(string) bool{undeclared, undeclared, func(k string) bool { return !undeclared(k) }}
 	owners := shardNodes(t, rc)

@@ -89,7 +89,7 @@ func TestDispatchAndUsage(t *testing.T) {
 
 func TestVersion(t *testing.T) {
 	code, out, _ := call(t, "version")
-	if code != exitOK || !strings.Contains(out, "delay-bridge dev\n") || !strings.Contains(out, runtime.Version()) {
+	if code != exitOK || !strings.Contains(out, "delay-bridge 0.1.0\n") || !strings.Contains(out, runtime.Version()) {
 		t.Errorf("version: %d %q", code, out)
 	}
 	if code, _, _ := call(t, "version", "extra"); code != exitUsage {

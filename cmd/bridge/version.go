@@ -10,21 +10,24 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// version is set at build time: go build -ldflags "-X main.version=1.2.3".
-var version = "dev"
+// release is the version of this source tree (CHANGELOG.md).
+const release = "0.1.0"
+
+// version overrides release when set at build time: go build -ldflags "-X main.version=1.2.3".
+var version = ""
 
 func init() { addCommand(newVersionCmd) }
 
-// buildVersion is version, or the module version when installed with
-// `go install …@vX.Y.Z` and not set by -ldflags.
+// buildVersion is version when set by -ldflags, else the module version when installed
+// with `go install …@vX.Y.Z`, else release.
 func buildVersion() string {
-	if version != "dev" {
+	if version != "" {
 		return version
 	}
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
 		return bi.Main.Version
 	}
-	return version
+	return release
 }
 
 // revision is the VCS commit the binary was built from ("" if unknown), with

@@ -9,9 +9,8 @@ import (
 	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
-// A key's head removed without the ordered wrappers (a layout-2 write in compat mode,
-// damage) would block its key for good; the sweep that every recover call runs replaces
-// it.
+// A key's head removed without the ordered wrappers (damage) would block its key for
+// good; the sweep that every recover call runs replaces it.
 func TestOrderSweepRepairsAHeadRemovedBehindItsBack(t *testing.T) {
 	s, _, c := newTestStore(t, Options{Shards: 4, Ordered: []string{"orders"}})
 	ctx := storeCtx(t)

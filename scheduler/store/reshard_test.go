@@ -29,8 +29,7 @@ func (r *retryRecorder) RedisRetried(script, reason string) {
 
 // TestStoreAckWaitsOutSlotMigration: a shard's slot is half-moved between two masters
 // of a real Redis Cluster, its index sub-hashes and done slices already on the target,
-// every key the ack script declares still on the source (layout 2 leftovers included,
-// as in a store upgraded from layout 2). Ack must neither run there (it would meet the
+// every key the ack script declares still on the source. Ack must neither run there (it would meet the
 // moved sub-hashes half-way and fail after its first writes) nor on the target; it
 // waits (TRYAGAIN, retried and counted) until the slot is wholly moved, then acks: the
 // ids are remembered as delivered, a replay of one is refused, no key is left on the

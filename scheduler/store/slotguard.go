@@ -16,7 +16,7 @@ import (
 // While a slot migrates, Redis checks the keys a script declares before running it: on
 // the source, when some are already gone, it answers TRYAGAIN (or ASK when all are);
 // on the target, under ASKING, when some are not there yet, TRYAGAIN. The scripts of
-// the layout-3 index (index.lua) also read and write keys they build themselves (index
+// the id index (index.lua) also read and write keys they build themselves (index
 // sub-hashes, done slices): those are checked one command at a time inside the script,
 // so a script whose declared keys all sit on one node would meet a sub-hash still on
 // the other half-way through: on the source the command fails ("non local key") after
@@ -25,8 +25,7 @@ import (
 // BUSYKEY). The slot guard closes that: every such script also declares the shard's
 // key P:{C:n}:slotguard, which nothing ever writes, so while the shard's slot is
 // migrating some declared key is always missing and Redis refuses the call before it
-// runs, on both nodes, until the slot is wholly on its new owner. (Layout 2's done
-// key did the same by accident, but only while it does not exist.)
+// runs, on both nodes, until the slot is wholly on its new owner.
 //
 // A refused call did nothing, so the store sends it again: TRYAGAIN, and MOVED or ASK
 // that the client did not follow to the end, are retried with backoff for up to

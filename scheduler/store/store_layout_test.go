@@ -52,7 +52,7 @@ func parkClaimAck(t *testing.T, s *Store, idList []string, now int64) {
 	}
 }
 
-// TestStoreIndexLayout: layout 3 keeps the done window in index sub-hashes that stay
+// TestStoreIndexLayout: the store keeps the done window in index sub-hashes that stay
 // listpacks (split by linear hashing as they fill: entries/sub-hash stays near the
 // target), keyed by the 12-byte fingerprint, with the entry count kept exactly, and in
 // done slices that the trim deletes whole, leaving no key behind.

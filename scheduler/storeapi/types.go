@@ -16,8 +16,7 @@ const (
 	StatePending  State = "pending"  // waiting for its time
 	StateInflight State = "inflight" // claimed by a pump, being published
 	StateDead     State = "dead"     // dead-lettered (envelope Reason says why)
-	// StateDelivered: published, remembered for the dedup window. A done entry of an
-	// older bridge (which recorded cancels there too) reads as delivered.
+	// StateDelivered: published, remembered for the dedup window.
 	StateDelivered State = "delivered"
 	// StateCancelled: cancelled (or tombstoned by a cancel that came before its
 	// message), remembered for the dedup window.
@@ -54,8 +53,8 @@ const (
 // 1000*2^k ms at or above windowMs/32. The done window forgets ids by slice: an id is
 // forgotten once the slice holding its time (whole seconds) ends a window in the past,
 // so it is remembered for at least the window and at most the window plus one slice
-// (plus the time the trim takes to reach it). Every store uses it (the Redis store's
-// layout 3, memstore) and the conformance suite states the bound with it.
+// (plus the time the trim takes to reach it). Every store uses it (the Redis store,
+// memstore) and the conformance suite states the bound with it.
 func DoneSliceMs(windowMs int64) int64 {
 	sec := max((windowMs/32+999)/1000, 1)
 	return 1000 << (64 - bits.LeadingZeros64(uint64(sec-1)))

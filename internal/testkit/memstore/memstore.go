@@ -293,7 +293,7 @@ func sortScored(out []scored) {
 }
 
 // trimArgs mirrors the Redis store's done-window arguments of ack and cancel, and its
-// layout 3's granularity: ids are forgotten by done slice (storeapi.DoneSliceMs wide),
+// granularity: ids are forgotten by done slice (storeapi.DoneSliceMs wide),
 // once the slice holding their time ended a window ago, so trimBefore is the start of
 // the slice that holds now - window: the ids done before it are forgettable.
 func (s *Store) trimArgs(now int64, batch int) (remember bool, trimBefore int64, trimLimit int) {
@@ -303,7 +303,7 @@ func (s *Store) trimArgs(now int64, batch int) (remember bool, trimBefore int64,
 	return window > 0, before - ((before%w)+w)%w, max(2*batch, minTrim)
 }
 
-// doneSecond is the time a done entry keeps, as the Redis store's layout 3 does: whole
+// doneSecond is the time a done entry keeps, as the Redis store does: whole
 // seconds (rounded down).
 func doneSecond(now int64) int64 { return now - ((now%1000)+1000)%1000 }
 

@@ -9,7 +9,7 @@ import (
 	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
-// The done window's granularity and its later states (store layout 3 keeps it by
+// The done window's granularity and its later states (the Redis store keeps it by
 // slice: docs/CONTRACT.md §3).
 
 func init() {
