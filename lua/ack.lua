@@ -1,9 +1,13 @@
+--- @include "zset"
+--- @include "counts"
+--- @include "index"
+--- @include "successor"
 -- ack: claimed messages were published; forget them and remember their ids in the done
 -- window.
 --
 -- KEYS[1] msg        HASH
 -- KEYS[2] inflight   ZSET
--- KEYS[3] counts     HASH per-route counts (counts.lua, put in front by lua.go)
+-- KEYS[3] counts     HASH per-route counts (includes/counts.lua)
 -- KEYS[4] ix         HASH the id index's state (index.lua)
 -- KEYS[5] dn         ZSET the done slices (index.lua)
 -- KEYS[6] nx         HASH successors (successor.lua): an acked id's successor becomes
@@ -26,16 +30,28 @@
 -- Only an id still in inflight is acked: if it was recovered, cancelled or acked already,
 -- it no longer belongs to this claim and must be left alone. An acked id's state becomes
 -- delivered, replacing any tombstone another route's cancel left.
-cstart(KEYS[3])
-ixstart(KEYS[4], KEYS[5])
+local cs = cstart(KEYS[3])
+local ix = ixstart(KEYS[4], KEYS[5])
 local acked, fps, vals, routes = {}, {}, {}, {}
 local withRoutes = ARGV[5] == '1'
 local step = withRoutes and 3 or 2
 local now = ARGV[1]
+-- The batch's distinct ids (an id twice is acked once), looked up in inflight with one
+-- command and removed with one.
+local ids, at, seen = {}, {}, {}
 for i = 7, #ARGV, step do
   local id = ARGV[i]
-  if redis.call('ZREM', KEYS[2], id) == 1 then
-    acked[#acked + 1] = id
+  if not seen[id] then
+    seen[id] = true
+    ids[#ids + 1] = id
+    at[#ids] = i
+  end
+end
+local held = zpresent(KEYS[2], ids)
+for j = 1, #ids do
+  if held[j] then
+    local i = at[j]
+    acked[#acked + 1] = ids[j]
     if withRoutes then
       routes[#acked] = ARGV[i + 1]
     end
@@ -44,6 +60,7 @@ for i = 7, #ARGV, step do
   end
 end
 if #acked > 0 then
+  redis.call('ZREM', KEYS[2], unpack(acked))
   if not withRoutes then
     local envs = redis.call('HMGET', KEYS[1], unpack(acked))
     for j = 1, #acked do
@@ -51,16 +68,16 @@ if #acked > 0 then
     end
   end
   for j = 1, #acked do
-    cadd('inflight', routes[j], -1)
+    cadd(cs, 'inflight', routes[j], -1)
   end
   redis.call('HDEL', KEYS[1], unpack(acked))
-  fps, vals = nxacked(KEYS[6], KEYS[7], KEYS[1], acked, fps, vals)
-  cflush()
+  fps, vals = nxacked(cs, KEYS[6], KEYS[7], KEYS[1], acked, fps, vals)
+  cflush(cs)
   if ARGV[2] == '1' and #fps > 0 then
-    ixset(fps, vals)
-    dnrecord(fps, now, ARGV[6])
+    ixset(ix, fps, vals)
+    dnrecord(ix, fps, now, ARGV[6])
   end
 end
-local trimmed = dntrim(ARGV[3], ARGV[4])
-ixflush()
+local trimmed = dntrim(ix, ARGV[3], ARGV[4])
+ixflush(ix)
 return { #acked, trimmed }

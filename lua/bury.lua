@@ -1,3 +1,7 @@
+--- @include "routes"
+--- @include "counts"
+--- @include "index"
+--- @include "cold"
 -- bury: store a batch of invalid messages straight into the dead letters of one shard,
 -- idempotently by id (same rules as park), so bad input never blocks a partition or a
 -- queue and is never silently dropped.
@@ -10,16 +14,16 @@
 -- state the id is already in, as in park), so a replayed batch is neither counted nor
 -- copied to the dead-letter target again.
 -- hasRoute comes from routes.lua, cstart/cadd/cflush from counts.lua, ixstart/ixget/
--- doneOf from index.lua, cofind from cold.lua, which lua.go puts in front of this
--- script.
-cstart(KEYS[5])
-ixstart(KEYS[6], KEYS[7])
-costart(KEYS[1])
+-- doneOf from index.lua, cofind from cold.lua, which this script
+-- includes.
+local cs = cstart(KEYS[5])
+local ix = ixstart(KEYS[6], KEYS[7])
+local co = costart(KEYS[1])
 local fps = {}
 for i = 5, #ARGV, 4 do
   fps[#fps + 1] = ARGV[i]
 end
-local states = ixget(fps)
+local states = ixget(ix, fps)
 local out = {}
 local n = 0
 local now = ARGV[1]
@@ -35,7 +39,7 @@ for i = 2, #ARGV, 4 do
       st = 'cancelled'
     end
   end
-  if not st and cofind(states[n], id) then
+  if not st and cofind(co, states[n], id) then
     st = 'pending' -- in the cold tier
   end
   if not st then
@@ -48,11 +52,11 @@ for i = 2, #ARGV, 4 do
     else
       redis.call('HSET', KEYS[2], id, ARGV[i + 1])
       redis.call('ZADD', KEYS[4], now, id)
-      cadd('dead', route, 1)
+      cadd(cs, 'dead', route, 1)
       st = 'buried'
     end
   end
   out[n] = st
 end
-cflush()
+cflush(cs)
 return out

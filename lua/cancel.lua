@@ -1,3 +1,8 @@
+--- @include "routes"
+--- @include "counts"
+--- @include "index"
+--- @include "successor"
+--- @include "cold"
 -- cancel: remove a message by id wherever it is, and remember it in the done window as
 -- cancelled, so that a replayed ingress record of its route cannot park it again.
 --
@@ -33,23 +38,23 @@
 -- A pending message in the cold tier (cold.lua) is found through its index entry; its
 -- element is emptied and the entry becomes the tombstone (or is deleted).
 -- hasRoute comes from routes.lua, cstart/cadd/cflush from counts.lua, the ix*/dn*
--- helpers from index.lua, co* from cold.lua, which lua.go puts in front of this script.
+-- helpers from index.lua, co* from cold.lua, which this script includes.
 local function entry(route)
   return string.format('%d:', #route) .. route
 end
 local id, now, route, expected, fp = ARGV[1], ARGV[2], ARGV[6], ARGV[7], ARGV[9]
 local remember = ARGV[3] == '1'
-ixstart(KEYS[6], KEYS[7])
+local ix = ixstart(KEYS[6], KEYS[7])
 -- done: whether the id is remembered, and the routes of its cancels (nil: delivered).
-local state = ixget({ fp })[1]
+local state = ixget(ix, { fp })[1]
 local done, doneRoutes = doneOf(state)
 local function finish(routes)
   if remember then
-    ixset({ fp }, { cancelledAt(now, routes) })
-    dnrecord({ fp }, now, ARGV[10])
+    ixset(ix, { fp }, { cancelledAt(now, routes) })
+    dnrecord(ix, { fp }, now, ARGV[10])
   end
-  dntrim(ARGV[4], ARGV[5])
-  ixflush()
+  dntrim(ix, ARGV[4], ARGV[5])
+  ixflush(ix)
 end
 local prior = ''
 local set
@@ -86,9 +91,9 @@ if prior ~= '' then
   if prior == 'inflight' then
     redis.call('HDEL', KEYS[8], id)
   end
-  cstart(KEYS[5])
-  cadd(prior, routeOf(env), -1)
-  cflush()
+  local cs = cstart(KEYS[5])
+  cadd(cs, prior, routeOf(env), -1)
+  cflush(cs)
   -- Keep another route's tombstone for this id (its message may still come).
   local routes = entry(route)
   if doneRoutes and not hasRoute(doneRoutes, route) then
@@ -97,18 +102,18 @@ if prior ~= '' then
   finish(routes)
   return prior
 end
-costart(KEYS[1])
-local b, pos, due, cenv = cofind(state, id)
+local co = costart(KEYS[1])
+local b, pos, due, cenv = cofind(co, state, id)
 if b then
   if redis.sha1hex(cenv) ~= expected then
     return 'stale'
   end
-  codrop(b, pos)
-  cstart(KEYS[5])
-  cadd('pending', routeOf(cenv), -1)
-  cflush()
+  codrop(co, b, pos)
+  local cs = cstart(KEYS[5])
+  cadd(cs, 'pending', routeOf(cenv), -1)
+  cflush(cs)
   if not remember then
-    ixdel({ fp })
+    ixdel(ix, { fp })
   end
   finish(entry(route))
   return 'pending'

@@ -1,10 +1,13 @@
+--- @include "counts"
+--- @include "index"
+--- @include "cold"
 -- claim: move due messages of one shard into inflight, for the shard's lease holder only.
 --
 -- KEYS[1] due       ZSET id -> due time
 -- KEYS[2] msg       HASH id -> envelope
 -- KEYS[3] inflight  ZSET id -> lease deadline
 -- KEYS[4] owner     STRING "instance|token"
--- KEYS[5] counts    HASH per-route counts (counts.lua, put in front by lua.go)
+-- KEYS[5] counts    HASH per-route counts (includes/counts.lua)
 -- KEYS[6] ix        HASH the id index's state (index.lua): promoted messages' entries
 --                   are deleted
 -- KEYS[7] the shard's slotguard (never written; slotguard.go): the cold tier's buckets
@@ -58,12 +61,12 @@ if #again > 0 then
   end
   return out
 end
-cstart(KEYS[5])
-costart(KEYS[1])
+local cs = cstart(KEYS[5])
+local co = costart(KEYS[1])
 local lead = tonumber(ARGV[5] or '-1')
 local promoting = false
 if lead >= 0 then
-  local _, _, more = copromote(KEYS[1], KEYS[2], KEYS[6], tonumber(ARGV[2]) + lead, tonumber(ARGV[6]))
+  local _, _, more = copromote(co, cs, KEYS[1], KEYS[2], KEYS[6], tonumber(ARGV[2]) + lead, tonumber(ARGV[6]))
   promoting = more
 end
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[2], 'WITHSCORES', 'LIMIT', 0, ARGV[4])
@@ -83,9 +86,9 @@ for first = 1, #ids, 2 * step do
   local zadd = {}
   for j = 1, #members do
     local route = routeOf(envs[j])
-    cadd('pending', route, -1)
+    cadd(cs, 'pending', route, -1)
     if envs[j] then
-      cadd('inflight', route, 1)
+      cadd(cs, 'inflight', route, 1)
       zadd[#zadd + 1] = ARGV[3]
       zadd[#zadd + 1] = members[j]
       out[n + 1] = members[j]
@@ -107,11 +110,11 @@ end
 if promoting then
   out[1] = 0
 elseif lead >= 0 then
-  local nb = conext()
+  local nb = conext(co)
   if nb and (out[1] < 0 or nb < out[1]) then
     out[1] = nb
   end
 end
 out[2] = dropped
-cflush()
+cflush(cs)
 return out

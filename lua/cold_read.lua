@@ -1,3 +1,6 @@
+--- @include "counts"
+--- @include "index"
+--- @include "cold"
 -- cold_read: read a shard's cold tier (cold.lua) for browse, counts and edges; read-only.
 --
 -- KEYS[1] due   the shard's due key (the cold tier's keys are named after it)
@@ -14,9 +17,9 @@
 --        bucket inside the range, a scan of the (at most two) buckets at its ends.
 -- edge:  ARGV[4] "1" for the highest due time in [from, to], else the lowest.
 --        Returns { due } or {} when there is none.
-costart(KEYS[1])
+local co = costart(KEYS[1])
 local mode, from, to = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local cb = CO.base .. 'cb'
+local cb = co.base .. 'cb'
 local lo = math.floor(from / CO_W)
 local hi = math.floor(to / CO_W)
 
@@ -33,7 +36,7 @@ end
 
 -- scan calls fn(id, due, env) for each live element of bucket b due in [from, to].
 local function scan(b, fn)
-  local key = cobkey(b)
+  local key = cobkey(co, b)
   local n = redis.call('LLEN', key)
   for first = 0, n - 1, 1000 do
     local els = redis.call('LRANGE', key, first, first + 999)
@@ -51,7 +54,7 @@ if mode == 'count' then
   for _, m in ipairs(buckets(false)) do
     local b = tonumber(m)
     if b * CO_W >= from and (b + 1) * CO_W - 1 <= to then
-      n = n + redis.call('LLEN', cobkey(b)) - (tonumber(redis.call('HGET', CO.base .. 'cw', 'x' .. m)) or 0)
+      n = n + redis.call('LLEN', cobkey(co, b)) - (tonumber(redis.call('HGET', co.base .. 'cw', 'x' .. m)) or 0)
     else
       scan(b, function()
         n = n + 1

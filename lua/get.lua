@@ -1,3 +1,7 @@
+--- @include "counts"
+--- @include "index"
+--- @include "successor"
+--- @include "cold"
 -- get: look a message up by id wherever it is.
 --
 -- KEYS[1] due        ZSET id -> due time
@@ -14,7 +18,7 @@
 -- deadline, time dead-lettered, delivered or cancelled; unix ms); "delivered" and
 -- "cancelled" have no envelope; an unknown id returns { "" }.
 -- ixstart/ixget/doneOf come from index.lua, cofind from cold.lua (a pending message
--- in the cold tier), which lua.go puts in front of this script.
+-- in the cold tier), which this script includes.
 local id = ARGV[1]
 local states = { 'pending', 'inflight', 'dead' }
 for i = 1, 3 do
@@ -35,10 +39,10 @@ for i = 1, 3 do
     return { states[i], tonumber(score) }
   end
 end
-ixstart(KEYS[5], '')
-local v = ixget({ ARGV[2] })[1]
-costart(KEYS[1])
-local b, _, due, env = cofind(v, id)
+local ix = ixstart(KEYS[5], '')
+local v = ixget(ix, { ARGV[2] })[1]
+local co = costart(KEYS[1])
+local b, _, due, env = cofind(co, v, id)
 if b then
   return { 'pending', due, env }
 end

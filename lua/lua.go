@@ -1,160 +1,104 @@
 // Package lua holds the Redis Lua scripts of the shard store, one operation per file,
-// embedded into the binary. Each file starts with a comment stating its KEYS, ARGV and
-// return value; the shard store (scheduler/store*.go) is the contract's Go side, and
-// package membership runs the lease_* scripts on Kafka partition leases too.
+// embedded into the binary. Each script file starts with a comment stating its KEYS,
+// ARGV and return value; the shard store (scheduler/store*.go) is the contract's Go
+// side, and package membership runs the lease_* scripts on Kafka partition leases too.
+//
+// Helpers live in includes/, one concern per file (counts, index, cold, successor,
+// order, routes, zset). A file names what it uses with `--- @include "<name>"` lines;
+// the loader (load.go) puts every helper a script needs in front of it, each once and
+// after what it includes itself, and makes the script's body the function
+// `local function <name>(KEYS, ARGV)`, so a wrapper calls the script it wraps
+// (ordered_park calls park). Helpers take keys as arguments, never KEYS.
+//
+// The scripts are called as one Redis Functions library (NewLibrary): FUNCTION LOAD
+// defines the helpers once per server, and a call (FCALL) runs only its own body. The
+// library is named "delaybridge_<hash>" after its code, its functions "<script>_<hash>",
+// so two builds of a rolling upgrade load two libraries and each calls its own. Where
+// the server has no FUNCTION command (the embedded server of `bridge dev`, Redis 6) the
+// same helpers and body are assembled per script for EVALSHA (Library.Eval).
+// docs/ARCHITECTURE.md "Scripts: loading and calling" gives the measured reasons.
 //
 // Conventions every script keeps, because the store relies on them:
+//   - a library's top level lives across calls, so it holds only functions and
+//     constants: per-call state is a table a script makes (cstart, ixstart, costart,
+//     ostart) and passes to the helpers, and no code reads or writes a global
+//     (TestLibraryKeepsNoState);
+//   - a call reads only what it needs: the counts are written, never read; the index
+//     state is read when a call first looks up or records an id (ixload);
 //   - every key is passed in KEYS, and all keys of one call share one Redis Cluster
 //     hash tag, so a script touches exactly one slot. The one exception is index.lua:
 //     the index sub-hashes and done slices of the store are many keys whose names
 //     depend on the data, so it builds them by appending to a key passed in KEYS (the
 //     shard's P:{C:n}:ix and P:{C:n}:dn), which keeps the hash tag and so the slot.
 //     cold.lua is the second: the cold tier's buckets P:{C:n}:cb:<b> are named after
-//     the shard's due key. Their callers also pass the shard's P:{C:n}:slotguard after the script's own
-//     KEYS, a key nothing writes, so Redis Cluster refuses the call while the slot
-//     migrates instead of the script meeting half-moved keys (scheduler/store/slotguard.go);
+//     the shard's due key. Their callers also pass the shard's P:{C:n}:slotguard after
+//     the script's own KEYS, a key nothing writes, so Redis Cluster refuses the call
+//     while the slot migrates instead of the script meeting half-moved keys
+//     (scheduler/store/slotguard.go);
 //   - times are integer unix milliseconds passed in ARGV (never TIME), so tests can
 //     inject time and the scripts stay deterministic for replication;
 //   - batches are bounded by the caller or by a LIMIT argument, so no call blocks Redis
-//     for long however large a shard grows.
+//     for long however large a shard grows, and a batch is read and written with
+//     whole-batch commands (HMGET, HSET, HDEL, ZADD, ZREM, ZMSCORE) rather than one
+//     command per message where one command can do it.
 //
 // The scripts use only commands that Redis 6+ and the embedded Redis-compatible server
-// of `bridge dev` both run.
+// of `bridge dev` both run; ZMSCORE (Redis 6.2) is called through zpresent, which falls
+// back to ZSCORE per id where the server lacks it.
 package lua
 
 import _ "embed"
 
-// routes.lua is put in front of the scripts that read route lists, counts.lua in front
-// of those that move messages (they keep the per-route counts), index.lua in front of
-// those that read or write the done window, successor.lua in front of
-// those that take a message out of in flight or read it by id (replace's successors).
+// Scripts are the scripts of the shard store's library (NewLibrary), by file name
+// without ".lua". The ordered_* scripts wrap park, ack, retry, recover, cancel,
+// reschedule and replace with per-key order (ordered_park.lua and the others).
+var Scripts = []string{
+	"park", "replace", "bury", "cancel", "claim", "ack", "retry", "recover", "reschedule",
+	"get", "purge_dead", "purge_dead_ids", "browse", "cold_read",
+	"job_claim", "job_save", "job_cancel", "lease_acquire", "lease_renew", "lease_release",
+	"schedule_put", "schedule_delete", "schedule_plan",
+	"ordered_park", "ordered_ack", "ordered_retry", "ordered_recover", "ordered_cancel",
+	"ordered_reschedule", "ordered_replace",
+}
+
+// The lease scripts, for package membership, which runs them with EVALSHA on Kafka
+// partition leases (they include no helper).
 var (
-	//go:embed routes.lua
-	routes string
-	//go:embed counts.lua
-	counts string
-	//go:embed index.lua
-	index string
-	//go:embed successor.lua
-	successor string
-	//go:embed cold.lua
-	cold string
-	//go:embed replace.lua
-	replace string
-	//go:embed park.lua
-	park string
-	//go:embed bury.lua
-	bury string
-	//go:embed cancel.lua
-	cancel string
-	//go:embed claim.lua
-	claim string
-	//go:embed ack.lua
-	ack string
-	//go:embed retry.lua
-	retry string
-	//go:embed recover.lua
-	recover string
-	//go:embed reschedule.lua
-	reschedule string
-	//go:embed purge_dead.lua
-	purgeDead string
-	//go:embed purge_dead_ids.lua
-	purgeDeadIDs string
-)
-
-// The scripts that move messages, with their helpers in front.
-var (
-	Park         = routes + counts + index + cold + park
-	Replace      = routes + counts + index + successor + cold + replace
-	Bury         = routes + counts + index + cold + bury
-	Cancel       = routes + counts + index + successor + cold + cancel
-	Claim        = counts + index + cold + claim
-	Ack          = counts + index + successor + ack
-	Retry        = counts + successor + retry
-	Recover      = counts + successor + recover
-	Reschedule   = counts + index + cold + reschedule
-	PurgeDead    = counts + purgeDead
-	PurgeDeadIDs = counts + purgeDeadIDs
-)
-
-// IndexHelper is index.lua, the helper put in front of the scripts of the done
-// window: the only source that builds key names (tests look for others that do).
-var IndexHelper = index
-
-// ColdHelper is cold.lua, the helper of the cold tier, which names
-// the shard's bucket keys after its due key (tests look for other sources that build
-// key names).
-var ColdHelper = cold
-
-// Get is get.lua with its helper in front.
-var Get = counts + index + successor + cold + get
-
-//go:embed cold_read.lua
-var coldRead string
-
-// ColdRead is cold_read.lua (browse, counts and edges of the cold tier) with its
-// helpers in front.
-var ColdRead = counts + index + cold + coldRead
-
-// Script sources, named after their files.
-var (
-	//go:embed get.lua
-	get string
-	//go:embed browse.lua
-	Browse string
-	//go:embed job_claim.lua
-	JobClaim string
-	//go:embed job_save.lua
-	JobSave string
-	//go:embed job_cancel.lua
-	JobCancel string
 	//go:embed lease_acquire.lua
 	LeaseAcquire string
 	//go:embed lease_renew.lua
 	LeaseRenew string
 	//go:embed lease_release.lua
 	LeaseRelease string
-	//go:embed schedule_put.lua
-	SchedulePut string
-	//go:embed schedule_delete.lua
-	ScheduleDelete string
-	//go:embed schedule_plan.lua
-	SchedulePlan string
 )
 
-// All returns every script by name (the file name without ".lua"), for callers that
-// preload or inspect them all, such as tests and the dev server.
-func All() map[string]string {
-	return map[string]string{
-		"park":               Park,
-		"replace":            Replace,
-		"bury":               Bury,
-		"claim":              Claim,
-		"ack":                Ack,
-		"retry":              Retry,
-		"recover":            Recover,
-		"cancel":             Cancel,
-		"reschedule":         Reschedule,
-		"get":                Get,
-		"purge_dead":         PurgeDead,
-		"browse":             Browse,
-		"cold_read":          ColdRead,
-		"purge_dead_ids":     PurgeDeadIDs,
-		"job_claim":          JobClaim,
-		"job_save":           JobSave,
-		"job_cancel":         JobCancel,
-		"lease_acquire":      LeaseAcquire,
-		"lease_renew":        LeaseRenew,
-		"lease_release":      LeaseRelease,
-		"schedule_put":       SchedulePut,
-		"schedule_delete":    ScheduleDelete,
-		"schedule_plan":      SchedulePlan,
-		"ordered_park":       OrderedPark,
-		"ordered_ack":        OrderedAck,
-		"ordered_retry":      OrderedRetry,
-		"ordered_recover":    OrderedRecover,
-		"ordered_cancel":     OrderedCancel,
-		"ordered_reschedule": OrderedReschedule,
+// helper is the text of helper file name as the loader puts it in front of a script.
+func helper(name string) string {
+	u, err := newLoader(nil).unit(name)
+	if err != nil {
+		panic(err)
 	}
+	return u.text
+}
+
+// IndexHelper is index.lua, the helper of the done window: the only source that builds
+// key names apart from ColdHelper (tests look for others that do).
+var IndexHelper = helper("index")
+
+// ColdHelper is cold.lua, the helper of the cold tier, which names the shard's bucket
+// keys after its due key.
+var ColdHelper = helper("cold")
+
+// All returns every script's EVAL source by name, for callers that inspect them all,
+// such as tests.
+func All() map[string]string {
+	lib, err := NewLibrary("delaybridge", Scripts)
+	if err != nil {
+		panic(err)
+	}
+	out := make(map[string]string, len(Scripts))
+	for _, n := range Scripts {
+		out[n] = lib.Eval(n)
+	}
+	return out
 }

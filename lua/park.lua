@@ -1,3 +1,7 @@
+--- @include "routes"
+--- @include "counts"
+--- @include "index"
+--- @include "cold"
 -- park: store a batch of messages in one shard, idempotently by id.
 --
 -- KEYS[1] due        ZSET id -> due time (unix ms)
@@ -33,16 +37,16 @@
 -- entry; its id is looked for in msg first (the same HMGET), so an id in flight or dead
 -- is refused as before.
 -- hasRoute comes from routes.lua, cstart/cadd/cflush from counts.lua, ixstart/ixget/
--- doneOf from index.lua, co* from cold.lua, which lua.go puts in front of this script.
-cstart(KEYS[5])
-ixstart(KEYS[6], KEYS[7])
-costart(KEYS[1])
+-- doneOf from index.lua, co* from cold.lua, which this script includes.
+local cs = cstart(KEYS[5])
+local ix = ixstart(KEYS[6], KEYS[7])
+local co = costart(KEYS[1])
 local now, horizon = tonumber(ARGV[1]), tonumber(ARGV[2])
 local fps = {}
 for i = 7, #ARGV, 5 do
   fps[#fps + 1] = ARGV[i]
 end
-local states = ixget(fps)
+local states = ixget(ix, fps)
 -- One HMGET says which ids already have an envelope (pending in due, in flight or
 -- dead) and one HSET below stores the new envelopes: two commands per call instead of
 -- one HSETNX (and, for the cold tier, one HEXISTS) per message.
@@ -63,7 +67,7 @@ for i = 3, #ARGV, 5 do
   local st
   n = n + 1
   local t, routes = doneOf(states[n])
-  if cold[id] or cofind(states[n], id) then
+  if cold[id] or cofind(co, states[n], id) then
     t, st = nil, 'pending'
   end
   if t then
@@ -74,17 +78,17 @@ for i = 3, #ARGV, 5 do
     end
   end
   local free = not held[n] and not seen[id]
-  if not st and free and not states[n] and cocold(ARGV[i + 1], now, horizon) then
+  if not st and free and not states[n] and cocold(co, ARGV[i + 1], now, horizon) then
     st = 'parked'
     cold[id] = true
-    cadd('pending', route, 1)
-    coadd(id, ARGV[i + 1], ARGV[i + 2], ARGV[i + 4])
+    cadd(cs, 'pending', route, 1)
+    coadd(co, id, ARGV[i + 1], ARGV[i + 2], ARGV[i + 4])
   end
   if not st then
     if free then
       st = 'parked'
       seen[id] = true
-      cadd('pending', route, 1)
+      cadd(cs, 'pending', route, 1)
       zadd[#zadd + 1] = ARGV[i + 1]
       zadd[#zadd + 1] = id
       hset[#hset + 1] = id
@@ -107,10 +111,10 @@ end
 if #zadd > 0 then
   redis.call('ZADD', KEYS[1], unpack(zadd))
 end
-local cfps, cmarks = coflush()
+local cfps, cmarks = coflush(co)
 if #cfps > 0 then
-  ixset(cfps, cmarks)
-  ixflush()
+  ixset(ix, cfps, cmarks)
+  ixflush(ix)
 end
-cflush()
+cflush(cs)
 return out

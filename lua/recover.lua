@@ -1,3 +1,5 @@
+--- @include "counts"
+--- @include "successor"
 -- recover: move inflight messages back to due so they fire again (at-least-once): those
 -- whose lease deadline has passed (a claim that was never acked or retried), or, when a
 -- new owner takes a shard over, everything its previous owner left in flight.
@@ -5,7 +7,7 @@
 -- KEYS[1] due       ZSET
 -- KEYS[2] inflight  ZSET id -> lease deadline
 -- KEYS[3] msg       HASH (read for the routes)
--- KEYS[4] counts    HASH per-route counts (counts.lua, put in front by lua.go)
+-- KEYS[4] counts    HASH per-route counts (includes/counts.lua)
 -- KEYS[5] nx        HASH successors (successor.lua): an id with one is not fired again;
 --                   its successor becomes pending instead
 -- ARGV[1] now (integer unix ms): the new due time
@@ -16,7 +18,7 @@
 --
 -- They are due at now, not at their original due time (inflight keeps only the
 -- deadline), which puts them at the head of the shard.
-cstart(KEYS[4])
+local cs = cstart(KEYS[4])
 local cutoff = ARGV[3] or ARGV[1]
 local page = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', cutoff, 'WITHSCORES', 'LIMIT', 0, ARGV[2])
 local ids = {}
@@ -29,13 +31,13 @@ if #ids > 0 then
   for i = 1, #ids do
     redis.call('ZREM', KEYS[2], ids[i])
     local route = routeOf(envs[i])
-    cadd('inflight', route, -1)
-    if not (succ and nxpromote(KEYS[5], KEYS[1], KEYS[3], ids[i])) then
+    cadd(cs, 'inflight', route, -1)
+    if not (succ and nxpromote(cs, KEYS[5], KEYS[1], KEYS[3], ids[i])) then
       redis.call('ZADD', KEYS[1], ARGV[1], ids[i])
-      cadd('pending', route, 1)
+      cadd(cs, 'pending', route, 1)
     end
   end
-  cflush()
+  cflush(cs)
 end
 local more = 0
 if redis.call('ZCOUNT', KEYS[2], '-inf', cutoff) > 0 then

@@ -1,3 +1,8 @@
+--- @include "routes"
+--- @include "counts"
+--- @include "index"
+--- @include "successor"
+--- @include "cold"
 -- replace: store a batch of messages in one shard, each replacing the message its id
 -- names on its route (x-delay-replace: upsert and debounce). docs/CONTRACT.md "Replace"
 -- has the table of states and outcomes; storeapi.Intake.ReplaceEach the contract.
@@ -23,21 +28,21 @@
 -- hasRoute comes from routes.lua, cstart/cadd/cflush/routeOf from counts.lua,
 -- ixstart/ixget/ixdel/ixflush/doneOf from index.lua, nxget from successor.lua, co* from
 -- cold.lua.
-cstart(KEYS[5])
-ixstart(KEYS[6], KEYS[7])
+local cs = cstart(KEYS[5])
+local ix = ixstart(KEYS[6], KEYS[7])
 local now, horizon = tonumber(ARGV[1]), tonumber(ARGV[2])
-costart(KEYS[1])
+local co = costart(KEYS[1])
 local out = {}
 -- park puts a new version in due, or in the cold tier when it is due far enough ahead
 -- and its id's index entry is free (free: none, or the cold place just emptied).
 local function park(id, due, env, route, fp, free)
-  if free and cocold(due, now, horizon) then
-    ixset({ fp }, { coput(id, due, env, fp) })
+  if free and cocold(co, due, now, horizon) then
+    ixset(ix, { fp }, { coput(co, id, due, env, fp) })
   else
     redis.call('HSET', KEYS[2], id, env)
     redis.call('ZADD', KEYS[1], due, id)
   end
-  cadd('pending', route, 1)
+  cadd(cs, 'pending', route, 1)
 end
 for i = 3, #ARGV, 5 do
   local id, due, env, route, fp = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
@@ -45,17 +50,17 @@ for i = 3, #ARGV, 5 do
   local old = redis.call('HGET', KEYS[2], id)
   local state, b, pos, cdue, cenv
   if not old then
-    state = ixget({ fp })[1]
-    b, pos, cdue, cenv = cofind(state, id)
+    state = ixget(ix, { fp })[1]
+    b, pos, cdue, cenv = cofind(co, state, id)
   end
   if b then
     if routeOf(cenv) ~= route then
       res = 'refused:pending'
     else
-      codrop(b, pos)
-      cadd('pending', route, -1)
-      if not cocold(due, now, horizon) then
-        ixdel({ fp })
+      codrop(co, b, pos)
+      cadd(cs, 'pending', route, -1)
+      if not cocold(co, due, now, horizon) then
+        ixdel(ix, { fp })
       end
       park(id, due, env, route, fp, true)
       res = 'replaced:pending'
@@ -77,7 +82,7 @@ for i = 3, #ARGV, 5 do
       res = 'replaced:inflight'
     else
       redis.call('ZREM', set, id)
-      cadd(prior, route, -1)
+      cadd(cs, prior, route, -1)
       park(id, due, env, route, fp, false)
       res = 'replaced:' .. prior
     end
@@ -91,13 +96,13 @@ for i = 3, #ARGV, 5 do
         -- Delivered: the id starts anew (its done entry would say "delivered" to a
         -- duplicate of the new version).
         res = 'parked:delivered'
-        ixdel({ fp })
+        ixdel(ix, { fp })
       end
       park(id, due, env, route, fp, not state or (t and not routes))
     end
   end
   out[#out + 1] = res
 end
-cflush()
-ixflush()
+cflush(cs)
+ixflush(ix)
 return out

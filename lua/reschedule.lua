@@ -1,10 +1,13 @@
+--- @include "counts"
+--- @include "index"
+--- @include "cold"
 -- reschedule: give a pending message a new due time, or requeue a dead letter.
 --
 -- KEYS[1] due       ZSET
 -- KEYS[2] msg       HASH
 -- KEYS[3] inflight  ZSET
 -- KEYS[4] dead      ZSET
--- KEYS[5] counts    HASH per-route counts (counts.lua, put in front by lua.go)
+-- KEYS[5] counts    HASH per-route counts (includes/counts.lua)
 -- KEYS[6] ix        HASH the id index's state (index.lua), for the done window
 -- ARGV[1] id
 -- ARGV[2] new due (integer unix ms)
@@ -25,7 +28,7 @@
 -- due), "inflight", "delivered", "cancelled" or "" (unchanged:
 -- a message being published or already gone cannot be rescheduled), or "stale".
 -- The route is read from the envelope stored (ARGV[4], else the one kept).
--- ixstart/ixget/doneOf come from index.lua, which lua.go puts in front of this script.
+-- ixstart/ixget/doneOf come from index.lua, which this script includes.
 local id = ARGV[1]
 local newEnv, readAt = ARGV[4], ARGV[5]
 if newEnv == '' then
@@ -48,28 +51,28 @@ if dueAt then
   redis.call('ZADD', KEYS[1], ARGV[2], id) -- still pending, on the same route: counts stay
   return 'pending'
 end
-ixstart(KEYS[6], '')
-costart(KEYS[1])
-local state = ixget({ ARGV[3] })[1]
-local b, pos, cdue, cenv = cofind(state, id)
+local ix = ixstart(KEYS[6], '')
+local co = costart(KEYS[1])
+local state = ixget(ix, { ARGV[3] })[1]
+local b, pos, cdue, cenv = cofind(co, state, id)
 if b then
   if newEnv and readAt and tonumber(readAt) ~= cdue then
     return 'stale'
   end
   local env = newEnv or cenv
-  codrop(b, pos)
-  cstart(KEYS[5])
-  cadd('pending', routeOf(env), -1)
-  if cocold(ARGV[2], tonumber(ARGV[6]), tonumber(ARGV[7])) then
-    ixset({ ARGV[3] }, { coput(id, ARGV[2], env, ARGV[3]) })
+  codrop(co, b, pos)
+  local cs = cstart(KEYS[5])
+  cadd(cs, 'pending', routeOf(env), -1)
+  if cocold(co, ARGV[2], tonumber(ARGV[6]), tonumber(ARGV[7])) then
+    ixset(ix, { ARGV[3] }, { coput(co, id, ARGV[2], env, ARGV[3]) })
   else
-    ixdel({ ARGV[3] })
+    ixdel(ix, { ARGV[3] })
     redis.call('HSET', KEYS[2], id, env)
     redis.call('ZADD', KEYS[1], ARGV[2], id)
   end
-  cadd('pending', routeOf(env), 1)
-  cflush()
-  ixflush()
+  cadd(cs, 'pending', routeOf(env), 1)
+  cflush(cs)
+  ixflush(ix)
   return 'pending'
 end
 local deadAt = redis.call('ZSCORE', KEYS[4], id)
@@ -82,11 +85,11 @@ if deadAt then
   end
   redis.call('ZREM', KEYS[4], id)
   redis.call('ZADD', KEYS[1], ARGV[2], id)
-  cstart(KEYS[5])
+  local cs = cstart(KEYS[5])
   local r = route()
-  cadd('dead', r, -1)
-  cadd('pending', r, 1)
-  cflush()
+  cadd(cs, 'dead', r, -1)
+  cadd(cs, 'pending', r, 1)
+  cflush(cs)
   return 'dead'
 end
 if redis.call('ZSCORE', KEYS[3], id) then

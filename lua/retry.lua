@@ -1,3 +1,5 @@
+--- @include "counts"
+--- @include "successor"
 -- retry: a claimed message failed to publish; put it back in due for a later attempt,
 -- or into the dead letters once attempts are exhausted. The caller computes the attempt
 -- count, backoff and reason and passes the re-encoded envelope.
@@ -6,7 +8,7 @@
 -- KEYS[2] msg       HASH
 -- KEYS[3] inflight  ZSET
 -- KEYS[4] dead      ZSET id -> time dead-lettered
--- KEYS[5] counts    HASH per-route counts (counts.lua, put in front by lua.go)
+-- KEYS[5] counts    HASH per-route counts (includes/counts.lua)
 -- KEYS[6] nx        HASH successors (successor.lua): an id with one is not retried or
 --                   dead-lettered; its successor becomes pending instead
 -- ARGV[1] now (integer unix ms): the dead-letter time
@@ -15,28 +17,28 @@
 --
 -- Only an id still in inflight is touched, for the same reason as in ack.
 -- The route is read from the new envelope (the same route as the stored one).
-cstart(KEYS[5])
+local cs = cstart(KEYS[5])
 local requeued, dead = 0, 0
 local succ = nxany(KEYS[6])
 for i = 2, #ARGV, 4 do
   local id = ARGV[i]
   if redis.call('ZREM', KEYS[3], id) == 1 then
     local route = routeOf(ARGV[i + 2])
-    cadd('inflight', route, -1)
-    if succ and nxpromote(KEYS[6], KEYS[1], KEYS[2], id) then
+    cadd(cs, 'inflight', route, -1)
+    if succ and nxpromote(cs, KEYS[6], KEYS[1], KEYS[2], id) then
       requeued = requeued + 1
     elseif ARGV[i + 3] == '1' then
       redis.call('HSET', KEYS[2], id, ARGV[i + 2])
       redis.call('ZADD', KEYS[4], ARGV[1], id)
-      cadd('dead', route, 1)
+      cadd(cs, 'dead', route, 1)
       dead = dead + 1
     else
       redis.call('HSET', KEYS[2], id, ARGV[i + 2])
       redis.call('ZADD', KEYS[1], ARGV[i + 1], id)
-      cadd('pending', route, 1)
+      cadd(cs, 'pending', route, 1)
       requeued = requeued + 1
     end
   end
 end
-cflush()
+cflush(cs)
 return { requeued, dead }

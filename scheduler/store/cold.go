@@ -9,7 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The cold tier (lua/cold.lua): pending messages due at least Options.Cold.Horizon
+// The cold tier (lua/includes/cold.lua): pending messages due at least Options.Cold.Horizon
 // ahead are parked as elements of a LIST per due-time bucket, with their place in the
 // id index, instead of as members of due and fields of msg. A shard's owner promotes a
 // bucket into due and msg when its claims come within Options.Cold.Lead of it
@@ -25,7 +25,7 @@ const coldMax = int64(1) << 52
 
 func coldTo(to int64) int64 { return min(to, coldMax) }
 
-// coldKeys are the keys of the shard's cold tier as named in lua/cold.lua.
+// coldKeys are the keys of the shard's cold tier as named in lua/includes/cold.lua.
 func (k shardKeys) coldBuckets() string { return k.due[:len(k.due)-len("due")] + "cb" }
 func (k shardKeys) coldState() string   { return k.due[:len(k.due)-len("due")] + "cw" }
 

@@ -12,11 +12,11 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 )
 
-// The cold tier (lua/cold.lua, cold.go) on a redis-server of its own: where messages
+// The cold tier (lua/includes/cold.lua, cold.go) on a redis-server of its own: where messages
 // live, promotion, counts, and the by-id rules that keep it exact. (The conformance
 // suite runs all of the contract on it too: TestConformance*Cold.)
 
-const coldW = 65536 // lua/cold.lua's CO_W
+const coldW = 65536 // lua/includes/cold.lua's CO_W
 
 // newColdStore: "now" is an hour before t0 and messages due a minute or more ahead go
 // cold, so everything the tests park around t0 is cold.
@@ -190,7 +190,7 @@ func TestColdTierPromotionBudget(t *testing.T) {
 	}
 }
 
-// ixSlot is lua/index.lua's ixslot: the index sub-hash of fp.
+// ixSlot is lua/includes/index.lua's ixslot: the index sub-hash of fp.
 func ixSlot(t *testing.T, s *Store, c *redis.Client, shard int, fp string) string {
 	t.Helper()
 	v := c.HMGet(storeCtx(t), s.keys[shard].ix, "level", "split").Val()

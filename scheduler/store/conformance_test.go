@@ -59,7 +59,7 @@ func TestConformanceRedis(t *testing.T) {
 }
 
 // allCold parks every message due a millisecond or more ahead in the cold tier
-// (lua/cold.lua), so that the suite's cases run on it: by id, browse, counts, replace,
+// (lua/includes/cold.lua), so that the suite's cases run on it: by id, browse, counts, replace,
 // and promotion on claim. The suite's times are around its fixed t0 (2023): the store
 // reads its park time from a clock an hour before t0.
 var allCold = store.ColdOptions{Horizon: time.Millisecond}

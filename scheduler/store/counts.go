@@ -13,7 +13,7 @@ import (
 // same call: "<state>:<route>" -> messages of that route in that state (pending,
 // inflight, dead), so reading them costs one HGETALL per shard, never a scan. The
 // route is read from the envelope inside the script (its first bytes: version, flags,
-// then the route; lua/counts.lua).
+// then the route; lua/includes/envelope.lua).
 
 // RouteCounts reads every shard's counts in one pipelined round trip (one HGETALL per
 // shard: O(routes) each).

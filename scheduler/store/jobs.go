@@ -9,8 +9,6 @@ import (
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/delaybridge/delay-bridge/lua"
 )
 
 // Bulk job records (docs/CONTRACT.md §3 and §6): what a job does, its state and its
@@ -31,9 +29,9 @@ func (s *Store) activeKey() string {
 }
 
 var (
-	jobClaimScript  = &script{name: "job_claim", Script: redis.NewScript(lua.JobClaim)}
-	jobSaveScript   = &script{name: "job_save", Script: redis.NewScript(lua.JobSave)}
-	jobCancelScript = &script{name: "job_cancel", Script: redis.NewScript(lua.JobCancel)}
+	jobClaimScript  = newScript("job_claim", "job_claim")
+	jobSaveScript   = newScript("job_save", "job_save")
+	jobCancelScript = newScript("job_cancel", "job_cancel")
 )
 
 // CreateJob validates spec and records a queued job; a runner (any instance) picks it

@@ -12,7 +12,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delaybridge/delay-bridge/internal/envelope"
-	"github.com/delaybridge/delay-bridge/lua"
 )
 
 // The by-id operations of cancel, reschedule and requeue, applied to a batch of
@@ -22,7 +21,7 @@ import (
 // changed in between is left alone (reported as its new state) and a batch applied
 // twice changes nothing the second time.
 
-var purgeDeadIDsScript = &script{name: "purge_dead_ids", Script: redis.NewScript(lua.PurgeDeadIDs)}
+var purgeDeadIDsScript = newScript("purge_dead_ids", "purge_dead_ids")
 
 type rawState struct {
 	shard int // the shard that holds it (locateMany)

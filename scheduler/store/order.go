@@ -9,11 +9,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delaybridge/delay-bridge/internal/envelope"
-	"github.com/delaybridge/delay-bridge/lua"
 	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
-// Strict per-key order (storeapi/order.go, lua/order.lua): where a message lives, and
+// Strict per-key order (storeapi/order.go, lua/includes/order.lua): where a message lives, and
 // the wake-ups after a key's next message became claimable.
 
 // ShardOfEnv is the shard of e: the one it was claimed from, else the shard of its
@@ -25,7 +24,7 @@ func (s *Store) ShardOfEnv(e *envelope.Envelope) int {
 	return s.ord.ShardOf(e, s.opt.Shards)
 }
 
-// keyQueue is the queue of route's key in shard (lua/order.lua: kz).
+// keyQueue is the queue of route's key in shard (lua/includes/order.lua: kz).
 func (s *Store) keyQueue(shard int, route, key string) string {
 	return s.keys[shard].ko + ":" + route + "\x00" + key
 }
@@ -134,10 +133,10 @@ func (s *Store) anyOrdered(envs []*envelope.Envelope, ch []encoded) bool {
 // of the scripts they wrap (metrics labels). retry and recover are always wrapped.
 func (s *Store) initOrdered() {
 	s.ord = storeapi.NewOrdering(s.opt.Ordered)
-	s.retry, s.recover = newScript("retry", lua.OrderedRetry), newScript("recover", lua.OrderedRecover)
-	s.oPark, s.oAck = newScript("park", lua.OrderedPark), newScript("ack", lua.OrderedAck)
-	s.oCancel, s.oReschedule = newScript("cancel", lua.OrderedCancel), newScript("reschedule", lua.OrderedReschedule)
-	s.oReplace = newScript("replace", lua.OrderedReplace)
+	s.retry, s.recover = newScript("retry", "ordered_retry"), newScript("recover", "ordered_recover")
+	s.oPark, s.oAck = newScript("park", "ordered_park"), newScript("ack", "ordered_ack")
+	s.oCancel, s.oReschedule = newScript("cancel", "ordered_cancel"), newScript("reschedule", "ordered_reschedule")
+	s.oReplace = newScript("replace", "ordered_replace")
 }
 
 // KeyMessages returns what is pending or in flight for route's key, in the key's order

@@ -10,7 +10,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/delaybridge/delay-bridge/lua"
 	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
@@ -27,9 +26,9 @@ func (s *Store) schedKeys() (defs, gens, plans string) {
 }
 
 var (
-	schedulePutScript    = &script{name: "schedule_put", Script: redis.NewScript(lua.SchedulePut)}
-	scheduleDeleteScript = &script{name: "schedule_delete", Script: redis.NewScript(lua.ScheduleDelete)}
-	schedulePlanScript   = &script{name: "schedule_plan", Script: redis.NewScript(lua.SchedulePlan)}
+	schedulePutScript    = newScript("schedule_put", "schedule_put")
+	scheduleDeleteScript = newScript("schedule_delete", "schedule_delete")
+	schedulePlanScript   = newScript("schedule_plan", "schedule_plan")
 )
 
 // PutSchedule implements storeapi.Schedules.

@@ -11,7 +11,6 @@ import (
 
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/observe"
-	"github.com/delaybridge/delay-bridge/lua"
 	"github.com/delaybridge/delay-bridge/membership"
 	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
@@ -53,7 +52,7 @@ type Options struct {
 	Ordered []string
 	// Logger gets the store's rare notices; nil logs nothing.
 	Logger *slog.Logger
-	// Cold tunes the cold tier (lua/cold.lua): pending messages due far ahead kept as
+	// Cold tunes the cold tier (lua/includes/cold.lua): pending messages due far ahead kept as
 	// elements of per-bucket lists instead of sorted-set members.
 	Cold ColdOptions
 }
@@ -119,12 +118,7 @@ type shardKeys struct {
 	// given (index.lua) declares it too, so Redis refuses the call while the shard's
 	// slot is being migrated (slotguard.go).
 	guard  string
-	ko, ki string // per-key order (lua/order.lua)
-}
-
-type script struct {
-	name string
-	*redis.Script
+	ko, ki string // per-key order (lua/includes/order.lua)
 }
 
 // Store is the Redis shard store: every operation on parked messages, shard leases and
@@ -144,7 +138,7 @@ type script struct {
 //	P:{C:n}:dn:<s>:<w> LIST  the fps remembered in that slice, for trimming it
 //	P:{C:n}:cb        ZSET   the cold tier's buckets (b -> b); P:{C:n}:cb:<b> LIST the
 //	                         pending messages due in [b*W, (b+1)*W), W = 65.536 s;
-//	                         P:{C:n}:cw HASH wm, cur: how far promotion went (lua/cold.lua)
+//	                         P:{C:n}:cw HASH wm, cur: how far promotion went (lua/includes/cold.lua)
 //	P:{C:n}:slotguard never exists; declared by the scripts of the index (slotguard.go)
 //	P:{C:n}:owner     STRING "instance|token", PX lease TTL
 //	P:{C:n}:fence     STRING counter behind the fencing tokens (never expires)
@@ -183,6 +177,7 @@ type Store struct {
 	oPark, oAck, oCancel, oReschedule      *script
 	oReplace                               *script // ordered_replace (store_replace.go)
 	leaseAcquire, leaseRenew, leaseRelease *script
+	fns                                    functions // FCALL or EVALSHA (library.go)
 }
 
 // New checks the recorded store format and shard count (recording both on first start:
@@ -220,27 +215,23 @@ func New(ctx context.Context, rdb redis.UniversalClient, opt Options) (*Store, e
 			ko: base + "ko", ki: base + "ki", guard: base + "slotguard",
 		}
 	}
-	mk := newScript
-	s.park, s.bury, s.get = mk("park", lua.Park), mk("bury", lua.Bury), mk("get", lua.Get)
-	s.claim = mk("claim", lua.Claim)
+	mk := func(name string) *script { return newScript(name, name) }
+	s.park, s.bury, s.get = mk("park"), mk("bury"), mk("get")
+	s.claim = mk("claim")
 	s.initOrdered()
-	s.purgeDead = mk("purge_dead", lua.PurgeDead)
-	s.replace = mk("replace", lua.Replace)
-	s.browse = mk("browse", lua.Browse)
-	s.coldRead = mk("cold_read", lua.ColdRead)
-	s.leaseAcquire = mk("lease_acquire", lua.LeaseAcquire)
-	s.leaseRenew = mk("lease_renew", lua.LeaseRenew)
-	s.leaseRelease = mk("lease_release", lua.LeaseRelease)
+	s.purgeDead = mk("purge_dead")
+	s.replace = mk("replace")
+	s.browse = mk("browse")
+	s.coldRead = mk("cold_read")
+	s.leaseAcquire = mk("lease_acquire")
+	s.leaseRenew = mk("lease_renew")
+	s.leaseRelease = mk("lease_release")
 
 	if err := s.checkMeta(ctx); err != nil {
 		return nil, err
 	}
-	// Loading up front turns a broken script into a start-up error rather than a
-	// failure on the first message, and saves the EVAL fallback on first use.
-	for _, sc := range s.scripts() {
-		if err := sc.Load(ctx, rdb).Err(); err != nil {
-			return nil, fmt.Errorf("scheduler: load script %s: %w", sc.name, redisErr(err))
-		}
+	if err := s.initScripts(ctx); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
@@ -249,8 +240,6 @@ func (s *Store) scripts() []*script {
 	return []*script{s.park, s.bury, s.get, s.claim, s.retry, s.recover, s.purgeDead, s.replace, s.browse, s.coldRead,
 		s.leaseAcquire, s.leaseRenew, s.leaseRelease, s.oPark, s.oAck, s.oCancel, s.oReschedule, s.oReplace}
 }
-
-func newScript(name, src string) *script { return &script{name: name, Script: redis.NewScript(src)} }
 
 // Shards is the fixed shard count.
 func (s *Store) Shards() int { return s.opt.Shards }

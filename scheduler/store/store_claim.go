@@ -37,7 +37,7 @@ func (s *Store) Claim(ctx context.Context, shard int, instance string, token int
 	return items, nextDue, err
 }
 
-// claimKeys are claim.lua's keys: it promotes the cold tier's buckets (lua/cold.lua),
+// claimKeys are claim.lua's keys: it promotes the cold tier's buckets (lua/includes/cold.lua),
 // whose names it builds, so it declares the slot guard (slotguard.go).
 func claimKeys(k shardKeys) []string {
 	return withGuard(k, []string{k.due, k.msg, k.inflight, k.owner, k.counts, k.ix})

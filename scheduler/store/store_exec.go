@@ -10,11 +10,13 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Script execution: EVALSHA with the EVAL fallback, pipelines, WAIT.
+// Script execution: FCALL (library.go), or EVALSHA with the EVAL fallback; pipelines,
+// WAIT.
 
-// eval runs one script call with EVALSHA, falling back to EVAL when Redis lost its
-// script cache (restart, failover to a replica that never saw SCRIPT LOAD, FLUSH). The
-// command's error, if any, is classified (redisErr).
+// eval runs one script call: FCALL, loading the library again when the server lost it
+// (a new master, FUNCTION FLUSH, a restart without persistence), or EVALSHA, falling
+// back to EVAL when Redis lost its script cache (restart, failover to a replica that
+// never saw SCRIPT LOAD, FLUSH). The command's error, if any, is classified (redisErr).
 //
 // A call Redis Cluster refused because its slot is moving (TRYAGAIN, or a redirection
 // the client did not follow to the end) did nothing and is sent again (slotguard.go).
@@ -22,7 +24,7 @@ func (s *Store) eval(ctx context.Context, sc *script, keys []string, args ...any
 	var r *slotRetry
 	for {
 		start := time.Now()
-		cmd := sc.Run(ctx, s.rdb, keys, args...)
+		cmd := s.run(ctx, s.rdb, sc, keys, args...)
 		s.obs.ScriptDuration(sc.name, time.Since(start))
 		err := cmd.Err()
 		if why, ok := notRun(err); ok {
@@ -52,7 +54,8 @@ func isNoScript(err error) bool {
 
 // evalPipelined runs calls in one round trip (per node on Cluster, where go-redis
 // routes each call by its slot) and returns one result per call. A call that met
-// NOSCRIPT did nothing, so it is re-sent with EVAL in a second round trip. With wait,
+// NOSCRIPT or "function not found" did nothing, so it is re-sent in a second round trip,
+// with EVAL or after loading the library again. With wait,
 // the pipeline ends with WAIT so the writes are on MinReplicas replicas when it returns.
 // The returned error is the first failure, classified (redisErr); results of calls
 // that succeeded are valid. Calls Redis Cluster refused because their slot is moving
@@ -87,14 +90,22 @@ func (s *Store) evalPipelinedOnce(ctx context.Context, calls []call, wait bool) 
 
 func (s *Store) pipelineOnce(ctx context.Context, c redis.Cmdable, calls []call, wait bool) ([]*redis.Cmd, error) {
 	cmds := make([]*redis.Cmd, len(calls))
+	gen := s.fns.gen.Load()
 	waited, err := s.execPipe(ctx, c, calls, cmds, wait, false)
 	if err != nil {
 		return cmds, err
 	}
 	var redo []int
+	reload := false
 	for i, cmd := range cmds {
-		if isNoScript(cmd.Err()) {
+		if isNoScript(cmd.Err()) || isNoFunction(cmd.Err()) {
 			redo = append(redo, i)
+			reload = reload || isNoFunction(cmd.Err())
+		}
+	}
+	if reload {
+		if err := s.loadLibrary(ctx, gen); err != nil {
+			return cmds, err
 		}
 	}
 	if len(redo) > 0 {
@@ -127,17 +138,13 @@ func (s *Store) pipelineOnce(ctx context.Context, c redis.Cmdable, calls []call,
 	return cmds, nil
 }
 
-// execPipe sends calls (EVALSHA, or EVAL with viaEval) plus an optional WAIT in one
+// execPipe sends calls (FCALL; else EVALSHA, or EVAL with viaEval) plus an optional WAIT in one
 // pipeline. It returns the WAIT result and an error only when the pipeline as a whole
 // failed (connection lost); per-call errors stay in cmds.
 func (s *Store) execPipe(ctx context.Context, c redis.Cmdable, calls []call, cmds []*redis.Cmd, wait, viaEval bool) (int64, error) {
 	pipe := c.Pipeline()
 	for i, cl := range calls {
-		if viaEval {
-			cmds[i] = cl.sc.Eval(ctx, pipe, cl.keys, cl.args...)
-		} else {
-			cmds[i] = cl.sc.EvalSha(ctx, pipe, cl.keys, cl.args...)
-		}
+		cmds[i] = s.queue(ctx, pipe, cl.sc, viaEval, cl.keys, cl.args...)
 	}
 	var waitCmd *redis.Cmd
 	if wait {

@@ -7,7 +7,7 @@ import (
 	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
-// fpBytes is the fingerprint length of the id index (lua/index.lua): 96 bits of
+// fpBytes is the fingerprint length of the id index (lua/includes/index.lua): 96 bits of
 // SHA-256(id). Two different ids of one shard collide with probability 2^-96; with N ids
 // remembered in a shard's window a new id is taken for one of them with probability
 // below N/2^96 (10^9: 1.3*10^-20), and any collision at all among N ids has probability

@@ -15,7 +15,7 @@ import (
 
 // ReplaceEach stores envs, each replacing the message its id names on its route
 // (x-delay-replace): see storeapi.Intake.ReplaceEach for the outcome of every state,
-// lua/replace.lua and lua/successor.lua for how. One script call per shard (more for
+// lua/replace.lua and lua/includes/successor.lua for how. One script call per shard (more for
 // huge batches), all in one pipelined round trip; the error contract is ParkEach's.
 func (s *Store) ReplaceEach(ctx context.Context, envs []*envelope.Envelope) ([]storeapi.ReplaceResult, map[int]int64, error) {
 	res := make([]storeapi.ReplaceResult, len(envs))
@@ -88,7 +88,7 @@ func (s *Store) ReplaceEach(ctx context.Context, envs []*envelope.Envelope) ([]s
 }
 
 // onOrdered reports whether a message of ch is on a route with `order: key` (its
-// replace runs as ordered_replace, which keeps the key bookkeeping of lua/order.lua).
+// replace runs as ordered_replace, which keeps the key bookkeeping of lua/includes/order.lua).
 func (s *Store) onOrdered(envs []*envelope.Envelope, ch []encoded) bool {
 	if len(s.ord) == 0 {
 		return false

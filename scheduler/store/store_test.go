@@ -203,6 +203,7 @@ func TestStoreShardCountRefused(t *testing.T) {
 func TestStoreRedisRestartNoScript(t *testing.T) {
 	s, r, c := newTestStore(t, Options{})
 	ctx := storeCtx(t)
+	s.fns.on.Store(false) // EVALSHA, as on a server without FUNCTION (library_test.go)
 	// SIGKILL loses what AOF has not fsynced yet; the test is about scripts, not that.
 	if err := c.ConfigSet(ctx, "appendfsync", "always").Err(); err != nil {
 		t.Fatal(err)
@@ -349,8 +350,8 @@ func TestStoreKeysShareHashTag(t *testing.T) {
 		t.Fatalf("members and meta in slots %d and %d", a, b)
 	}
 	// Scripts must not reference keys beyond KEYS: look for key-building in the sources.
-	// The exceptions are the index helper (lua/index.lua), which appends to the
-	// shard's ix and dn keys, and the cold tier's (lua/cold.lua), which appends to the
+	// The exceptions are the index helper (lua/includes/index.lua), which appends to the
+	// shard's ix and dn keys, and the cold tier's (lua/includes/cold.lua), which appends to the
 	// shard's due key; TestStoreIndexLayout checks their keys' slot.
 	for name, src := range lua.All() {
 		src = strings.ReplaceAll(strings.ReplaceAll(src, lua.IndexHelper, ""), lua.ColdHelper, "")

@@ -8,7 +8,7 @@ import (
 	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
-// Strict per-key order, as the Redis store's ordered_* scripts keep it (lua/order.lua,
+// Strict per-key order, as the Redis store's ordered_* scripts keep it (lua/includes/order.lua,
 // storeapi/order.go): per shard, each ordered key's messages in (due, receive
 // sequence) order; only the head is claimable, the others wait in due at GateBase +
 // due; the next becomes the head when the head is acked, dead-lettered or cancelled.

@@ -7,7 +7,7 @@ import (
 	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
-// Replace (x-delay-replace): as lua/replace.lua and lua/successor.lua.
+// Replace (x-delay-replace): as lua/replace.lua and lua/includes/successor.lua.
 
 // successor is the new version of an in-flight message: it becomes pending when the
 // in-flight version leaves in flight (promote).

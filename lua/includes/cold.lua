@@ -1,7 +1,10 @@
--- cold: the cold tier of the shard store, put in front of the scripts that
--- park, find, move or promote pending messages by lua.go. docs/ARCHITECTURE.md "Cold
--- tier" gives the reasons and the figures. counts.lua and index.lua come in front of
--- it (uvarint, routeOf, the counts and the index helpers).
+--- @include "envelope"
+--- @include "counts"
+--- @include "index"
+-- cold: the cold tier of the shard store, included by the scripts that park, find,
+-- move or promote pending messages. docs/ARCHITECTURE.md "Cold tier" gives the reasons
+-- and the figures. It includes envelope.lua (uvarint, routeOf), counts.lua and
+-- index.lua.
 --
 -- A pending message due at least the cold horizon ahead is not a member of the shard's
 -- `due` sorted set and a field of its `msg` hash (~205 bytes of structure); it is one
@@ -32,15 +35,17 @@
 -- index entry, written when it is parked and deleted when it is promoted, cancelled,
 -- rescheduled or replaced. Two ids whose fingerprints collide cannot both be cold: the
 -- second is parked as an ordinary pending message (cofind compares the full id).
-local CO = { base = nil, wm = nil }
 local CO_W = 65536 -- bucket width in ms (2^16: about 65.5 s)
 
+-- costart returns the call's cold-tier state co, which the helpers below that touch
+-- the tier take first: the shard's key prefix (from its due key), the watermark once
+-- read, and the messages queued for their buckets (coadd, coflush).
 local function costart(dueKey)
-  CO.base, CO.wm = string.sub(dueKey, 1, #dueKey - 3), nil
+  return { base = string.sub(dueKey, 1, #dueKey - 3), wm = nil, q = { order = {}, by = {}, n = 0 } }
 end
 
-local function cobkey(b)
-  return CO.base .. 'cb:' .. string.format('%d', b)
+local function cobkey(co, b)
+  return co.base .. 'cb:' .. string.format('%d', b)
 end
 
 local function couv(n)
@@ -102,64 +107,63 @@ end
 
 -- cofind: where id is cold, given its index state v: bucket, position, due, envelope;
 -- nil when v is no cold state or a stale one.
-local function cofind(v, id)
+local function cofind(co, v, id)
   local b, pos = comark(v)
   if not b then
     return nil
   end
-  local got, due, env = coparse(redis.call('LINDEX', cobkey(b), pos), b)
+  local got, due, env = coparse(redis.call('LINDEX', cobkey(co, b), pos), b)
   if got ~= id then
     return nil
   end
   return b, pos, due, env
 end
 
-local function cowm()
-  if not CO.wm then
-    CO.wm = tonumber(redis.call('HGET', CO.base .. 'cw', 'wm')) or 0
+local function cowm(co)
+  if not co.wm then
+    co.wm = tonumber(redis.call('HGET', co.base .. 'cw', 'wm')) or 0
   end
-  return CO.wm
+  return co.wm
 end
 
 -- cocold: whether a message due at due goes to the cold tier; horizon is the cold
 -- horizon in ms (negative: the cold tier is off for this call), now unix ms.
-local function cocold(due, now, horizon)
+local function cocold(co, due, now, horizon)
   if horizon < 0 then
     return false
   end
   due = tonumber(due)
-  return due >= now + horizon and due >= cowm()
+  return due >= now + horizon and due >= cowm(co)
 end
 
 -- coadd queues a message for its bucket; coflush appends the queued messages, one
 -- RPUSH per bucket, and returns their fps and index states (the caller writes them).
-local COQ = { order = {}, by = {}, n = 0 }
 
-local function coadd(id, due, env, fp)
+local function coadd(co, id, due, env, fp)
   due = tonumber(due)
   local b = math.floor(due / CO_W)
   -- keyed by string: gopher-lua (bridge dev's server) grows a table's array part up
   -- to a large integer key
-  local g = COQ.by['b' .. b]
+  local g = co.q.by['b' .. b]
   if not g then
     g = { b = b, els = {}, fps = {}, min = due }
-    COQ.by['b' .. b] = g
-    COQ.order[#COQ.order + 1] = g
+    co.q.by['b' .. b] = g
+    co.q.order[#co.q.order + 1] = g
   end
   g.els[#g.els + 1] = fp .. couv(#id) .. id .. couv(due - b * CO_W) .. env
   g.fps[#g.fps + 1] = fp
   if due < g.min then
     g.min = due
   end
-  COQ.n = COQ.n + 1
+  co.q.n = co.q.n + 1
 end
 
-local function coflush()
+local function coflush(co)
   local fps, marks = {}, {}
-  local cb = CO.base .. 'cb'
-  for _, g in ipairs(COQ.order) do
+  local cb = co.base .. 'cb'
+  for _, g in ipairs(co.q.order) do
     local member = string.format('%d', g.b)
-    local first = redis.call('RPUSH', cobkey(g.b), unpack(g.els)) - #g.els
+    local first = redis.call('RPUSH', cobkey(co, g.b), unpack(g.els)) - #g.els
     local cur = first > 0 and tonumber(redis.call('ZSCORE', cb, member))
     if not cur or g.min < cur then
       redis.call('ZADD', cb, g.min, member)
@@ -169,30 +173,30 @@ local function coflush()
       marks[#fps] = cost(g.b, first + i - 1)
     end
   end
-  if COQ.n > 0 then
-    redis.call('HINCRBY', CO.base .. 'cw', 'n', COQ.n)
+  if co.q.n > 0 then
+    redis.call('HINCRBY', co.base .. 'cw', 'n', co.q.n)
   end
-  COQ = { order = {}, by = {}, n = 0 }
+  co.q = { order = {}, by = {}, n = 0 }
   return fps, marks
 end
 
 -- coput appends one message to its bucket and returns its index state.
-local function coput(id, due, env, fp)
-  coadd(id, due, env, fp)
-  local _, marks = coflush()
+local function coput(co, id, due, env, fp)
+  coadd(co, id, due, env, fp)
+  local _, marks = coflush(co)
   return marks[1]
 end
 
 -- codrop empties a cold message's element (the bucket keeps its length).
-local function codrop(b, pos)
-  redis.call('LSET', cobkey(b), pos, '')
-  redis.call('HINCRBY', CO.base .. 'cw', 'n', -1)
-  redis.call('HINCRBY', CO.base .. 'cw', 'x' .. string.format('%d', b), 1)
+local function codrop(co, b, pos)
+  redis.call('LSET', cobkey(co, b), pos, '')
+  redis.call('HINCRBY', co.base .. 'cw', 'n', -1)
+  redis.call('HINCRBY', co.base .. 'cw', 'x' .. string.format('%d', b), 1)
 end
 
 -- conext: the earliest due time in the cold tier (or earlier: see cb), nil if none.
-local function conext()
-  local h = redis.call('ZRANGE', CO.base .. 'cb', 0, 0, 'WITHSCORES')
+local function conext(co)
+  local h = redis.call('ZRANGE', co.base .. 'cb', 0, 0, 'WITHSCORES')
   if #h == 0 then
     return nil
   end
@@ -206,26 +210,25 @@ end
 -- dropped because the id had an envelope in msg already (that copy is kept: the scripts
 -- never let this happen, but a promotion must not overwrite one), and whether it stopped
 -- on its budget.
-local function copromote(dueKey, msgKey, ixKey, upTo, budget)
-  local moved, dup, ix = 0, 0, false
-  local cw = CO.base .. 'cw'
+local function copromote(co, cs, dueKey, msgKey, ixKey, upTo, budget)
+  local moved, dup, ix = 0, 0, nil
+  local cw = co.base .. 'cw'
   while budget > 0 do
-    local h = redis.call('ZRANGE', CO.base .. 'cb', 0, 0)
+    local h = redis.call('ZRANGE', co.base .. 'cb', 0, 0)
     if #h == 0 or tonumber(h[1]) * CO_W > upTo then
       if ix then
-        ixflush()
+        ixflush(ix)
       end
       return moved, dup, false
     end
     local b = tonumber(h[1])
-    local key = cobkey(b)
+    local key = cobkey(co, b)
     if not ix then
-      ixstart(ixKey, '')
-      ix = true
+      ix = ixstart(ixKey, '')
     end
-    if cowm() < (b + 1) * CO_W then
-      CO.wm = (b + 1) * CO_W
-      redis.call('HSET', cw, 'wm', string.format('%d', CO.wm))
+    if cowm(co) < (b + 1) * CO_W then
+      co.wm = (b + 1) * CO_W
+      redis.call('HSET', cw, 'wm', string.format('%d', co.wm))
     end
     local from = 0
     local cur = redis.call('HGET', cw, 'cur')
@@ -248,7 +251,7 @@ local function copromote(dueKey, msgKey, ixKey, upTo, budget)
           moved = moved + 1
         else
           dup = dup + 1 -- its copy in msg stays; this one leaves the route's count
-          cadd('pending', routeOf(env), -1)
+          cadd(cs, 'pending', routeOf(env), -1)
         end
       end
     end
@@ -259,22 +262,22 @@ local function copromote(dueKey, msgKey, ixKey, upTo, budget)
       redis.call('HINCRBY', cw, 'n', -#fps)
     end
     -- Only entries that still point here: a colliding id's state stays.
-    local st, del = ixget(fps), {}
+    local st, del = ixget(ix, fps), {}
     for i = 1, #fps do
       if st[i] == marks[i] then
         del[#del + 1] = fps[i]
       end
     end
-    ixdel(del)
+    ixdel(ix, del)
     budget = budget - math.max(#els, 1)
     if #els == 0 then
       redis.call('DEL', key)
-      redis.call('ZREM', CO.base .. 'cb', h[1])
+      redis.call('ZREM', co.base .. 'cb', h[1])
       redis.call('HDEL', cw, 'cur', 'x' .. h[1])
     else
       redis.call('HSET', cw, 'cur', h[1] .. ':' .. string.format('%d', from + #els))
     end
   end
-  ixflush() -- ix is set: the loop promoted at least one chunk
+  ixflush(ix) -- ix is set: the loop promoted at least one chunk
   return moved, dup, true
 end

@@ -1,5 +1,4 @@
--- routes: the helper shared by park, bury and cancel, placed in front of each of them by
--- lua.go (Redis scripts cannot include one another).
+-- routes: the helper shared by park, bury and cancel.
 --
 -- A route list (the value of the cancelled hash) is a concatenation of
 -- "<length>:<route>" entries, exact for any bytes. hasRoute reports whether list holds

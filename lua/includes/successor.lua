@@ -1,6 +1,7 @@
--- successor: the new version of an in-flight message kept by replace.lua, put in front
--- of the scripts that take a message out of in flight (ack, retry, recover) or look it
--- up by id (cancel, get) by lua.go. docs/CONTRACT.md "Replace" states the rule; this
+--- @include "counts"
+-- successor: the new version of an in-flight message kept by replace.lua, included
+-- by the scripts that take a message out of in flight (ack, retry, recover) or look it
+-- up by id (cancel, get). docs/CONTRACT.md "Replace" states the rule; this
 -- file and replace.lua are the whole of it on Redis.
 --
 -- P:{C:n}:nx  HASH id -> "<due>|<envelope>": the successor of an id in flight (a
@@ -32,14 +33,14 @@ end
 -- nxpromote makes id's successor pending (envelope into msgKey, due time into dueKey,
 -- counted; cadd/routeOf come from counts.lua) and returns its due time, or nil when id
 -- has none. The caller has already taken the in-flight version out (inflight, counts).
-local function nxpromote(nxKey, dueKey, msgKey, id)
+local function nxpromote(cs, nxKey, dueKey, msgKey, id)
   local due, env = nxtake(nxKey, id)
   if not due then
     return nil
   end
   redis.call('HSET', msgKey, id, env)
   redis.call('ZADD', dueKey, due, id)
-  cadd('pending', routeOf(env), 1)
+  cadd(cs, 'pending', routeOf(env), 1)
   return due
 end
 
@@ -56,13 +57,13 @@ end
 -- nxacked promotes the successors of acked ids (ack.lua: their msg entries are gone
 -- already) and returns fps and vals without the promoted ids' entries: an id whose
 -- successor is pending now is not remembered as delivered.
-local function nxacked(nxKey, dueKey, msgKey, acked, fps, vals)
+local function nxacked(cs, nxKey, dueKey, msgKey, acked, fps, vals)
   if not nxany(nxKey) then
     return fps, vals
   end
   local kf, kv = {}, {}
   for j = 1, #acked do
-    if not nxpromote(nxKey, dueKey, msgKey, acked[j]) then
+    if not nxpromote(cs, nxKey, dueKey, msgKey, acked[j]) then
       kf[#kf + 1], kv[#kv + 1] = fps[j], vals[j]
     end
   end

@@ -1,6 +1,6 @@
--- index: the id index and the done window of the shard store, put in front of the
--- scripts that read or write remembered ids by lua.go (Redis scripts cannot include one
--- another). docs/ARCHITECTURE.md "Store layout" gives the reasons and the figures.
+-- index: the id index and the done window of the shard store, included by the
+-- scripts that read or write remembered ids. docs/ARCHITECTURE.md "Store layout" gives
+-- the reasons and the figures.
 --
 -- Keys (shard n, prefix P; every name below starts with a key passed in KEYS, so it
 -- carries the shard's hash tag {C:n} and lives in the same Redis Cluster slot; the
@@ -27,7 +27,6 @@
 -- Whenever n exceeds IX_TARGET entries per sub-hash on average, sub-hash S is split
 -- (its entries with h mod 2^(L+1) = S + 2^L move to that new sub-hash) and S advances;
 -- at most IX_SPLITS splits per call, each moving at most one sub-hash.
-local IX = { key = nil, dn = nil, level = 0, split = 0, m = 1, n = 0, n0 = 0, l0 = 0, s0 = 0 }
 local IX_TARGET = 48
 -- A new index starts with 2^IX_LEVEL0 sub-hashes, so that the first batches (up to a
 -- few hundred ids) spread over many and none outgrows a listpack before it is split:
@@ -36,15 +35,26 @@ local IX_LEVEL0 = 6
 local IX_SPLITS = 16
 local FP = 12
 
--- ixstart reads the index state of the shard: ixKey is P:{C:n}:ix, dnKey P:{C:n}:dn.
+-- ixstart returns the call's index state ix, which every helper below takes first:
+-- ixKey is P:{C:n}:ix, dnKey P:{C:n}:dn. Nothing is read until a helper needs the
+-- linear-hashing state (ixload): a call that records no id and trims nothing reads
+-- nothing.
 local function ixstart(ixKey, dnKey)
-  IX.key, IX.dn, IX.names = ixKey, dnKey, {}
-  local v = redis.call('HMGET', ixKey, 'level', 'split', 'n')
-  IX.level = tonumber(v[1]) or IX_LEVEL0
-  IX.split = tonumber(v[2]) or 0
-  IX.m = 2 ^ IX.level
-  IX.n = tonumber(v[3]) or 0
-  IX.n0, IX.l0, IX.s0 = IX.n, IX.level, IX.split
+  return { key = ixKey, dn = dnKey, names = {}, loaded = false }
+end
+
+-- ixload reads the index state (level, split, n), once per call.
+local function ixload(ix)
+  if ix.loaded then
+    return
+  end
+  ix.loaded = true
+  local v = redis.call('HMGET', ix.key, 'level', 'split', 'n')
+  ix.level = tonumber(v[1]) or IX_LEVEL0
+  ix.split = tonumber(v[2]) or 0
+  ix.m = 2 ^ ix.level
+  ix.n = tonumber(v[3]) or 0
+  ix.n0, ix.l0, ix.s0 = ix.n, ix.level, ix.split
 end
 
 local function fphash(fp)
@@ -52,30 +62,30 @@ local function fphash(fp)
   return ((a * 256 + b) * 256 + c) * 256 + d
 end
 
-local function ixkey(k)
-  local name = IX.names[k]
+local function ixkey(ix, k)
+  local name = ix.names[k]
   if not name then
-    name = IX.key .. ':' .. string.format('%d', k)
-    IX.names[k] = name
+    name = ix.key .. ':' .. string.format('%d', k)
+    ix.names[k] = name
   end
   return name
 end
 
-local function ixslot(fp)
+local function ixslot(ix, fp)
   local h = fphash(fp)
-  local k = h % IX.m
-  if k < IX.split then
-    k = h % (2 * IX.m)
+  local k = h % ix.m
+  if k < ix.split then
+    k = h % (2 * ix.m)
   end
   return k
 end
 
 -- ixgroup groups fps by sub-hash: { {k, fps, positions}, ... } in first-seen order.
 -- Only worth its tables when the batch is dense (several fps per sub-hash).
-local function ixgroup(fps)
+local function ixgroup(ix, fps)
   local by, order = {}, {}
   for i = 1, #fps do
-    local k = ixslot(fps[i])
+    local k = ixslot(ix, fps[i])
     local g = by[k]
     if not g then
       g = { k, {}, {} }
@@ -90,25 +100,29 @@ end
 
 -- ixdense: whether fps share sub-hashes enough for one command per sub-hash to beat
 -- one command per fp.
-local function ixdense(fps)
-  return #fps >= 4 * (IX.m + IX.split)
+local function ixdense(ix, fps)
+  return #fps >= 4 * (ix.m + ix.split)
 end
 
 -- ixget returns the state of each fp (false when it has none); an empty index (n
 -- counts its entries exactly) is not read at all.
-local function ixget(fps)
+local function ixget(ix, fps)
   local out = {}
-  if IX.n == 0 then
+  if #fps == 0 then
     return out
   end
-  if not ixdense(fps) then
+  ixload(ix)
+  if ix.n == 0 then
+    return out
+  end
+  if not ixdense(ix, fps) then
     for i = 1, #fps do
-      out[i] = redis.call('HGET', ixkey(ixslot(fps[i])), fps[i])
+      out[i] = redis.call('HGET', ixkey(ix, ixslot(ix, fps[i])), fps[i])
     end
     return out
   end
-  for _, g in ipairs(ixgroup(fps)) do
-    local v = redis.call('HMGET', ixkey(g[1]), unpack(g[2]))
+  for _, g in ipairs(ixgroup(ix, fps)) do
+    local v = redis.call('HMGET', ixkey(ix, g[1]), unpack(g[2]))
     for j = 1, #g[2] do
       out[g[3][j]] = v[j]
     end
@@ -117,44 +131,52 @@ local function ixget(fps)
 end
 
 -- ixset stores states (vals[i] for fps[i]).
-local function ixset(fps, vals)
-  if not ixdense(fps) then
+local function ixset(ix, fps, vals)
+  if #fps == 0 then
+    return
+  end
+  ixload(ix)
+  if not ixdense(ix, fps) then
     for i = 1, #fps do
-      IX.n = IX.n + redis.call('HSET', ixkey(ixslot(fps[i])), fps[i], vals[i])
+      ix.n = ix.n + redis.call('HSET', ixkey(ix, ixslot(ix, fps[i])), fps[i], vals[i])
     end
     return
   end
-  for _, g in ipairs(ixgroup(fps)) do
+  for _, g in ipairs(ixgroup(ix, fps)) do
     local args = {}
     for j = 1, #g[2] do
       args[#args + 1] = g[2][j]
       args[#args + 1] = vals[g[3][j]]
     end
-    IX.n = IX.n + redis.call('HSET', ixkey(g[1]), unpack(args))
+    ix.n = ix.n + redis.call('HSET', ixkey(ix, g[1]), unpack(args))
   end
 end
 
 -- ixdel forgets fps.
-local function ixdel(fps)
-  if not ixdense(fps) then
+local function ixdel(ix, fps)
+  if #fps == 0 then
+    return
+  end
+  ixload(ix)
+  if not ixdense(ix, fps) then
     for i = 1, #fps do
-      IX.n = IX.n - redis.call('HDEL', ixkey(ixslot(fps[i])), fps[i])
+      ix.n = ix.n - redis.call('HDEL', ixkey(ix, ixslot(ix, fps[i])), fps[i])
     end
     return
   end
-  for _, g in ipairs(ixgroup(fps)) do
-    IX.n = IX.n - redis.call('HDEL', ixkey(g[1]), unpack(g[2]))
+  for _, g in ipairs(ixgroup(ix, fps)) do
+    ix.n = ix.n - redis.call('HDEL', ixkey(ix, g[1]), unpack(g[2]))
   end
 end
 
 -- ixsplit splits sub-hashes while the index is fuller than IX_TARGET per sub-hash.
-local function ixsplit()
+local function ixsplit(ix)
   for _ = 1, IX_SPLITS do
-    local m = IX.m
-    if IX.n <= IX_TARGET * (m + IX.split) then
+    local m = ix.m
+    if ix.n <= IX_TARGET * (m + ix.split) then
       return
     end
-    local old, newk = ixkey(IX.split), IX.split + m
+    local old, newk = ixkey(ix, ix.split), ix.split + m
     local all = redis.call('HGETALL', old)
     local mv, keep, gone = {}, {}, 0
     for i = 1, #all, 2 do
@@ -168,25 +190,28 @@ local function ixsplit()
     if gone > 0 then
       -- Rebuilding the half that stays costs less than deleting the half that goes
       -- from a listpack one field at a time (each a search and a move of the rest).
-      redis.call('HSET', ixkey(newk), unpack(mv))
+      redis.call('HSET', ixkey(ix, newk), unpack(mv))
       redis.call('DEL', old)
       if #keep > 0 then
         redis.call('HSET', old, unpack(keep))
       end
     end
-    IX.split = IX.split + 1
-    if IX.split == m then
-      IX.level, IX.split, IX.m = IX.level + 1, 0, 2 * m
+    ix.split = ix.split + 1
+    if ix.split == m then
+      ix.level, ix.split, ix.m = ix.level + 1, 0, 2 * m
     end
   end
 end
 
 -- ixflush splits what needs splitting and saves the index state if it changed.
-local function ixflush()
-  ixsplit()
-  if IX.n ~= IX.n0 or IX.level ~= IX.l0 or IX.split ~= IX.s0 then
-    redis.call('HSET', IX.key, 'level', IX.level, 'split', IX.split, 'n', IX.n)
-    IX.n0, IX.l0, IX.s0 = IX.n, IX.level, IX.split
+local function ixflush(ix)
+  if not ix.loaded then
+    return -- nothing read, so nothing changed
+  end
+  ixsplit(ix)
+  if ix.n ~= ix.n0 or ix.level ~= ix.l0 or ix.split ~= ix.s0 then
+    redis.call('HSET', ix.key, 'level', ix.level, 'split', ix.split, 'n', ix.n)
+    ix.n0, ix.l0, ix.s0 = ix.n, ix.level, ix.split
   end
 end
 
@@ -217,7 +242,7 @@ end
 -- dnrecord notes fps in the done slice of now (unix ms, a string): one RPUSH of them
 -- all to that slice's list. width is the slice width in ms (a string; whole seconds,
 -- so a slice holds exactly the states whose second falls in it).
-local function dnrecord(fps, now, width)
+local function dnrecord(ix, fps, now, width)
   if #fps == 0 then
     return
   end
@@ -225,8 +250,8 @@ local function dnrecord(fps, now, width)
   local start = tonumber(now)
   start = start - start % w
   local member = string.format('%d', start) .. ':' .. width
-  redis.call('RPUSH', IX.dn .. ':' .. member, table.concat(fps))
-  redis.call('ZADD', IX.dn, string.format('%d', start + w), member)
+  redis.call('RPUSH', ix.dn .. ':' .. member, table.concat(fps))
+  redis.call('ZADD', ix.dn, string.format('%d', start + w), member)
 end
 
 -- dntrim forgets the ids of the done slices that ended at or before `before`: reading
@@ -234,11 +259,11 @@ end
 -- of one call; tcur says how far into the head element the last trim read), it deletes
 -- those whose state is still one of that slice's time (a later cancel or ack of the
 -- same id wrote a later time, recorded in a later slice). Returns how many it forgot.
-local function dntrim(before, limit)
+local function dntrim(ix, before, limit)
   local forgot = 0
   limit = tonumber(limit)
   while limit > 0 do
-    local head = redis.call('ZRANGEBYSCORE', IX.dn, '-inf', before, 'LIMIT', 0, 1)
+    local head = redis.call('ZRANGEBYSCORE', ix.dn, '-inf', before, 'LIMIT', 0, 1)
     if #head == 0 then
       break
     end
@@ -246,9 +271,9 @@ local function dntrim(before, limit)
     local c = string.find(member, ':', 1, true)
     local s = tonumber(string.sub(member, 1, c - 1))
     local e = s + tonumber(string.sub(member, c + 1))
-    local skey = IX.dn .. ':' .. member
+    local skey = ix.dn .. ':' .. member
     local off = 0
-    local cur = redis.call('HGET', IX.key, 'tcur')
+    local cur = redis.call('HGET', ix.key, 'tcur')
     if cur then
       local bar = string.find(cur, '|', 1, true)
       if string.sub(cur, 1, bar - 1) == member then
@@ -257,15 +282,15 @@ local function dntrim(before, limit)
     end
     local elem = redis.call('LINDEX', skey, 0)
     if not elem then
-      redis.call('ZREM', IX.dn, member)
-      redis.call('HDEL', IX.key, 'tcur')
+      redis.call('ZREM', ix.dn, member)
+      redis.call('HDEL', ix.key, 'tcur')
     else
       local stop = math.min(#elem, off + FP * limit)
       local fps = {}
       for i = off + 1, stop - FP + 1, FP do
         fps[#fps + 1] = string.sub(elem, i, i + FP - 1)
       end
-      local vals = ixget(fps)
+      local vals = ixget(ix, fps)
       local del = {}
       for i = 1, #fps do
         local t = doneOf(vals[i])
@@ -273,14 +298,14 @@ local function dntrim(before, limit)
           del[#del + 1] = fps[i]
         end
       end
-      ixdel(del)
+      ixdel(ix, del)
       forgot = forgot + #del
       limit = limit - math.max(#fps, 1)
       if stop >= #elem then
         redis.call('LPOP', skey)
-        redis.call('HDEL', IX.key, 'tcur')
+        redis.call('HDEL', ix.key, 'tcur')
       else
-        redis.call('HSET', IX.key, 'tcur', member .. '|' .. string.format('%d', stop))
+        redis.call('HSET', ix.key, 'tcur', member .. '|' .. string.format('%d', stop))
       end
     end
   end

@@ -1,0 +1,20 @@
+--- @include "order"
+--- @include "ack"
+-- ordered_ack: ack (ack.lua) with strict per-key order (order.lua).
+--
+-- KEYS[1..7]  ack's keys (the 7th is due)
+-- KEYS[8] ko, KEYS[9] ki (order.lua)
+-- ARGV: ack's.
+-- Returns { acked, trimmed, woke }: woke is the earliest due time of a head promoted
+-- now, -1 if none.
+local o = ostart(KEYS[8], KEYS[9], KEYS[7], KEYS[1])
+local ids = {}
+local step = ARGV[5] == '1' and 3 or 2
+for i = 7, #ARGV, step do
+  ids[#ids + 1] = ARGV[i]
+end
+local pre = opre(o, ids)
+local r = ack(KEYS, ARGV)
+ogoneIfLeft(o, pre)
+r[3] = o.woke
+return r

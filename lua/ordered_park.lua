@@ -1,0 +1,22 @@
+--- @include "order"
+--- @include "park"
+-- ordered_park: park (park.lua) with strict per-key order (order.lua).
+--
+-- KEYS[1..7]  park's keys
+-- KEYS[8] ko, KEYS[9] ki (order.lua)
+-- KEYS[10..] one key per quintuple of ARGV: its key's queue, or ko itself for a
+--            message without a key
+-- (the slot guard last: scheduler/store/slotguard.go)
+-- ARGV: park's.
+-- Returns park's reply.
+local o = ostart(KEYS[8], KEYS[9], KEYS[1], KEYS[2])
+ARGV[2] = '-1' -- keyed messages never go to the cold tier (their key's queue holds them)
+local out = park(KEYS, ARGV)
+for j = 1, #out do
+  local kz = KEYS[9 + j]
+  if kz ~= KEYS[8] and out[j] == 'parked' then
+    local i = (j - 1) * 5 + 3
+    oadd(o, ARGV[i], tonumber(ARGV[i + 1]), kz)
+  end
+end
+return out
