@@ -32,12 +32,12 @@ const (
 	// ids hashed whole, 0.80–0.90 at 64 shards and 2.2–2.7 at 1,024.
 	budgetScriptCallsPerMsg = 0.05
 	// budgetCommandsPerMsg bounds every other command per message (the data commands
-	// the scripts run — ZADD, HMGET, HSET, ZREM, ZRANGEBYSCORE, HDEL, RPUSH, ... — and
-	// the wake-up PUBLISH). Measured 2.30–2.61 on the shapes below: 2 per message
-	// (ack's ZREM and the done window's HSET per id) plus each call's own reads and
-	// writes spread over its messages; with ids hashed whole, 9.1–11.7 at 64 shards and
-	// 22–29 at 1,024.
-	budgetCommandsPerMsg = 3.0
+	// the scripts run — ZADD, HMGET, HSET, ZREM, ZMSCORE, ZRANGEBYSCORE, HDEL, RPUSH, ...
+	// — and the wake-up PUBLISH). Measured 1.26–1.56 on the shapes below: one per
+	// message (the done window's HSET per id; ack looks its batch up with one ZMSCORE
+	// and removes it with one ZREM) plus each call's own reads and writes spread over
+	// its messages; with ids hashed whole, 9.1–11.7 at 64 shards and 22–29 at 1,024.
+	budgetCommandsPerMsg = 2.0
 )
 
 // fetchShape is a source's batches as the Kafka ingress hands them over: per fetch,

@@ -27,7 +27,8 @@ import (
 // pipeline a second time and keeps the second replies (as go-redis does when one call
 // of a Cluster pipeline meets TRYAGAIN).
 type claimFault struct {
-	sha    string
+	sha    string // the claim's EVALSHA digest (servers without FUNCTION)
+	fn     string // the claim's function in the library (FCALL)
 	armed  atomic.Bool
 	resend bool
 	fired  atomic.Int32
@@ -57,11 +58,16 @@ func (f *claimFault) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 	}
 }
 
+// isClaim reports whether a command with this name and first argument calls claim.lua.
+func (f *claimFault) isClaim(cmd, arg string) bool {
+	return (strings.EqualFold(cmd, "evalsha") && arg == f.sha) || (strings.EqualFold(cmd, "fcall") && arg == f.fn)
+}
+
 // claimedSome reports whether cmds hold a claim.lua call whose reply has a message.
 func (f *claimFault) claimedSome(cmds []redis.Cmder) bool {
 	for _, c := range cmds {
 		args := c.Args()
-		if len(args) < 2 || !strings.EqualFold(fmt.Sprint(args[0]), "evalsha") || args[1] != f.sha {
+		if len(args) < 2 || !f.isClaim(fmt.Sprint(args[0]), fmt.Sprint(args[1])) {
 			continue
 		}
 		if cmd, ok := c.(*redis.Cmd); ok {
@@ -92,7 +98,11 @@ func TestLostClaimReplyHealsByItsOwner(t *testing.T) {
 func lostClaimReply(t *testing.T, resend bool) {
 	r := testkit.StartRedis(t)
 	ctx := context.Background()
-	fault := &claimFault{sha: redis.NewScript(lua.Claim).Hash(), resend: resend}
+	lib, err := lua.NewLibrary("delaybridge", lua.Scripts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fault := &claimFault{sha: redis.NewScript(lib.Eval("claim")).Hash(), fn: lib.Function("claim"), resend: resend}
 	rdb := r.Client()
 	rdb.AddHook(fault)
 	shardStore, err := store.New(ctx, rdb, store.Options{Prefix: "lost", Cluster: "c", Shards: 4, DoneWindow: time.Hour})
