@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
 // Claim, ack, retry, recover: the pump's side of a shard.
@@ -32,8 +33,9 @@ func (s *Store) Claim(ctx context.Context, shard int, instance string, token int
 	if limit <= 0 {
 		return nil, 0, fmt.Errorf("%w: claim limit %d", ErrInvalid, limit)
 	}
-	cmd := s.eval(ctx, s.claim, claimKeys(k), s.claimArgs(OwnerValue(instance, token), upTo, leaseDeadline, limit)...)
-	return s.claimReply(ctx, cmd, shard, instance, token, upTo)
+	cmd := s.eval(ctx, s.claim, claimKeys(k), s.claimArgs(OwnerValue(instance, token), upTo, leaseDeadline, limit, 0, false)...)
+	items, nextDue, _, err = s.claimReply(ctx, cmd, shard, instance, token, upTo)
+	return items, nextDue, err
 }
 
 // claimKeys are claim.lua's keys: it promotes the cold tier's buckets (lua/cold.lua),
@@ -42,23 +44,35 @@ func claimKeys(k shardKeys) []string {
 	return withGuard(k, []string{k.due, k.msg, k.inflight, k.owner, k.counts, k.ix})
 }
 
-// claimArgs are claim.lua's arguments, the cold tier's promotion lead and budget last.
-func (s *Store) claimArgs(owner string, upTo, leaseDeadline int64, limit int) []any {
-	return []any{owner, upTo, leaseDeadline, limit, s.opt.Cold.Lead.Milliseconds(), s.opt.Cold.Budget}
+// claimArgs are claim.lua's arguments: the cold tier's promotion lead and budget, then
+// the byte budget (0: none), the bytes counted per message beyond its envelope
+// (storeapi.MemOverhead) and whether the first message is taken whatever its size.
+func (s *Store) claimArgs(owner string, upTo, leaseDeadline int64, limit int, maxBytes int64, alone bool) []any {
+	return []any{owner, upTo, leaseDeadline, limit, s.opt.Cold.Lead.Milliseconds(), s.opt.Cold.Budget,
+		maxBytes, storeapi.MemOverhead, boolArg(alone)}
+}
+
+func boolArg(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // claimReply reads the reply of one claim call (Claim, ClaimMany).
-func (s *Store) claimReply(ctx context.Context, cmd *redis.Cmd, shard int, instance string, token int64, upTo int64) (items []*envelope.Envelope, nextDue int64, err error) {
+// need is the byte size of the first due message a byte budget left due (0: none).
+func (s *Store) claimReply(ctx context.Context, cmd *redis.Cmd, shard int, instance string, token int64, upTo int64) (items []*envelope.Envelope, nextDue, need int64, err error) {
 	if err := cmd.Err(); err != nil {
 		if redis.HasErrorPrefix(err, "FENCED") {
-			return nil, 0, fmt.Errorf("%w: shard %d, %s: %v", ErrFenced, shard, OwnerValue(instance, token), err)
+			return nil, 0, 0, fmt.Errorf("%w: shard %d, %s: %v", ErrFenced, shard, OwnerValue(instance, token), err)
 		}
-		return nil, 0, fmt.Errorf("scheduler: claim shard %d: %w", shard, redisErr(err))
+		return nil, 0, 0, fmt.Errorf("scheduler: claim shard %d: %w", shard, redisErr(err))
 	}
 	vals, err := cmd.Slice()
-	if err != nil || len(vals) < 2 || (len(vals)-2)%3 != 0 {
-		return nil, 0, fmt.Errorf("scheduler: claim shard %d: unexpected reply %v", shard, cmd.Val())
+	if err != nil || len(vals) < 3 || (len(vals)-3)%3 != 0 {
+		return nil, 0, 0, fmt.Errorf("scheduler: claim shard %d: unexpected reply %v", shard, cmd.Val())
 	}
+	need, _ = vals[2].(int64)
 	nextDue, _ = vals[0].(int64)
 	nextDue = nextDueOf(nextDue)
 	if dropped, _ := vals[1].(int64); dropped > 0 {
@@ -66,9 +80,9 @@ func (s *Store) claimReply(ctx context.Context, cmd *redis.Cmd, shard int, insta
 			s.obs.Invalid("", "missing_envelope")
 		}
 	}
-	items = make([]*envelope.Envelope, 0, (len(vals)-2)/3)
+	items = make([]*envelope.Envelope, 0, (len(vals)-3)/3)
 	var corrupt, newer []retryEntry
-	for i := 2; i+2 < len(vals); i += 3 {
+	for i := 3; i+2 < len(vals); i += 3 {
 		id, _ := vals[i].(string)
 		due, _ := vals[i+1].(int64)
 		raw, _ := vals[i+2].(string)
@@ -87,11 +101,12 @@ func (s *Store) claimReply(ctx context.Context, cmd *redis.Cmd, shard int, insta
 		// later (retry backoff) or earlier (recovered "now"): fire at the later one.
 		e.FireAt = max(due, e.DueAt)
 		e.ClaimedFrom = shard + 1
+		e.ClaimedBytes = int64(len(raw)) + storeapi.MemOverhead
 		items = append(items, e)
 	}
 	if len(newer) > 0 {
 		if err := s.retry1(ctx, shard, newer, upTo); err != nil {
-			return items, nextDue, fmt.Errorf("scheduler: put back %d envelopes of a newer bridge version on shard %d: %w", len(newer), shard, err)
+			return items, nextDue, need, fmt.Errorf("scheduler: put back %d envelopes of a newer bridge version on shard %d: %w", len(newer), shard, err)
 		}
 		for range newer {
 			s.obs.Invalid("", "newer_envelope_version")
@@ -101,13 +116,13 @@ func (s *Store) claimReply(ctx context.Context, cmd *redis.Cmd, shard int, insta
 		// Keep the bytes for forensics; ListDead shows them as an envelope with a reason.
 		// Claim is not told the time; upTo (now + lookahead) stands in as the dead time.
 		if err := s.retry1(ctx, shard, corrupt, upTo); err != nil {
-			return items, nextDue, fmt.Errorf("scheduler: dead-letter %d corrupt envelopes of shard %d: %w", len(corrupt), shard, err)
+			return items, nextDue, need, fmt.Errorf("scheduler: dead-letter %d corrupt envelopes of shard %d: %w", len(corrupt), shard, err)
 		}
 		for range corrupt {
 			s.obs.Invalid("", "corrupt_envelope")
 		}
 	}
-	return items, nextDue, nil
+	return items, nextDue, need, nil
 }
 
 // newerVersionRetry is how long an envelope this build cannot read (a newer bridge

@@ -6,11 +6,11 @@ import (
 	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
-// ClaimMany implements storeapi.Store: Claim for each request in turn.
+// ClaimMany implements storeapi.Store: Claim for each request in turn, with its byte budget.
 func (s *Store) ClaimMany(ctx context.Context, reqs []storeapi.ClaimRequest) []storeapi.ClaimResult {
 	out := make([]storeapi.ClaimResult, len(reqs))
 	for i, r := range reqs {
-		out[i].Items, out[i].NextDue, out[i].Err = s.Claim(ctx, r.Shard, r.Instance, r.Token, r.UpTo, r.LeaseDeadline, r.Limit)
+		out[i] = s.claim(ctx, r)
 	}
 	return out
 }
