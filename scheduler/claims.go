@@ -25,10 +25,10 @@ const maxClaimsPerCall = 128
 // The call runs without the caller's cancellation (it answers other pumps too); it is
 // as bounded as any Redis call, and a claim that completes after a pump stopped is
 // handled as before (its messages are held and put back on shutdown or handover).
-func (g *claimGroup) claim(ctx context.Context, st Store, req storeapi.ClaimRequest) ([]*envelope.Envelope, int64, error) {
+func (g *claimGroup) claim(ctx context.Context, st Store, req storeapi.ClaimRequest) (items []*envelope.Envelope, nextDue, need int64, err error) {
 	res := g.do(req, func(q []storeapi.ClaimRequest) int { return maxClaimsPerCall },
 		func(batch []storeapi.ClaimRequest) []storeapi.ClaimResult {
 			return st.ClaimMany(context.WithoutCancel(ctx), batch)
 		})
-	return res.Items, res.NextDue, res.Err
+	return res.Items, res.NextDue, res.Need, res.Err
 }

@@ -28,6 +28,7 @@ func (s *Scheduler) pump(ctx context.Context, st *shardState) {
 		return true
 	}
 	lastRecover := clock.NowMs(s.clk)
+	var need int64 // bytes the shard's first due message needs (the last claim left it due)
 	for ctx.Err() == nil {
 		if !s.clockOK() { // no claims on a clock off Redis's; woken when it is back (clockcheck.go)
 			if st.wakeAt.Store(clock.NowMs(s.clk) + s.opt.SafetyScan.Milliseconds()); !sleep(s.opt.SafetyScan) {
@@ -35,10 +36,13 @@ func (s *Scheduler) pump(ctx context.Context, st *shardState) {
 			}
 			continue
 		}
-		n, err := s.credits.acquire(ctx, s.opt.ClaimBatch)
+		g, err := s.credits.acquire(ctx, s.opt.ClaimBatch, need, func() {
+			s.log.Debug("claim held back by scheduler.max_in_memory_bytes", "shard", st.shard, "need", need)
+		})
 		if err != nil {
 			return
 		}
+		n := g.n
 		now := clock.NowMs(s.clk)
 		if now-lastRecover >= s.opt.InflightLease.Milliseconds()/2 {
 			lastRecover = now
@@ -46,9 +50,10 @@ func (s *Scheduler) pump(ctx context.Context, st *shardState) {
 		}
 		st.claiming.Store(true)  // until wakeAt is stored: Notify notes what is parked meanwhile
 		st.parkedDuring.Store(0) // anything Notify noted before this is in the store for this claim
-		items, nextDue, err := s.claims.claim(ctx, s.store, storeapi.ClaimRequest{Shard: st.shard, Instance: s.holder, Token: st.token,
-			UpTo: now + lookahead, LeaseDeadline: now + s.opt.InflightLease.Milliseconds(), Limit: n})
-		s.credits.release(n - len(items))
+		items, nextDue, needNext, err := s.claims.claim(ctx, s.store, storeapi.ClaimRequest{Shard: st.shard, Instance: s.holder, Token: st.token,
+			UpTo: now + lookahead, LeaseDeadline: now + s.opt.InflightLease.Milliseconds(), Limit: n, MaxBytes: g.bytes, Alone: g.alone})
+		s.credits.settle(g, len(items), claimedBytes(items))
+		need = needNext
 		if err != nil {
 			if errors.Is(err, storeapi.ErrFenced) {
 				s.log.Warn("shard lease lost (fenced); pump stops", "shard", st.shard)
@@ -68,9 +73,9 @@ func (s *Scheduler) pump(ctx context.Context, st *shardState) {
 		}
 		bo.Reset()
 		s.schedule(st, items)
-		if len(items) == n {
+		if len(items) == n || need > 0 {
 			st.claiming.Store(false)
-			continue // a full batch: more may be due right now
+			continue // a full batch, or one the byte budget cut short: more may be due right now
 		}
 		at := s.planClaim(st, nextDue, now)
 		// Sleep until the planned instant, not for wait from whenever the timer is set:
