@@ -61,6 +61,7 @@ func runService(cf configFlags, stderr io.Writer) error {
 	}
 	logger := newLogger(cfg.Log, stderr)
 	app.RouteRedisLogs(logger)
+	setMemoryLimit(logger)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
