@@ -125,6 +125,11 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		return st.Routes, err
 	})
 	metrics.SetChecks(b.Backend().Checks)
+	metrics.SetMemory(func() (memStats, bool) {
+		st, ok := b.MemoryStats()
+		return memStats{HeldBytes: st.HeldBytes, BudgetBytes: st.BudgetBytes, Throttled: st.Throttled,
+			ThrottledSeconds: st.ThrottledTime.Seconds()}, ok
+	})
 	logger.Info("delay-bridge starting", "version", buildVersion(), "cluster", cfg.Cluster,
 		"shards", cfg.Shards, "routes", len(cfg.Routes), "admin", cfg.Admin.Listen)
 
@@ -184,3 +189,7 @@ func routeSeries(routes []config.Route) []metrics.RouteSeries {
 	}
 	return out
 }
+
+// memStats is the memory the metrics show (the metrics package's type; the local name
+// metrics is the instance in serve).
+type memStats = metrics.Memory

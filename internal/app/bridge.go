@@ -117,6 +117,18 @@ func (b *Bridge) Config() config.Config { return b.cfg }
 // until Run has connected to Redis and after Run stopped.
 func (b *Bridge) Backend() *adminapi.Backend { return b.api }
 
+// MemoryStats reports what the scheduler holds against scheduler.max_in_memory_bytes;
+// false until Run has started the scheduler.
+func (b *Bridge) MemoryStats() (scheduler.CreditStats, bool) {
+	b.mu.Lock()
+	sched := b.sched
+	b.mu.Unlock()
+	if sched == nil {
+		return scheduler.CreditStats{}, false
+	}
+	return sched.MemoryStats(), true
+}
+
 // Run connects, owns shards, consumes and fires until ctx is cancelled, then shuts down
 // in this order (docs/ARCHITECTURE.md "Shutdown"): stop ingress (nothing new is parked;
 // unacknowledged records are redelivered to whoever consumes next); stop the scheduler

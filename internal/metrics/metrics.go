@@ -76,6 +76,7 @@ type Metrics struct {
 	counts                                *countsCollector
 	sides                                 map[string]*sideMetrics // by queue (side.go)
 	ready                                 *readyCollector
+	memory                                *memoryCollector // memory.go
 	perMessage                            sync.Map // route -> *routeSeries (perMessageOf)
 }
 
@@ -168,6 +169,7 @@ func NewMetrics(reg prometheus.Registerer, version string, logger *slog.Logger) 
 		counts: newCountsCollector(logger),
 		sides:  newSides(),
 		ready:  newReadyCollector(),
+		memory: newMemoryCollector(),
 	}
 	for _, reason := range observe.RetryReasons {
 		m.redisRetries.WithLabelValues(reason)
@@ -179,7 +181,7 @@ func NewMetrics(reg prometheus.Registerer, version string, logger *slog.Logger) 
 		m.received, m.parked, m.fired, m.published, m.deadLettered, m.invalid, m.shardsOwned, m.clockOffset,
 		m.duplicate, m.cancelled, m.replaced, m.rescheduled, m.dropped, m.publishFailures, m.retries,
 		m.ingressConsuming, m.ingressLag, m.delivery, m.slots, m.redisRetries,
-		m.lateness, m.egressWait, m.requestedDelay, m.publishDuration, m.scriptDuration, m.counts, m.ready, buildInfo,
+		m.lateness, m.egressWait, m.requestedDelay, m.publishDuration, m.scriptDuration, m.counts, m.ready, m.memory, buildInfo,
 	}
 	for _, q := range observe.SideQueues {
 		all = append(all, m.sides[q].collectors()...)
