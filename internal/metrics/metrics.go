@@ -77,7 +77,7 @@ type Metrics struct {
 	sides                                 map[string]*sideMetrics // by queue (side.go)
 	ready                                 *readyCollector
 	memory                                *memoryCollector // memory.go
-	perMessage                            sync.Map // route -> *routeSeries (perMessageOf)
+	perMessage                            sync.Map         // route -> *routeSeries (perMessageOf)
 }
 
 // routeSeries are one route's series of the observations made once per message (park,
