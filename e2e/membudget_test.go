@@ -39,7 +39,7 @@ func TestMemoryBoundedBurst(t *testing.T) {
 	const (
 		budget    = 64 << 20 // config.DefaultMaxInMemoryBytes
 		podLimit  = 256 << 20
-		bound     = budget + 192<<20 // = podLimit
+		bound     = budget + 192<<20  // = podLimit
 		goMemLimt = podLimit * 9 / 10 // the chart's goMemLimitPercent: 90
 	)
 	bin := noRaceBridge(t)
