@@ -89,6 +89,10 @@ type IngressConfig struct {
 	StallTimeout time.Duration `koanf:"stall_timeout"`
 }
 
+// DefaultMaxInMemoryBytes is scheduler.max_in_memory_bytes's default: 64 MiB, the
+// messages' share of a 256 MiB pod (docs/OPERATIONS.md "Sizing" has the arithmetic).
+const DefaultMaxInMemoryBytes = 64 << 20
+
 type SchedulerConfig struct {
 	Tick          time.Duration `koanf:"tick"`
 	Lookahead     time.Duration `koanf:"lookahead"`
@@ -102,6 +106,12 @@ type SchedulerConfig struct {
 	// MaxInMemory bounds fired-but-not-yet-acknowledged plus wheel-held messages per
 	// instance: the back-pressure that keeps memory flat.
 	MaxInMemory int `koanf:"max_in_memory"`
+	// MaxInMemoryBytes bounds the same messages by bytes: each counts its encoded
+	// envelope (payload, key, headers, ids) plus 1 KiB of the bridge's own structures.
+	// A claim asks Redis for at most what fits; a single message larger than the
+	// budget goes through alone. The default keeps a pod with a 256 MiB memory limit
+	// below it (docs/OPERATIONS.md "Sizing").
+	MaxInMemoryBytes int64 `koanf:"max_in_memory_bytes"`
 	// DoneWindow is how long fired/cancelled ids are remembered so a replayed ingress
 	// record is not parked again.
 	DoneWindow time.Duration `koanf:"done_window"`
@@ -227,7 +237,7 @@ func Default() Config {
 			InflightLease: 30 * time.Second, LeaseTTL: 3 * time.Second, SafetyScan: time.Second,
 			MaxClockOffset:  500 * time.Millisecond,
 			ScheduleHorizon: time.Minute, ScheduleInterval: time.Second,
-			MaxInMemory: 100000, DoneWindow: 10 * time.Minute, ColdHorizon: 5 * time.Minute,
+			MaxInMemory: 100000, MaxInMemoryBytes: DefaultMaxInMemoryBytes, DoneWindow: 10 * time.Minute, ColdHorizon: 5 * time.Minute,
 		},
 		Limits:          LimitsConfig{MaxDelay: 8760 * time.Hour, MaxPayloadBytes: 1 << 20},
 		Retry:           RetryConfig{MaxAttempts: 10, Backoff: BackoffConfig{Initial: time.Second, Max: 5 * time.Minute}},

@@ -302,6 +302,7 @@ func TestLoadValidationErrorsNameKeyAndSource(t *testing.T) {
 		{"scheduler.lease_ttl=1ms", "scheduler.lease_ttl", "at least 100ms"},
 		{"scheduler.safety_scan=5s", "scheduler.safety_scan", "(0, 1s]"},
 		{"scheduler.max_in_memory=10", "scheduler.max_in_memory", ">= scheduler.claim_batch"},
+		{"scheduler.max_in_memory_bytes=1000", "scheduler.max_in_memory_bytes", "at least 1048576"},
 		{"scheduler.done_window=-1s", "scheduler.done_window", ">= 0"},
 		{"scheduler.cold_horizon=500ms", "scheduler.cold_horizon", "0 (off) or at least 1s"},
 		{"scheduler.max_clock_offset=1ms", "scheduler.max_clock_offset", "[10ms, 1m]"},

@@ -125,6 +125,9 @@ func (s SchedulerConfig) validate(p *problems) {
 	if s.MaxInMemory < s.ClaimBatch {
 		p.add("scheduler.max_in_memory", "must be >= scheduler.claim_batch (%d), got %d", s.ClaimBatch, s.MaxInMemory)
 	}
+	if s.MaxInMemoryBytes < 1<<20 {
+		p.add("scheduler.max_in_memory_bytes", "must be at least 1048576 (1 MiB), got %d", s.MaxInMemoryBytes)
+	}
 	if s.DoneWindow < 0 {
 		p.add("scheduler.done_window", "must be >= 0, got %s", s.DoneWindow)
 	}

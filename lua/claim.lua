@@ -19,23 +19,30 @@
 -- ARGV[5] promotion lead (ms): first the cold tier's buckets that start at or before
 --         upTo + lead are promoted into due (cold.lua); -1: none is
 -- ARGV[6] promotion budget: at most this many cold elements per call
--- ARGV[7] optional, "1": the lease deadline identifies this claim (see below)
+-- ARGV[7] byte budget (optional, 0 or absent: none): the claimed envelopes' lengths,
+--         each plus ARGV[8], add up to at most this much; the first message that would
+--         pass it stays due (in due order: nothing behind it is taken)
+-- ARGV[8] bytes counted per message beyond its envelope's length
+-- ARGV[9] 1: the first message is taken whatever its size (the caller holds nothing
+--         else, so a message larger than the whole budget still goes through, alone)
+-- ARGV[10] optional, "1": the lease deadline identifies this claim (see below)
 -- Returns: error reply "FENCED ..." when the owner key is not ARGV[1] (lease lost or
 -- taken over: a stale owner must not claim), else a flat array
---   { nextDue, dropped, id1, due1, env1, id2, due2, env2, ... }
+--   { nextDue, dropped, need, id1, due1, env1, id2, due2, env2, ... }
 -- in due order. nextDue: due time of the earliest message still pending after this
 -- claim, in due or in the cold tier (there it may be earlier than the earliest left
 -- after a cancel: cold.lua), 0 (claim again at once) when the promotion budget ran
 -- out, -1 if none. dropped: ids found in due without an envelope (corruption); they
 -- are removed rather than left to wedge the head of the shard, and reported so the
--- caller can count them. dueN is the ZSET score, which wins over the envelope's DueAt
+-- caller can count them. need: the bytes (length + ARGV[8]) of the first due message
+-- the byte budget left due, 0 if none did. dueN is the ZSET score, which wins over the envelope's DueAt
 -- because reschedule changes only the score.
 --
--- With ARGV[7] "1" the caller gives every claim of the shard its own lease deadline,
+-- With ARGV[10] "1" the caller gives every claim of the shard its own lease deadline,
 -- so a claim sent again whose first run's reply was lost (a timeout, a reset
 -- connection, a client re-sending a whole pipeline after one call of it met TRYAGAIN)
 -- finds what that run claimed still in inflight under its deadline, and returns those
--- messages again instead of claiming more: { 0, -1, id1, upTo, env1, ... }. dropped -1 marks such a replay; nextDue 0 has
+-- messages again instead of claiming more: { 0, -1, 0, id1, upTo, env1, ... }. dropped -1 marks such a replay; nextDue 0 has
 -- the caller claim again at once. The due scores that run read are gone (inflight
 -- keeps the deadline), so each message is reported due at upTo, which none of them was
 -- due after: never early, at most upTo - due late.
@@ -43,11 +50,11 @@ if redis.call('GET', KEYS[4]) ~= ARGV[1] then
   return redis.error_reply('FENCED shard lease is not held by ' .. ARGV[1])
 end
 local again = {}
-if ARGV[7] == '1' then
+if ARGV[10] == '1' then
   again = redis.call('ZRANGEBYSCORE', KEYS[3], ARGV[3], ARGV[3], 'LIMIT', 0, ARGV[4])
 end
 if #again > 0 then
-  local out = { 0, -1 }
+  local out = { 0, -1, 0 }
   for first = 1, #again, 500 do
     local ids = { unpack(again, first, math.min(first + 499, #again)) }
     local envs = redis.call('HMGET', KEYS[2], unpack(ids))
@@ -70,21 +77,54 @@ if lead >= 0 then
   promoting = more
 end
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[2], 'WITHSCORES', 'LIMIT', 0, ARGV[4])
-local out = { -1, 0 }
-local n = 2
+local out = { -1, 0, 0 }
+local n = 3
 local dropped = 0
--- Commands take many members at once, in steps small enough for unpack's stack limit.
+local budget = tonumber(ARGV[7] or '0')
+local per = tonumber(ARGV[8] or '0')
+local alone = ARGV[9] == '1'
+if budget <= 0 then
+  budget = math.huge
+end
+local used = 0
+local avg = 0 -- mean bytes of the envelopes read so far (0: none yet)
+local taken = 0
+-- Envelopes are read in steps small enough for unpack's stack limit, and under a byte
+-- budget no larger than what the budget can still take at the sizes seen so far, so
+-- the script does not read (and Redis does not buffer) far more than it claims.
 local step = 500
-for first = 1, #ids, 2 * step do
+local first = 1
+local full = false
+while first <= #ids and not full do
+  local want = step
+  if budget < math.huge then
+    if avg == 0 then
+      avg = redis.call('HSTRLEN', KEYS[2], ids[first]) + per
+    end
+    want = math.max(1, math.min(step, math.floor((budget - used) / avg) + 1))
+  end
   local members, scores = {}, {}
-  for i = first, math.min(first + 2 * step - 1, #ids), 2 do
+  for i = first, math.min(first + 2 * want - 1, #ids), 2 do
     members[#members + 1] = ids[i]
     scores[#scores + 1] = ids[i + 1]
   end
-  redis.call('ZREM', KEYS[1], unpack(members))
+  first = first + 2 * #members
   local envs = redis.call('HMGET', KEYS[2], unpack(members))
-  local zadd = {}
+  local take, zadd, sizes = {}, {}, 0
   for j = 1, #members do
+    local size = 0
+    if envs[j] then
+      size = #envs[j] + per
+    end
+    if envs[j] and used + size > budget and not (alone and taken == 0) then
+      out[3] = size
+      full = true
+      break
+    end
+    used = used + size
+    sizes = sizes + size
+    taken = taken + 1
+    take[#take + 1] = members[j]
     local route = routeOf(envs[j])
     cadd(cs, 'pending', route, -1)
     if envs[j] then
@@ -98,6 +138,10 @@ for first = 1, #ids, 2 * step do
     else
       dropped = dropped + 1
     end
+  end
+  if #take > 0 then
+    redis.call('ZREM', KEYS[1], unpack(take))
+    avg = math.max(1, math.floor(sizes / #take))
   end
   if #zadd > 0 then
     redis.call('ZADD', KEYS[3], unpack(zadd))

@@ -25,12 +25,13 @@ const maxClaimsPerCall = 128
 // The call runs without the caller's cancellation (it answers other pumps too); it is
 // as bounded as any Redis call, and a claim that completes after a pump stopped is
 // handled as before (its messages are held and put back on shutdown or handover).
-// replayed reports an Idempotent request whose earlier run's reply was lost: items
-// are what that run claimed (storeapi.ClaimRequest).
-func (g *claimGroup) claim(ctx context.Context, st Store, req storeapi.ClaimRequest) (items []*envelope.Envelope, nextDue int64, replayed bool, err error) {
+// need is the byte size of the first due message the request's byte budget left due
+// (0: none); replayed reports an Idempotent request whose earlier run's reply was
+// lost: items are what that run claimed (storeapi.ClaimRequest).
+func (g *claimGroup) claim(ctx context.Context, st Store, req storeapi.ClaimRequest) (items []*envelope.Envelope, nextDue, need int64, replayed bool, err error) {
 	res := g.do(req, func(q []storeapi.ClaimRequest) int { return maxClaimsPerCall },
 		func(batch []storeapi.ClaimRequest) []storeapi.ClaimResult {
 			return st.ClaimMany(context.WithoutCancel(ctx), batch)
 		})
-	return res.Items, res.NextDue, res.Replayed, res.Err
+	return res.Items, res.NextDue, res.Need, res.Replayed, res.Err
 }

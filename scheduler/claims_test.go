@@ -61,7 +61,7 @@ func TestClaimGroupSendsConcurrentClaimsTogether(t *testing.T) {
 	errs := make([]error, shards)
 	claim := func(sh int) {
 		defer wg.Done()
-		got[sh], _, _, errs[sh] = g.claim(ctx, st, storeapi.ClaimRequest{Shard: sh, Instance: "i1", Token: tokens[sh], UpTo: t0 + 1000, LeaseDeadline: t0 + 60_000, Limit: 10})
+		got[sh], _, _, _, errs[sh] = g.claim(ctx, st, storeapi.ClaimRequest{Shard: sh, Instance: "i1", Token: tokens[sh], UpTo: t0 + 1000, LeaseDeadline: t0 + 60_000, Limit: 10})
 	}
 	wg.Add(1)
 	go claim(0) // leads, and waits in the store

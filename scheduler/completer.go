@@ -36,7 +36,7 @@ func (s *Scheduler) ack(ctx context.Context, envs []*envelope.Envelope) {
 		// (its per-route counts then need no envelope read).
 		return s.store.AckEnvelopes(ctx, envs, clock.NowMs(s.clk))
 	})
-	s.credits.release(len(envs))
+	s.credits.release(len(envs), claimedBytes(envs))
 }
 
 // Failed implements egress.Completer (errs marked with internal/fault by egress.Classify): retry with exponential backoff, or dead-letter
@@ -76,7 +76,7 @@ func (s *Scheduler) Failed(ctx context.Context, envs []*envelope.Envelope, errs 
 			st.addOrphans(item)
 		}
 	}
-	s.credits.release(len(envs))
+	s.credits.release(len(envs), claimedBytes(envs))
 	for route, n := range retried {
 		s.obs.PublishRetried(route, n)
 	}
@@ -159,7 +159,7 @@ func (s *Scheduler) Dropped(envs []*envelope.Envelope) {
 			st.addOrphans(storeapi.RetryItem{Env: env, Due: env.FireTime()})
 		}
 	}
-	s.credits.release(len(envs))
+	s.credits.release(len(envs), claimedBytes(envs))
 	s.log.Warn("dropped fired messages of a shard whose lease may have expired; the shard's owner recovers them", "n", len(envs))
 }
 

@@ -3,55 +3,143 @@ package scheduler
 import (
 	"context"
 	"sync"
+	"time"
+
+	"github.com/delaybridge/delay-bridge/internal/envelope"
 )
 
-// credits is a counting semaphore over messages held in memory (claimed into the wheel,
-// queued for egress or being published). Pumps take credits before a claim and egress
-// outcomes give them back, so the bridge's memory is bounded by scheduler.max_in_memory
-// however many messages are pending in Redis: Redis is the buffer.
+// credits bound what the scheduler holds in memory (claimed into the wheel, queued for
+// egress or being published) by messages and by bytes. Pumps take credits before a
+// claim and egress outcomes give them back, so the bridge's memory is bounded by
+// scheduler.max_in_memory and scheduler.max_in_memory_bytes however many messages are
+// pending in Redis: Redis is the buffer.
+//
+// Bytes are each claimed copy's envelope.ClaimedBytes (its encoded length plus
+// storeapi.MemOverhead). A claim is granted up to a share of the free bytes and asks
+// Redis for at most that (storeapi.ClaimRequest.MaxBytes); when the first due message
+// of a shard does not fit (ClaimResult.Need), that pump waits until that many bytes are
+// free. A message larger than the whole budget waits until nothing else is held and
+// then goes through alone: free bytes may then be negative until it leaves memory.
 type credits struct {
-	mu    sync.Mutex
-	avail int
-	ch    chan struct{} // closed and replaced whenever credits are returned
+	mu     sync.Mutex
+	avail  int
+	bytes  int64         // budget minus the bytes held; negative while an oversized message is held alone (or always, without a budget)
+	budget int64         // 0: no byte bound (bytes held are still counted)
+	ch     chan struct{} // closed and replaced whenever credits are returned
+
+	throttled     int64         // acquires that waited for bytes (messages were free)
+	throttledTime time.Duration // how long they waited
 }
 
-func newCredits(n int) *credits {
-	return &credits{avail: n, ch: make(chan struct{})}
+// grant is what one acquire took: n messages and up to bytes bytes (0 without a byte
+// budget). alone: nothing else was held, so the claim may take its first message
+// whatever its size.
+type grant struct {
+	n     int
+	bytes int64
+	alone bool
 }
 
-// acquire blocks until at least one credit is free, then takes up to max of them.
-func (c *credits) acquire(ctx context.Context, max int) (int, error) {
+// claimShares is how many claims the free bytes are shared between: a claim is
+// granted at most budget/claimShares (or what its first message needs), so pumps
+// claiming at the same time each get some of the budget instead of the first taking
+// all of it.
+const claimShares = 8
+
+func newCredits(n int, budget int64) *credits {
+	return &credits{avail: n, bytes: budget, budget: budget, ch: make(chan struct{})}
+}
+
+// acquire blocks until at least one credit is free and, under a byte budget, at least
+// need bytes (capped at the budget: a larger message waits until nothing is held),
+// then takes up to most credits and up to max(budget/claimShares, need) bytes. onWait,
+// if set, is called once when the wait is for bytes.
+func (c *credits) acquire(ctx context.Context, most int, need int64, onWait func()) (grant, error) {
+	var since time.Time
 	for {
 		c.mu.Lock()
-		if c.avail > 0 {
-			n := min(c.avail, max)
-			c.avail -= n
+		enough := c.budget == 0 || (c.bytes > 0 && c.bytes >= min(need, c.budget))
+		if c.avail > 0 && enough {
+			g := grant{n: min(c.avail, most)}
+			c.avail -= g.n
+			if c.budget > 0 {
+				g.alone = c.bytes == c.budget
+				g.bytes = min(c.bytes, max(c.budget/claimShares, need))
+				c.bytes -= g.bytes
+			} // without a budget the claim's bytes are counted when it returns (settle)
+			if !since.IsZero() {
+				c.throttledTime += time.Since(since)
+			}
 			c.mu.Unlock()
-			return n, nil
+			return g, nil
+		}
+		if c.avail > 0 && since.IsZero() {
+			since = time.Now()
+			c.throttled++
+			if onWait != nil {
+				onWait()
+			}
 		}
 		ch := c.ch
 		c.mu.Unlock()
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			if !since.IsZero() {
+				c.mu.Lock()
+				c.throttledTime += time.Since(since)
+				c.mu.Unlock()
+			}
+			return grant{}, ctx.Err()
 		}
 	}
 }
 
-func (c *credits) release(n int) {
-	if n <= 0 {
+// release gives back n credits and b bytes (b may be negative: a claim that took more
+// than it was granted, its first message going through alone).
+func (c *credits) release(n int, b int64) {
+	if n <= 0 && b == 0 {
 		return
 	}
 	c.mu.Lock()
-	c.avail += n
+	c.avail += max(n, 0)
+	c.bytes += b
 	close(c.ch)
 	c.ch = make(chan struct{})
 	c.mu.Unlock()
+}
+
+// settle ends a claim granted g that returned items: what it did not take goes back.
+func (c *credits) settle(g grant, got int, gotBytes int64) {
+	c.release(g.n-got, g.bytes-gotBytes)
 }
 
 func (c *credits) available() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.avail
+}
+
+// CreditStats is what the credits show for metrics: bytes held against the budget,
+// and the claims held back by it.
+type CreditStats struct {
+	HeldBytes     int64         // bytes of claimed copies in memory (ClaimedBytes)
+	BudgetBytes   int64         // scheduler.max_in_memory_bytes (0: none)
+	Throttled     int64         // claims that waited for bytes while messages were free
+	ThrottledTime time.Duration // total time they waited
+}
+
+func (c *credits) stats() CreditStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return CreditStats{HeldBytes: c.budget - c.bytes, BudgetBytes: c.budget, Throttled: c.throttled, ThrottledTime: c.throttledTime}
+}
+
+// claimedBytes is the bytes envs were counted for when claimed.
+func claimedBytes(envs []*envelope.Envelope) int64 {
+	var b int64
+	for _, e := range envs {
+		b += e.ClaimedBytes
+	}
+	return b
 }

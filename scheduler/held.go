@@ -46,18 +46,19 @@ func (s *Scheduler) Owns(env *envelope.Envelope) bool {
 // egress, where Owns drops it.
 func (s *Scheduler) track(st *shardState, items []*envelope.Envelope) {
 	h := &s.held[st.shard]
-	replaced := 0
+	replaced, replacedBytes := 0, int64(0)
 	h.mu.Lock()
 	for _, env := range items {
-		if _, ok := h.byID[env.ID]; ok && s.wheel.Cancel(env.ID) {
+		if old, ok := h.byID[env.ID]; ok && s.wheel.Cancel(env.ID) {
 			h.n--
 			replaced++
+			replacedBytes += old.env.ClaimedBytes
 		}
 		h.byID[env.ID] = heldCopy{env: env, token: st.token}
 		h.n++
 	}
 	h.mu.Unlock()
-	s.credits.release(replaced)
+	s.credits.release(replaced, replacedBytes)
 }
 
 // untrack forgets one copy that left memory (published, failed, dropped, put back) and
@@ -107,20 +108,22 @@ func (s *Scheduler) CancelLocal(id string) bool {
 	// The wheel only ever holds the latest claim of an id (track takes older copies out).
 	// It is held under its shard: ShardOf(id), or for a message of an ordered key its
 	// key's shard, which the id does not tell (looked for then: cancels are rare).
+	var size int64
 	for i, n := s.store.ShardOf(id), 0; n < len(s.held); i, n = (i+1)%len(s.held), n+1 {
 		h := &s.held[i]
 		h.mu.Lock()
-		_, ok := h.byID[id]
+		c, ok := h.byID[id]
 		if ok {
 			h.n--
 			delete(h.byID, id)
+			size = c.env.ClaimedBytes
 		}
 		h.mu.Unlock()
 		if ok {
 			break
 		}
 	}
-	s.credits.release(1)
+	s.credits.release(1, size)
 	return true
 }
 
@@ -143,7 +146,7 @@ func (s *Scheduler) ReleaseLocal(id string) bool {
 	h.n--
 	delete(h.byID, id)
 	h.mu.Unlock()
-	s.credits.release(1)
+	s.credits.release(1, c.env.ClaimedBytes)
 	if st := s.state(shard); st != nil && st.token == c.token {
 		st.addOrphans(storeapi.RetryItem{Env: c.env, Due: c.env.FireTime()})
 	}
@@ -169,11 +172,17 @@ type InMemory struct {
 	Wheel       int   // messages pending in the wheel
 	FreeCredits int   // credits not taken (Options.MaxInMemory when nothing is held)
 	Held        []int // per shard: claimed copies not finished yet (wheel and egress)
+	HeldBytes   int64 // their bytes (envelope.ClaimedBytes), against Options.MaxInMemoryBytes
 }
+
+// MemoryStats reports the bytes held against the byte budget and the claims it held
+// back, for metrics.
+func (s *Scheduler) MemoryStats() CreditStats { return s.credits.stats() }
 
 // InMemory reports what the scheduler holds in memory now.
 func (s *Scheduler) InMemory() InMemory {
-	out := InMemory{Wheel: s.wheel.Len(), FreeCredits: s.credits.available(), Held: make([]int, len(s.held))}
+	out := InMemory{Wheel: s.wheel.Len(), FreeCredits: s.credits.available(), Held: make([]int, len(s.held)),
+		HeldBytes: s.credits.stats().HeldBytes}
 	for i := range s.held {
 		out.Held[i] = s.heldCount(i)
 	}

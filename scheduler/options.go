@@ -26,6 +26,9 @@ type Options struct {
 	LeaseTTL      time.Duration // default 3 s
 	SafetyScan    time.Duration // default 1 s
 	MaxInMemory   int           // default 100000
+	// MaxInMemoryBytes bounds the bytes of the messages held, as MaxInMemory bounds
+	// their number (credits.go); 0 (the default here) bounds them by number only.
+	MaxInMemoryBytes int64
 
 	// MaxClockOffset bounds how far this instance's clock may disagree with the
 	// store's (Redis TIME) before it stops claiming (clockcheck.go). 0 (the default
@@ -133,6 +136,9 @@ func (o Options) Validate() error {
 	}
 	if o.BackoffMax < o.BackoffInitial {
 		bad("Options.BackoffMax %s is below BackoffInitial %s", o.BackoffMax, o.BackoffInitial)
+	}
+	if o.MaxInMemoryBytes < 0 {
+		bad("Options.MaxInMemoryBytes must not be negative, got %d", o.MaxInMemoryBytes)
 	}
 	if o.ClaimBatch < 1 || o.MaxInMemory < 1 || o.MaxAttempts < 1 {
 		bad("ClaimBatch, MaxInMemory and MaxAttempts must be at least 1, got %d, %d, %d", o.ClaimBatch, o.MaxInMemory, o.MaxAttempts)

@@ -220,8 +220,9 @@ func (s *Scheduler) lose(st *shardState) {
 	st.cancel()
 	<-st.done
 	st.takeOrphans()
-	if n := len(s.takeFromWheel(st)); n > 0 {
-		s.credits.release(n)
+	if envs := s.takeFromWheel(st); len(envs) > 0 {
+		n := len(envs)
+		s.credits.release(n, claimedBytes(envs))
 		s.log.Warn("dropped messages of a lost shard from the wheel; the next owner recovers them", "shard", st.shard, "n", n)
 	}
 	s.drop(st)
@@ -248,7 +249,7 @@ func (s *Scheduler) handOver(ctx context.Context, st *shardState) {
 	if err := s.store.Retry(ctx, st.shard, items, clock.NowMs(s.clk)); err != nil {
 		s.log.Warn("hand over: put back unfired messages; they stay in flight and are recovered by the next owner", "shard", st.shard, "n", len(items), "err", err)
 	}
-	s.credits.release(len(envs))
+	s.credits.release(len(envs), claimedBytes(envs))
 }
 
 // release gives a held lease up (token-checked) and forgets the shard.

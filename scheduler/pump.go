@@ -32,6 +32,7 @@ func (s *Scheduler) pump(ctx context.Context, st *shardState) {
 	// credits kept, and answers what it claimed (claimRequest).
 	var c claimState
 	defer func() { c.drop(s) }()
+	var need int64 // bytes the shard's first due message needs (the last claim left it due)
 	for ctx.Err() == nil {
 		if !s.clockOK() { // no claims on a clock off Redis's; woken when it is back (clockcheck.go)
 			if st.wakeAt.Store(clock.NowMs(s.clk) + s.opt.SafetyScan.Milliseconds()); !sleep(s.opt.SafetyScan) {
@@ -39,7 +40,7 @@ func (s *Scheduler) pump(ctx context.Context, st *shardState) {
 			}
 			continue
 		}
-		req, now, ok := s.claimRequest(ctx, st, &c, lookahead)
+		req, now, ok := s.claimRequest(ctx, st, &c, lookahead, need)
 		if !ok {
 			return
 		}
@@ -49,7 +50,7 @@ func (s *Scheduler) pump(ctx context.Context, st *shardState) {
 		}
 		st.claiming.Store(true)  // until wakeAt is stored: Notify notes what is parked meanwhile
 		st.parkedDuring.Store(0) // anything Notify noted before this is in the store for this claim
-		items, nextDue, replayed, err := s.claims.claim(ctx, s.store, req)
+		items, nextDue, needNext, replayed, err := s.claims.claim(ctx, s.store, req)
 		if err != nil {
 			c.resend = &req // its outcome is unknown; its credits stay taken (dropped on return)
 			if errors.Is(err, storeapi.ErrFenced) {
@@ -69,16 +70,18 @@ func (s *Scheduler) pump(ctx context.Context, st *shardState) {
 			continue
 		}
 		c.resend = nil
-		s.credits.release(req.Limit - len(items))
+		s.credits.settle(c.grant, len(items), claimedBytes(items))
+		c.grant = grant{}
+		need = needNext
 		if replayed {
 			s.log.Warn("a claim's reply was lost; the claim sent again found its messages in flight and fires them",
 				"shard", st.shard, "n", len(items))
 		}
 		bo.Reset()
 		s.schedule(st, items)
-		if len(items) == req.Limit {
+		if len(items) == req.Limit || need > 0 {
 			st.claiming.Store(false)
-			continue // a full batch: more may be due right now
+			continue // a full batch, or one the byte budget cut short: more may be due right now
 		}
 		at := s.planClaim(st, nextDue, now)
 		// Sleep until the planned instant, not for wait from whenever the timer is set:
@@ -96,12 +99,14 @@ func (s *Scheduler) pump(ctx context.Context, st *shardState) {
 type claimState struct {
 	lastDeadline int64
 	resend       *storeapi.ClaimRequest
+	grant        grant // the credits the claim in hand (or to send again) took
 }
 
 // drop gives back the credits of a claim no longer to be sent again.
 func (c *claimState) drop(s *Scheduler) {
 	if c.resend != nil {
-		s.credits.release(c.resend.Limit)
+		s.credits.settle(c.grant, 0, 0)
+		c.grant = grant{}
 		c.resend = nil
 	}
 }
@@ -113,8 +118,9 @@ func (c *claimState) drop(s *Scheduler) {
 // away: run, it answers what it claimed; not run, it claims now (its horizon is older,
 // which only claims less). Past that, a new claim is made, and whatever the old one
 // may have claimed is recovered at its deadline (recoverExpired), less than half a
-// lease later. A new claim takes as many messages as credits allow.
-func (s *Scheduler) claimRequest(ctx context.Context, st *shardState, c *claimState, lookahead int64) (storeapi.ClaimRequest, int64, bool) {
+// lease later. A new claim takes as many messages and bytes as credits allow (need: the bytes the
+// shard's first due message needs, which the last claim's byte budget left due).
+func (s *Scheduler) claimRequest(ctx context.Context, st *shardState, c *claimState, lookahead, need int64) (storeapi.ClaimRequest, int64, bool) {
 	lease := s.opt.InflightLease.Milliseconds()
 	if c.resend != nil {
 		now := clock.NowMs(s.clk)
@@ -125,14 +131,17 @@ func (s *Scheduler) claimRequest(ctx context.Context, st *shardState, c *claimSt
 			"shard", st.shard, "deadline", time.UnixMilli(c.resend.LeaseDeadline).UTC())
 		c.drop(s)
 	}
-	n, err := s.credits.acquire(ctx, s.opt.ClaimBatch)
+	g, err := s.credits.acquire(ctx, s.opt.ClaimBatch, need, func() {
+		s.log.Debug("claim held back by scheduler.max_in_memory_bytes", "shard", st.shard, "need", need)
+	})
 	if err != nil {
 		return storeapi.ClaimRequest{}, 0, false
 	}
+	c.grant = g
 	now := clock.NowMs(s.clk)
 	c.lastDeadline = max(now+lease, c.lastDeadline+1)
 	return storeapi.ClaimRequest{Shard: st.shard, Instance: s.holder, Token: st.token, UpTo: now + lookahead,
-		LeaseDeadline: c.lastDeadline, Limit: n, Idempotent: true}, now, true
+		LeaseDeadline: c.lastDeadline, Limit: g.n, MaxBytes: g.bytes, Alone: g.alone, Idempotent: true}, now, true
 }
 
 // planClaim ends a claim made at now that left nextDue as the earliest pending due

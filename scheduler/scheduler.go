@@ -121,7 +121,7 @@ func New(opt Options) (*Scheduler, error) {
 		opt:     opt,
 		store:   opt.Store,
 		clk:     opt.Clock,
-		credits: newCredits(opt.MaxInMemory),
+		credits: newCredits(opt.MaxInMemory, opt.MaxInMemoryBytes),
 		acks:    newAcker(),
 		log:     opt.Logger,
 		obs:     opt.Observer,
@@ -324,7 +324,7 @@ func (s *Scheduler) putBack(ctx context.Context, envs []*envelope.Envelope) {
 			byShard[sh] = append(byShard[sh], storeapi.RetryItem{Env: env, Due: env.FireTime()})
 		}
 	}
-	s.credits.release(len(envs))
+	s.credits.release(len(envs), claimedBytes(envs))
 	now := clock.NowMs(s.clk)
 	for sh, items := range byShard {
 		if err := s.store.Retry(ctx, sh, items, now); err != nil {

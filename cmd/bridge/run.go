@@ -61,6 +61,7 @@ func runService(cf configFlags, stderr io.Writer) error {
 	}
 	logger := newLogger(cfg.Log, stderr)
 	app.RouteRedisLogs(logger)
+	setMemoryLimit(logger)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -124,6 +125,11 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		return st.Routes, err
 	})
 	metrics.SetChecks(b.Backend().Checks)
+	metrics.SetMemory(func() (memStats, bool) {
+		st, ok := b.MemoryStats()
+		return memStats{HeldBytes: st.HeldBytes, BudgetBytes: st.BudgetBytes, Throttled: st.Throttled,
+			ThrottledSeconds: st.ThrottledTime.Seconds()}, ok
+	})
 	logger.Info("delay-bridge starting", "version", buildVersion(), "cluster", cfg.Cluster,
 		"shards", cfg.Shards, "routes", len(cfg.Routes), "admin", cfg.Admin.Listen)
 
@@ -183,3 +189,7 @@ func routeSeries(routes []config.Route) []metrics.RouteSeries {
 	}
 	return out
 }
+
+// memStats is the memory the metrics show (the metrics package's type; the local name
+// metrics is the instance in serve).
+type memStats = metrics.Memory

@@ -262,6 +262,19 @@ func (s *Source) mono() int64 { return s.cfg.Clock.Now().Sub(s.epoch).Millisecon
 // reader being stopped (handover, Close) may wait for its fetch up to this long.
 const readerMaxWait = 250 * time.Millisecond
 
+// queueCapacity is how many fetched records a partition's reader holds ahead of the
+// batch being parked: BatchSize, but no more than maxBatchBytes of records at
+// limits.max_payload_bytes each (at least 4). kafka-go counts this queue in records, and
+// 1000 records of 256 KiB per partition held the whole of a large burst in memory
+// before any of it was parked.
+func (s *Source) queueCapacity() int {
+	n := s.cfg.BatchSize
+	if p := s.cfg.Rules.MaxPayloadBytes; p > 0 {
+		n = min(n, max(4, maxBatchBytes/p))
+	}
+	return n
+}
+
 // readerConfig is the reader of one partition: no GroupID (the source owns the
 // partition through its lease and commits offsets itself), an offset out of range
 // returned as an error rather than retried forever.
@@ -271,7 +284,7 @@ func (s *Source) readerConfig(partition int) kafka.ReaderConfig {
 		Topic:                 s.cfg.Topic,
 		Partition:             partition,
 		Dialer:                s.dialer,
-		QueueCapacity:         s.cfg.BatchSize,
+		QueueCapacity:         s.queueCapacity(),
 		MinBytes:              1,
 		MaxBytes:              s.maxBytes,
 		MaxWait:               readerMaxWait,

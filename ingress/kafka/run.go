@@ -54,8 +54,16 @@ func (s *Source) preflight(ctx context.Context) error {
 	}
 }
 
-// fetch blocks for one record, then collects more until BatchSize or BatchWait (on the
-// clock). It returns what it has together with the error that stopped it early.
+// maxBatchBytes bounds one batch by the bytes of its records (values and keys) as
+// BatchSize bounds it by records: a batch is parked in one Redis call, and 90 records of
+// 256 KiB (23 MiB per partition, written at once by every partition) outlasted the Redis
+// client's write timeout, so the same batch was sent again and again. A record larger
+// than this still goes, alone.
+const maxBatchBytes = 4 << 20
+
+// fetch blocks for one record, then collects more until BatchSize records,
+// maxBatchBytes or BatchWait (on the clock). It returns what it has together with the
+// error that stopped it early.
 func (s *Source) fetch(ctx context.Context, r *kafka.Reader) ([]kafka.Message, error) {
 	m, err := r.FetchMessage(ctx)
 	if err != nil {
@@ -68,7 +76,8 @@ func (s *Source) fetch(ctx context.Context, r *kafka.Reader) ([]kafka.Message, e
 	}
 	bctx, cancel := windowContext(ctx, s.cfg.Clock, s.cfg.BatchWait)
 	defer cancel()
-	for len(msgs) < s.cfg.BatchSize {
+	size := len(m.Value) + len(m.Key)
+	for len(msgs) < s.cfg.BatchSize && size < maxBatchBytes {
 		m, err := r.FetchMessage(bctx)
 		if err != nil {
 			if bctx.Err() != nil && ctx.Err() == nil {
@@ -77,6 +86,7 @@ func (s *Source) fetch(ctx context.Context, r *kafka.Reader) ([]kafka.Message, e
 			return msgs, fmt.Errorf("fetch: %w", err)
 		}
 		msgs = append(msgs, m)
+		size += len(m.Value) + len(m.Key)
 	}
 	return msgs, nil
 }

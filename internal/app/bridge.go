@@ -118,6 +118,18 @@ func (b *Bridge) Config() config.Config { return b.cfg }
 // until Run has connected to Redis and after Run stopped.
 func (b *Bridge) Backend() *adminapi.Backend { return b.api }
 
+// MemoryStats reports what the scheduler holds against scheduler.max_in_memory_bytes;
+// false until Run has started the scheduler.
+func (b *Bridge) MemoryStats() (scheduler.CreditStats, bool) {
+	b.mu.Lock()
+	sched := b.sched
+	b.mu.Unlock()
+	if sched == nil {
+		return scheduler.CreditStats{}, false
+	}
+	return sched.MemoryStats(), true
+}
+
 // Run connects, owns shards, consumes and fires until ctx is cancelled, then shuts down
 // in this order (docs/ARCHITECTURE.md "Shutdown"): stop ingress (nothing new is parked;
 // unacknowledged records are redelivered to whoever consumes next); stop the scheduler
@@ -268,8 +280,9 @@ func (b *Bridge) newScheduler(shardStore storeapi.Store) (*scheduler.Scheduler, 
 	return scheduler.New(scheduler.Options{
 		Store: shardStore, Clock: b.clk, Instance: b.cfg.Instance,
 		Tick: sc.Tick, Lookahead: sc.Lookahead, ClaimBatch: sc.ClaimBatch, InflightLease: sc.InflightLease,
-		LeaseTTL: sc.LeaseTTL, SafetyScan: sc.SafetyScan, MaxInMemory: sc.MaxInMemory, MaxClockOffset: sc.MaxClockOffset,
-		MaxAttempts: b.cfg.Retry.MaxAttempts, BackoffInitial: b.cfg.Retry.Backoff.Initial, BackoffMax: b.cfg.Retry.Backoff.Max,
+		LeaseTTL: sc.LeaseTTL, SafetyScan: sc.SafetyScan, MaxInMemory: sc.MaxInMemory, MaxInMemoryBytes: sc.MaxInMemoryBytes,
+		MaxClockOffset: sc.MaxClockOffset,
+		MaxAttempts:    b.cfg.Retry.MaxAttempts, BackoffInitial: b.cfg.Retry.Backoff.Initial, BackoffMax: b.cfg.Retry.Backoff.Max,
 		OnDead: b.offerDead, OnCancelled: b.receipts.Cancelled, OnReplaced: b.receipts.Replaced, Observer: b.obs, Logger: b.log,
 		AckInterval: b.ackInterval(), OnOwnershipRound: b.health.Check,
 	})

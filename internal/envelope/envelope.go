@@ -83,6 +83,10 @@ type Envelope struct {
 	// It is not encoded. Acks, retries and put-backs go to that shard, whatever the
 	// shard the message's id or key maps to now (a route's `order` may have changed).
 	ClaimedFrom int
+	// ClaimedBytes is the size the scheduler's byte budget counts for this claimed copy
+	// (its encoded length plus storeapi.MemOverhead), set by Claim; it is given back
+	// when the copy leaves memory. Not encoded.
+	ClaimedBytes int64
 
 	// Placed is where the Kafka sink's broker appended the message (partition and
 	// offset), set when the broker confirmed it; nil otherwise (AMQP, not yet published,

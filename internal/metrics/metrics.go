@@ -79,7 +79,8 @@ type Metrics struct {
 	sides                                 map[string]*sideMetrics // by queue (side.go)
 	ready                                 *readyCollector
 	redis                                 *redisHealth
-	perMessage                            sync.Map // route -> *routeSeries (perMessageOf)
+	memory                                *memoryCollector // memory.go
+	perMessage                            sync.Map         // route -> *routeSeries (perMessageOf)
 }
 
 // routeSeries are one route's series of the observations made once per message (park,
@@ -173,6 +174,7 @@ func NewMetrics(reg prometheus.Registerer, version string, logger *slog.Logger) 
 		sides:  newSides(),
 		ready:  newReadyCollector(),
 		redis:  newRedisHealth(),
+		memory: newMemoryCollector(),
 	}
 	for _, reason := range observe.RetryReasons {
 		m.redisRetries.WithLabelValues(reason)
@@ -184,7 +186,7 @@ func NewMetrics(reg prometheus.Registerer, version string, logger *slog.Logger) 
 		m.received, m.parked, m.fired, m.published, m.deadLettered, m.invalid, m.shardsOwned, m.clockOffset,
 		m.duplicate, m.cancelled, m.replaced, m.rescheduled, m.dropped, m.publishFailures, m.retries,
 		m.ingressConsuming, m.ingressLag, m.delivery, m.slots, m.redisRetries,
-		m.lateness, m.egressWait, m.requestedDelay, m.publishDuration, m.scriptDuration, m.counts, m.ready, buildInfo,
+		m.lateness, m.egressWait, m.requestedDelay, m.publishDuration, m.scriptDuration, m.counts, m.ready, m.memory, buildInfo,
 	}
 	for _, q := range observe.SideQueues {
 		all = append(all, m.sides[q].collectors()...)

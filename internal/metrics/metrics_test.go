@@ -210,3 +210,48 @@ delaybridge_messages_dead{route="b"} 0
 }
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// The memory series read the scheduler's byte budget at scrape time, and are absent
+// until there is a scheduler to read.
+func TestMemorySeries(t *testing.T) {
+	reg := NewRegistry()
+	m, err := NewMetrics(reg, "test", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := func() map[string]float64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]float64{}
+		for _, mf := range mfs {
+			for _, s := range mf.GetMetric() {
+				if s.Gauge != nil {
+					out[mf.GetName()] = s.Gauge.GetValue()
+				} else if s.Counter != nil {
+					out[mf.GetName()] = s.Counter.GetValue()
+				}
+			}
+		}
+		return out
+	}
+	if _, ok := names()["delaybridge_memory_held_bytes"]; ok {
+		t.Fatal("memory_held_bytes present before SetMemory")
+	}
+	ready := false
+	m.SetMemory(func() (Memory, bool) {
+		return Memory{HeldBytes: 5 << 20, BudgetBytes: 64 << 20, Throttled: 3, ThrottledSeconds: 1.5}, ready
+	})
+	if _, ok := names()["delaybridge_memory_held_bytes"]; ok {
+		t.Fatal("memory_held_bytes present while the source reports nothing")
+	}
+	ready = true
+	got := names()
+	for name, want := range map[string]float64{"delaybridge_memory_held_bytes": 5 << 20, "delaybridge_memory_budget_bytes": 64 << 20,
+		"delaybridge_claims_throttled_total": 3, "delaybridge_claims_throttled_seconds_total": 1.5} {
+		if got[name] != want {
+			t.Errorf("%s = %v, want %v", name, got[name], want)
+		}
+	}
+}

@@ -26,7 +26,7 @@ func (s *Store) ClaimMany(ctx context.Context, reqs []storeapi.ClaimRequest) []s
 			continue
 		}
 		calls = append(calls, call{sc: s.claim, keys: claimKeys(k),
-			args: s.claimArgs(OwnerValue(r.Instance, r.Token), r.UpTo, r.LeaseDeadline, r.Limit, r.Idempotent)})
+			args: s.claimArgs(OwnerValue(r.Instance, r.Token), r.UpTo, r.LeaseDeadline, r.Limit, r.MaxBytes, r.Alone, r.Idempotent)})
 		idx = append(idx, i)
 	}
 	cmds, err := s.evalPipelined(ctx, calls, false)
@@ -36,7 +36,7 @@ func (s *Store) ClaimMany(ctx context.Context, reqs []storeapi.ClaimRequest) []s
 			out[i].Err = fmt.Errorf("scheduler: claim shard %d: %w", r.Shard, err)
 			continue
 		}
-		out[i].Items, out[i].NextDue, out[i].Replayed, out[i].Err = s.claimReply(ctx, cmds[j], r.Shard, r.Instance, r.Token, r.UpTo)
+		out[i].Items, out[i].NextDue, out[i].Need, out[i].Replayed, out[i].Err = s.claimReply(ctx, cmds[j], r.Shard, r.Instance, r.Token, r.UpTo)
 	}
 	return out
 }

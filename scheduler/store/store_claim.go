@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
 // Claim, ack, retry, recover: the pump's side of a shard.
@@ -32,8 +33,8 @@ func (s *Store) Claim(ctx context.Context, shard int, instance string, token int
 	if limit <= 0 {
 		return nil, 0, fmt.Errorf("%w: claim limit %d", ErrInvalid, limit)
 	}
-	cmd := s.eval(ctx, s.claim, claimKeys(k), s.claimArgs(OwnerValue(instance, token), upTo, leaseDeadline, limit, false)...)
-	items, nextDue, _, err = s.claimReply(ctx, cmd, shard, instance, token, upTo)
+	cmd := s.eval(ctx, s.claim, claimKeys(k), s.claimArgs(OwnerValue(instance, token), upTo, leaseDeadline, limit, 0, false, false)...)
+	items, nextDue, _, _, err = s.claimReply(ctx, cmd, shard, instance, token, upTo)
 	return items, nextDue, err
 }
 
@@ -43,30 +44,38 @@ func claimKeys(k shardKeys) []string {
 	return withGuard(k, []string{k.due, k.msg, k.inflight, k.owner, k.counts, k.ix})
 }
 
-// claimArgs are claim.lua's arguments, the cold tier's promotion lead and budget, then
+// claimArgs are claim.lua's arguments: the cold tier's promotion lead and budget, the
+// byte budget (0: none), the bytes counted per message beyond its envelope
+// (storeapi.MemOverhead), whether the first message is taken whatever its size, and
 // whether the lease deadline identifies the claim (storeapi.ClaimRequest.Idempotent).
-func (s *Store) claimArgs(owner string, upTo, leaseDeadline int64, limit int, idempotent bool) []any {
-	flag := 0
-	if idempotent {
-		flag = 1
+func (s *Store) claimArgs(owner string, upTo, leaseDeadline int64, limit int, maxBytes int64, alone, idempotent bool) []any {
+	return []any{owner, upTo, leaseDeadline, limit, s.opt.Cold.Lead.Milliseconds(), s.opt.Cold.Budget,
+		maxBytes, storeapi.MemOverhead, boolArg(alone), boolArg(idempotent)}
+}
+
+func boolArg(b bool) int {
+	if b {
+		return 1
 	}
-	return []any{owner, upTo, leaseDeadline, limit, s.opt.Cold.Lead.Milliseconds(), s.opt.Cold.Budget, flag}
+	return 0
 }
 
 // claimReply reads the reply of one claim call (Claim, ClaimMany); replayed reports a
 // claim sent again whose first run's reply was lost (claim.lua returned that run's
-// messages again).
-func (s *Store) claimReply(ctx context.Context, cmd *redis.Cmd, shard int, instance string, token int64, upTo int64) (items []*envelope.Envelope, nextDue int64, replayed bool, err error) {
+// messages again); need is the byte size of the first due message a byte budget left
+// due (0: none).
+func (s *Store) claimReply(ctx context.Context, cmd *redis.Cmd, shard int, instance string, token int64, upTo int64) (items []*envelope.Envelope, nextDue, need int64, replayed bool, err error) {
 	if err := cmd.Err(); err != nil {
 		if redis.HasErrorPrefix(err, "FENCED") {
-			return nil, 0, false, fmt.Errorf("%w: shard %d, %s: %v", ErrFenced, shard, OwnerValue(instance, token), err)
+			return nil, 0, 0, false, fmt.Errorf("%w: shard %d, %s: %v", ErrFenced, shard, OwnerValue(instance, token), err)
 		}
-		return nil, 0, false, fmt.Errorf("scheduler: claim shard %d: %w", shard, redisErr(err))
+		return nil, 0, 0, false, fmt.Errorf("scheduler: claim shard %d: %w", shard, redisErr(err))
 	}
 	vals, err := cmd.Slice()
-	if err != nil || len(vals) < 2 || (len(vals)-2)%3 != 0 {
-		return nil, 0, false, fmt.Errorf("scheduler: claim shard %d: unexpected reply %v", shard, cmd.Val())
+	if err != nil || len(vals) < 3 || (len(vals)-3)%3 != 0 {
+		return nil, 0, 0, false, fmt.Errorf("scheduler: claim shard %d: unexpected reply %v", shard, cmd.Val())
 	}
+	need, _ = vals[2].(int64)
 	nextDue, _ = vals[0].(int64)
 	nextDue = nextDueOf(nextDue)
 	dropped, _ := vals[1].(int64)
@@ -74,9 +83,9 @@ func (s *Store) claimReply(ctx context.Context, cmd *redis.Cmd, shard int, insta
 	for range max(dropped, 0) {
 		s.obs.Invalid("", "missing_envelope")
 	}
-	items = make([]*envelope.Envelope, 0, (len(vals)-2)/3)
+	items = make([]*envelope.Envelope, 0, (len(vals)-3)/3)
 	var corrupt, newer []retryEntry
-	for i := 2; i+2 < len(vals); i += 3 {
+	for i := 3; i+2 < len(vals); i += 3 {
 		id, _ := vals[i].(string)
 		due, _ := vals[i+1].(int64)
 		raw, _ := vals[i+2].(string)
@@ -95,11 +104,12 @@ func (s *Store) claimReply(ctx context.Context, cmd *redis.Cmd, shard int, insta
 		// later (retry backoff) or earlier (recovered "now"): fire at the later one.
 		e.FireAt = max(due, e.DueAt)
 		e.ClaimedFrom = shard + 1
+		e.ClaimedBytes = int64(len(raw)) + storeapi.MemOverhead
 		items = append(items, e)
 	}
 	if len(newer) > 0 {
 		if err := s.retry1(ctx, shard, newer, upTo); err != nil {
-			return items, nextDue, replayed, fmt.Errorf("scheduler: put back %d envelopes of a newer bridge version on shard %d: %w", len(newer), shard, err)
+			return items, nextDue, need, replayed, fmt.Errorf("scheduler: put back %d envelopes of a newer bridge version on shard %d: %w", len(newer), shard, err)
 		}
 		for range newer {
 			s.obs.Invalid("", "newer_envelope_version")
@@ -109,13 +119,13 @@ func (s *Store) claimReply(ctx context.Context, cmd *redis.Cmd, shard int, insta
 		// Keep the bytes for forensics; ListDead shows them as an envelope with a reason.
 		// Claim is not told the time; upTo (now + lookahead) stands in as the dead time.
 		if err := s.retry1(ctx, shard, corrupt, upTo); err != nil {
-			return items, nextDue, replayed, fmt.Errorf("scheduler: dead-letter %d corrupt envelopes of shard %d: %w", len(corrupt), shard, err)
+			return items, nextDue, need, replayed, fmt.Errorf("scheduler: dead-letter %d corrupt envelopes of shard %d: %w", len(corrupt), shard, err)
 		}
 		for range corrupt {
 			s.obs.Invalid("", "corrupt_envelope")
 		}
 	}
-	return items, nextDue, replayed, nil
+	return items, nextDue, need, replayed, nil
 }
 
 // newerVersionRetry is how long an envelope this build cannot read (a newer bridge

@@ -380,7 +380,8 @@ type History interface {
 	Series(ctx context.Context, now int64, keep time.Duration) (map[string][][]byte, error)
 }
 
-// ClaimRequest is one Claim of Store.ClaimMany (the arguments of Claim).
+// ClaimRequest is one Claim of Store.ClaimMany (the arguments of Claim, and a byte
+// budget).
 type ClaimRequest struct {
 	Shard               int
 	Instance            string
@@ -396,14 +397,32 @@ type ClaimRequest struct {
 	// gets what the lost reply held, instead of leaving it in flight until the
 	// deadline.
 	Idempotent bool
+	// MaxBytes > 0 bounds the claim by bytes as well: the claimed messages' sizes
+	// (encoded envelope + MemOverhead each) add up to at most MaxBytes. The first due
+	// message that does not fit stays due, and nothing due after it is taken (due
+	// order holds). 0: no byte bound.
+	MaxBytes int64
+	// Alone takes the first due message whatever its size: the caller holds nothing
+	// else, so a message larger than the whole budget still goes through, alone.
+	Alone bool
 }
 
-// ClaimResult is one outcome of Store.ClaimMany (what Claim returns).
+// ClaimResult is one outcome of Store.ClaimMany (what Claim returns). Each item's
+// ClaimedBytes is the size the byte budget counted for it.
 type ClaimResult struct {
 	Items   []*envelope.Envelope
 	NextDue int64
-	Err     error
 	// Replayed: Items are what an earlier run of the same request claimed, whose
 	// reply was lost (see Delivery.Claim), found again in flight.
 	Replayed bool
+	// Need is the size of the first due message MaxBytes left due (0: none was): the
+	// budget the caller waits for before claiming that shard again.
+	Need int64
+	Err  error
 }
+
+// MemOverhead is the bytes a claimed message is counted for beyond its encoded
+// envelope: the decoded envelope's structures, its wheel and held-set entries and the
+// broker client's per-record structures. docs/OPERATIONS.md "Sizing" explains the
+// figure.
+const MemOverhead = 1024

@@ -6,12 +6,12 @@ import (
 	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 )
 
-// ClaimMany implements storeapi.Store: Claim for each request in turn (an Idempotent
-// one that ran already answers its messages again).
+// ClaimMany implements storeapi.Store: Claim for each request in turn, with its byte
+// budget (an Idempotent one that ran already answers its messages again).
 func (s *Store) ClaimMany(ctx context.Context, reqs []storeapi.ClaimRequest) []storeapi.ClaimResult {
 	out := make([]storeapi.ClaimResult, len(reqs))
 	for i, r := range reqs {
-		out[i].Items, out[i].NextDue, out[i].Replayed, out[i].Err = s.claim(ctx, r)
+		out[i] = s.claim(ctx, r)
 	}
 	return out
 }

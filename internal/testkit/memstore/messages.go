@@ -168,39 +168,49 @@ func stateOf(sh *shard, id string) storeapi.State {
 // holds the shard's lease with token. An envelope that does not decode is moved to the
 // dead letters, as the Redis store does.
 func (s *Store) Claim(ctx context.Context, shard int, instance string, token int64, upTo, leaseDeadline int64, limit int) (items []*envelope.Envelope, nextDue int64, err error) {
-	items, nextDue, _, err = s.claim(ctx, storeapi.ClaimRequest{Shard: shard, Instance: instance, Token: token, UpTo: upTo, LeaseDeadline: leaseDeadline, Limit: limit})
-	return items, nextDue, err
+	r := s.claim(ctx, storeapi.ClaimRequest{Shard: shard, Instance: instance, Token: token, UpTo: upTo, LeaseDeadline: leaseDeadline, Limit: limit})
+	return r.Items, r.NextDue, r.Err
 }
 
-func (s *Store) claim(ctx context.Context, r storeapi.ClaimRequest) (items []*envelope.Envelope, nextDue int64, replayed bool, err error) {
-	shard, instance, token, upTo, leaseDeadline, limit := r.Shard, r.Instance, r.Token, r.UpTo, r.LeaseDeadline, r.Limit
+// claim is Claim with ClaimMany's byte budget (storeapi.ClaimRequest.MaxBytes, Alone)
+// and its replay of an Idempotent request that ran already (Replayed).
+func (s *Store) claim(ctx context.Context, r storeapi.ClaimRequest) storeapi.ClaimResult {
+	shard := r.Shard
 	sh, err := s.shard(shard)
 	if err != nil {
-		return nil, 0, false, err
+		return storeapi.ClaimResult{Err: err}
 	}
-	if limit <= 0 {
-		return nil, 0, false, fmt.Errorf("%w: claim limit %d", storeapi.ErrInvalid, limit)
+	if r.Limit <= 0 {
+		return storeapi.ClaimResult{Err: fmt.Errorf("%w: claim limit %d", storeapi.ErrInvalid, r.Limit)}
 	}
 	after, err := s.begin(ctx, OpClaim)
 	if err != nil {
-		return nil, 0, false, err
+		return storeapi.ClaimResult{Err: err}
 	}
 	defer s.afterClaim(ctx) // runs after the unlock below
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	want := holder(instance, token)
+	want := holder(r.Instance, r.Token)
 	if s.ownerNow(sh) != want {
-		return nil, 0, false, fmt.Errorf("%w: shard %d, %s: lease is not held by %s", storeapi.ErrFenced, shard, want, want)
+		return storeapi.ClaimResult{Err: fmt.Errorf("%w: shard %d, %s: lease is not held by %s", storeapi.ErrFenced, shard, want, want)}
 	}
 	if r.Idempotent {
-		if again := replayClaim(sh, shard, upTo, leaseDeadline, limit); len(again) > 0 {
-			return again, 0, true, after
+		if again := replayClaim(sh, shard, r.UpTo, r.LeaseDeadline, r.Limit); len(again) > 0 {
+			return storeapi.ClaimResult{Items: again, Replayed: true, Err: after}
 		}
 	}
-	items = []*envelope.Envelope{}
-	for _, m := range sortedUpTo(sh.due, upTo, limit) {
-		delete(sh.due, m.id)
+	upTo, leaseDeadline := r.UpTo, r.LeaseDeadline
+	items := []*envelope.Envelope{}
+	var used, need int64
+	for _, m := range sortedUpTo(sh.due, upTo, r.Limit) {
 		raw, ok := sh.msg[m.id]
+		size := int64(len(raw)) + storeapi.MemOverhead
+		if ok && r.MaxBytes > 0 && used+size > r.MaxBytes && (!r.Alone || len(items) > 0) {
+			need = size
+			break
+		}
+		used += size
+		delete(sh.due, m.id)
 		if !ok {
 			continue // an id without an envelope is dropped, as by the claim script
 		}
@@ -212,16 +222,17 @@ func (s *Store) claim(ctx context.Context, r storeapi.ClaimRequest) (items []*en
 		sh.inflight[m.id] = leaseDeadline
 		e.FireAt = max(m.score, e.DueAt)
 		e.ClaimedFrom = shard + 1
+		e.ClaimedBytes = size
 		items = append(items, e)
 	}
-	nextDue = -1
+	nextDue := int64(-1)
 	if head := sortedUpTo(sh.due, storeapi.GateBase-1, 1); len(head) > 0 {
 		nextDue = head[0].score
 	}
 	if after != nil {
-		return nil, 0, false, after
+		return storeapi.ClaimResult{Err: after}
 	}
-	return items, nextDue, false, nil
+	return storeapi.ClaimResult{Items: items, NextDue: nextDue, Need: need}
 }
 
 // replayClaim is a claim sent again whose first run's reply was lost: what that run
@@ -236,10 +247,13 @@ func replayClaim(sh *shard, shardIdx int, upTo, leaseDeadline int64, limit int) 
 	sortScored(again)
 	var out []*envelope.Envelope
 	for _, m := range again[:min(limit, len(again))] {
-		if e, err := envelope.Decode(sh.msg[m.id], m.id); err == nil {
-			e.FireAt = max(upTo, e.DueAt)
-			e.ClaimedFrom = shardIdx + 1
-			out = append(out, e)
+		if raw, ok := sh.msg[m.id]; ok {
+			if e, err := envelope.Decode(raw, m.id); err == nil {
+				e.FireAt = max(upTo, e.DueAt)
+				e.ClaimedFrom = shardIdx + 1
+				e.ClaimedBytes = int64(len(raw)) + storeapi.MemOverhead
+				out = append(out, e)
+			}
 		}
 	}
 	return out
