@@ -71,7 +71,7 @@ func (f *claimFault) claimedSome(cmds []redis.Cmder) bool {
 			continue
 		}
 		if cmd, ok := c.(*redis.Cmd); ok {
-			if vals, err := cmd.Slice(); err == nil && len(vals) > 2 {
+			if vals, err := cmd.Slice(); err == nil && len(vals) > 3 { // { nextDue, dropped, need, id, due, env, ... }
 				return true
 			}
 		}
