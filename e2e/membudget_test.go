@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/delaybridge/delay-bridge/internal/testkit"
 )
@@ -259,37 +260,39 @@ type sumArrival struct {
 
 func collectSums(t *testing.T, addr, topic string) *sumCollector {
 	t.Helper()
-	r := kafka.NewReader(kafka.ReaderConfig{
-		Brokers: []string{addr}, Topic: topic, GroupID: testkit.Uniq(t, "collector"), MaxBytes: 16 << 20,
-		MaxWait: 5 * time.Millisecond, ReadBackoffMin: time.Millisecond, ReadBackoffMax: 5 * time.Millisecond,
-		StartOffset: kafka.FirstOffset, CommitInterval: time.Second,
-	})
+	// franz-go's direct consumer (no group to join) reads every partition from its start
+	// with fetches of up to 64 MiB: a slow collector would show as the bridge's lateness.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(10*time.Millisecond),
+		kgo.FetchMaxBytes(64<<20), kgo.FetchMaxPartitionBytes(16<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &sumCollector{}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		defer r.Close()
-		for {
-			m, err := r.FetchMessage(ctx)
-			if err != nil {
-				return
-			}
-			a := sumArrival{crc: crc32.ChecksumIEEE(m.Value), size: len(m.Value), at: time.Now()}
-			for _, h := range m.Headers {
-				switch h.Key {
-				case "x-message-id":
-					a.id = string(h.Value)
-				case "x-delay-due-at":
-					a.due, _ = strconv.ParseInt(string(h.Value), 10, 64)
+		for ctx.Err() == nil {
+			fs := cl.PollFetches(ctx)
+			now := time.Now()
+			fs.EachRecord(func(m *kgo.Record) {
+				a := sumArrival{crc: crc32.ChecksumIEEE(m.Value), size: len(m.Value), at: now}
+				for _, h := range m.Headers {
+					switch h.Key {
+					case "x-message-id":
+						a.id = string(h.Value)
+					case "x-delay-due-at":
+						a.due, _ = strconv.ParseInt(string(h.Value), 10, 64)
+					}
 				}
-			}
-			c.mu.Lock()
-			c.got = append(c.got, a)
-			c.mu.Unlock()
+				c.mu.Lock()
+				c.got = append(c.got, a)
+				c.mu.Unlock()
+			})
 		}
 	}()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() { cancel(); <-done; cl.Close() })
 	return c
 }
 
