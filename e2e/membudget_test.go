@@ -69,11 +69,19 @@ func TestMemoryBoundedBurst(t *testing.T) {
 				return metricSum(t, p, "messages_parked_total") >= float64(tc.n)
 			})
 			parkedBy := time.Until(due) // negative: parking ended after the due time (a slow machine); the lateness then includes it
-			waitUntil(t, "every message delivered", tc.ahead+60*time.Second, func() bool { return target.count() >= tc.n })
+			waitUntil(t, "every message delivered", tc.ahead+2*time.Minute, func() bool { return target.count() >= tc.n })
 			time.Sleep(500 * time.Millisecond) // a duplicate would arrive now
 			peak, hwm := rss.stop()
 
-			late := target.check(t, want)
+			// A publish whose outcome stayed unknown (a produce of a batch of large records
+			// timed out against a slow broker, as the race-instrumented in-process kfake can
+			// be) is fired again after its in-flight lease: at least once, so each such
+			// message may arrive twice; any other duplicate fails.
+			unknown := 0.0
+			for _, v := range p.series("publish_failures_total", `reason="timeout"`) {
+				unknown += v
+			}
+			late := target.check(t, want, int(unknown))
 			t.Logf("%d × %d B due at one instant (parked %s before it): lateness p50 %s, p99 %s, max %s; bridge RSS peak %.1f MiB sampled, VmHWM %.1f MiB (bound %d MiB)",
 				tc.n, tc.size, parkedBy.Round(time.Millisecond), pct(late, 50), pct(late, 99), pct(late, 100),
 				float64(peak)/(1<<20), float64(hwm)/(1<<20), bound>>20)
@@ -304,20 +312,23 @@ func (c *sumCollector) count() int {
 
 // check compares the arrivals with what was sent (each once, intact, none early) and
 // returns their lateness (arrival minus due), sorted.
-func (c *sumCollector) check(t *testing.T, want map[string]burstMsg) []time.Duration {
+func (c *sumCollector) check(t *testing.T, want map[string]burstMsg, unknown int) []time.Duration {
 	t.Helper()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	seen := map[string]int{}
 	var late []time.Duration
+	dups := 0
 	for _, a := range c.got {
 		w, ok := want[a.id]
 		seen[a.id]++
 		switch {
 		case !ok:
 			t.Errorf("unexpected message %q arrived", a.id)
-		case seen[a.id] > 1:
-			t.Errorf("%s arrived %d times", a.id, seen[a.id])
+		case seen[a.id] > 2 || (seen[a.id] == 2 && dups >= unknown):
+			t.Errorf("%s arrived %d times (%d publishes had an unknown outcome, %d duplicates before it)", a.id, seen[a.id], unknown, dups)
+		case seen[a.id] == 2:
+			dups++
 		case a.crc != w.crc || a.size != w.size || a.due != w.due:
 			t.Errorf("%s: %d B crc %x due %d, want %d B crc %x due %d", a.id, a.size, a.crc, a.due, w.size, w.crc, w.due)
 		case a.at.UnixMilli() < w.due:
