@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/delaybridge/delay-bridge/internal/amqpconn/tcpproxy"
 	"github.com/delaybridge/delay-bridge/internal/testkit"
@@ -367,42 +368,40 @@ func TestOrderKeyBrokerOutage(t *testing.T) {
 
 // collectThrough is collect that keeps reading across read errors (a proxy in front
 // of the broker cuts its connections) and records each record (partition, offset)
-// once: a consumer that reconnects reads again from its last commit, which is the
-// consumer's repetition, not a second publish.
+// once: a consumer that reconnects may read again what it had read, which is the
+// consumer's repetition, not a second publish. It is franz-go's direct consumer (no
+// group to rejoin after a cut), which resumes from the offsets it holds.
 func collectThrough(t *testing.T, addr, topic string) *collector {
 	t.Helper()
-	r := kafka.NewReader(kafka.ReaderConfig{
-		Brokers: []string{addr}, Topic: topic, GroupID: testkit.Uniq(t, "collector"),
-		MaxWait: 5 * time.Millisecond, ReadBackoffMin: time.Millisecond, ReadBackoffMax: 5 * time.Millisecond,
-		StartOffset: kafka.FirstOffset, CommitInterval: time.Second,
-	})
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(10*time.Millisecond),
+		kgo.RetryBackoffFn(func(int) time.Duration { return 100 * time.Millisecond }))
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &collector{cancel: cancel, done: make(chan struct{})}
 	read := map[[2]int64]bool{}
 	go func() {
 		defer close(c.done)
-		defer r.Close()
+		defer cl.Close()
 		for ctx.Err() == nil {
-			m, err := r.FetchMessage(ctx)
-			if err != nil {
-				select {
-				case <-ctx.Done():
-				case <-time.After(100 * time.Millisecond):
+			fs := cl.PollFetches(ctx)
+			now := time.Now()
+			fs.EachRecord(func(m *kgo.Record) {
+				at := [2]int64{int64(m.Partition), m.Offset}
+				if read[at] {
+					return
 				}
-				continue
-			}
-			at := [2]int64{int64(m.Partition), m.Offset}
-			if read[at] {
-				continue
-			}
-			read[at] = true
-			a := arrival{key: string(m.Key), value: string(m.Value), headers: map[string]string{}, at: time.Now()}
-			for _, h := range m.Headers {
-				a.headers[h.Key] = string(h.Value)
-			}
-			c.mu.Lock()
-			c.got = append(c.got, a)
-			c.mu.Unlock()
+				read[at] = true
+				a := arrival{key: string(m.Key), value: string(m.Value), headers: map[string]string{}, at: now}
+				for _, h := range m.Headers {
+					a.headers[h.Key] = string(h.Value)
+				}
+				c.mu.Lock()
+				c.got = append(c.got, a)
+				c.mu.Unlock()
+			})
 		}
 	}()
 	t.Cleanup(func() { cancel(); <-c.done })
