@@ -88,19 +88,7 @@ func TestDocsHaveNoIssueNumbersOrWorkLog(t *testing.T) {
 func TestGoCommentsHaveNoIssueNumbersOrWorkLog(t *testing.T) {
 	fset := token.NewFileSet()
 	files := 0
-	err := filepath.WalkDir(repoRoot, func(p string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if n := d.Name(); p != repoRoot && (strings.HasPrefix(n, ".") || n == "testdata" || n == "node_modules") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(p, ".go") {
-			return nil
-		}
+	err := walkGoFiles(repoRoot, func(p string) error {
 		files++
 		f, err := parser.ParseFile(fset, p, nil, parser.ParseComments)
 		if err != nil {
@@ -325,4 +313,24 @@ func joinPath(path, key string) string {
 		return key
 	}
 	return path + "." + key
+}
+
+// walkGoFiles calls fn with the path of every Go file under root, skipping hidden
+// folders, testdata and node_modules.
+func walkGoFiles(root string, fn func(path string) error) error {
+	return filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if n := d.Name(); p != root && (strings.HasPrefix(n, ".") || n == "testdata" || n == "node_modules") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(p, ".go") {
+			return nil
+		}
+		return fn(p)
+	})
 }

@@ -3,7 +3,6 @@ package archtest
 import (
 	"go/parser"
 	"go/token"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -23,19 +22,7 @@ func TestEveryPackageHasADocComment(t *testing.T) {
 		testDocs []string // package comments of test files
 	}
 	pkgs := map[string]*pkg{}
-	err := filepath.WalkDir(repoRoot, func(p string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if n := d.Name(); p != repoRoot && (strings.HasPrefix(n, ".") || n == "testdata" || n == "node_modules") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(p, ".go") {
-			return nil
-		}
+	err := walkGoFiles(repoRoot, func(p string) error {
 		f, err := parser.ParseFile(fset, p, nil, parser.PackageClauseOnly|parser.ParseComments)
 		if err != nil {
 			return err
