@@ -115,7 +115,7 @@ func diffStats(a, b map[string]cmdStat) map[string]cmdStat {
 // commandstats (script calls; their inner commands are counted separately by Redis and
 // left out here) and the redis-server process's CPU time.
 type RedisCost struct {
-	ScriptCallsPerMsg float64            `json:"script_calls_per_msg"` // EVALSHA + EVAL
+	ScriptCallsPerMsg float64            `json:"script_calls_per_msg"` // FCALL + EVALSHA + EVAL
 	UsecPerScriptCall float64            `json:"usec_per_script_call"`
 	CPUUsecPerMsg     float64            `json:"cpu_usec_per_msg"` // redis-server user+system
 	Commands          map[string]cmdStat `json:"commands"`
@@ -125,7 +125,7 @@ func redisCost(before, after map[string]cmdStat, msgs int) RedisCost {
 	c := RedisCost{Commands: diffStats(before, after)}
 	var calls int64
 	var usec float64
-	for _, name := range []string{"evalsha", "eval"} {
+	for _, name := range []string{"fcall", "evalsha", "eval"} {
 		calls += c.Commands[name].Calls
 		usec += c.Commands[name].Usec
 	}
