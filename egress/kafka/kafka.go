@@ -75,6 +75,7 @@ type Sink struct {
 	balancer      kafka.Balancer
 	batchBytes    int64
 	batchSize     int
+	requestBytes  int64
 	answerTimeout time.Duration
 	routes        map[string]string
 	log           *slog.Logger
@@ -122,7 +123,7 @@ func New(cfg Conn, routes map[string]string, opts Options) (*Sink, error) {
 	addr := kafka.TCP(cfg.Addrs()...)
 	s := &Sink{
 		tr: tr, addr: addr, meta: metaCache{tr: tr, addr: addr}, balancer: &kafka.Murmur2Balancer{},
-		batchBytes: opts.BatchBytes, batchSize: opts.BatchSize, answerTimeout: opts.AnswerTimeout,
+		batchBytes: opts.BatchBytes, batchSize: opts.BatchSize, requestBytes: opts.RequestBytes, answerTimeout: opts.AnswerTimeout,
 		routes: rt, log: opts.Logger.With("sink", "kafka"), clk: opts.Clock, probeDone: make(chan struct{}),
 	}
 	s.health.err = errors.New("kafka: brokers not probed yet")

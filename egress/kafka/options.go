@@ -21,6 +21,11 @@ const (
 	// messages per publish (BenchmarkWritePath).
 	DefaultBatchSize  = 256
 	DefaultBatchBytes = 16 << 20
+	// DefaultRequestBytes bounds one produce request by its records' bytes: the request
+	// is encoded whole before it is sent, a second copy of what it carries beside the
+	// envelopes the scheduler holds (scheduler.max_in_memory_bytes), so a publish of many
+	// large messages goes out in requests of up to this size instead of one copy of all.
+	DefaultRequestBytes = 4 << 20
 
 	DefaultAnswerTimeout = 30 * time.Second
 	DefaultProbeInterval = 5 * time.Second
@@ -37,6 +42,11 @@ type Options struct {
 	// message.max.bytes applies to each partition's set of records too (a set it
 	// refuses is written again record by record, so only a culprit fails).
 	BatchBytes int64
+	// RequestBytes is the most bytes of records in one produce request; default 4 MiB
+	// (see DefaultRequestBytes). A partition's records beyond it go in the next request
+	// of that partition, sent once the one before is appended (order kept); a single
+	// record larger than it goes alone.
+	RequestBytes int64
 	// AnswerTimeout is how long one produce request waits for the broker's answer before
 	// its outcome is unknown; default 30s. Keep it at least the dispatcher's publish
 	// timeout, so a stalled broker is waited for rather than written to again.
@@ -58,6 +68,9 @@ func (o Options) withDefaults() Options {
 	if o.BatchBytes == 0 {
 		o.BatchBytes = DefaultBatchBytes
 	}
+	if o.RequestBytes == 0 {
+		o.RequestBytes = DefaultRequestBytes
+	}
 	if o.AnswerTimeout == 0 {
 		o.AnswerTimeout = DefaultAnswerTimeout
 	}
@@ -73,8 +86,9 @@ func (o Options) withDefaults() Options {
 // Validate checks o as New uses it (defaults filled in): every size and duration
 // positive. Its errors are permanent.
 func (o Options) Validate() error {
-	if o.BatchSize <= 0 || o.BatchBytes <= 0 {
-		return fault.Permanent(fmt.Errorf("egress/kafka: batch size %d, batch bytes %d: want positive", o.BatchSize, o.BatchBytes))
+	if o.BatchSize <= 0 || o.BatchBytes <= 0 || o.RequestBytes <= 0 {
+		return fault.Permanent(fmt.Errorf("egress/kafka: batch size %d, batch bytes %d, request bytes %d: want positive",
+			o.BatchSize, o.BatchBytes, o.RequestBytes))
 	}
 	if o.AnswerTimeout <= 0 || o.ProbeInterval <= 0 {
 		return fault.Permanent(fmt.Errorf("egress/kafka: answer timeout %v, probe interval %v: want positive durations",

@@ -10,7 +10,7 @@ import (
 
 func TestOptionsDefaultsAndValidate(t *testing.T) {
 	o := Options{}.withDefaults()
-	if o.BatchSize != DefaultBatchSize || o.BatchBytes != DefaultBatchBytes ||
+	if o.BatchSize != DefaultBatchSize || o.BatchBytes != DefaultBatchBytes || o.RequestBytes != DefaultRequestBytes ||
 		o.AnswerTimeout != DefaultAnswerTimeout || o.ProbeInterval != DefaultProbeInterval || o.Logger == nil || o.Clock == nil {
 		t.Fatalf("defaults: %+v", o)
 	}
@@ -20,6 +20,7 @@ func TestOptionsDefaultsAndValidate(t *testing.T) {
 	for name, bad := range map[string]Options{
 		"negative batch size":     {BatchSize: -1},
 		"negative batch bytes":    {BatchBytes: -1},
+		"negative request bytes":  {RequestBytes: -1},
 		"negative answer timeout": {AnswerTimeout: -time.Second},
 		"negative probe interval": {ProbeInterval: -time.Second},
 	} {

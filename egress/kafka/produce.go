@@ -37,18 +37,54 @@ type partBatch struct {
 	leader    int32
 	recs      []int // indexes into the publish's records
 	n         int   // len(recs) once route has counted them
+	bytes     int64 // the records' recordSize, summed (cutRuns)
 	tooLarge  bool  // the broker refused the whole set as too large: send one by one
 }
 
-// write sends recs once: one produce request per partition leader (several when a
-// leader's share exceeds Options.BatchSize), all at once. Each record's result goes to
-// errs[rec.slot]; slots are disjoint, so the concurrent requests write errs safely.
+// write sends recs once, in rounds: each partition's records are cut into runs of up
+// to Options.RequestBytes (a larger record alone), and round r sends the r-th run of
+// every partition, one produce request per partition leader (several when a leader's
+// share exceeds Options.BatchSize records or Options.RequestBytes), all at once. A
+// request is encoded whole before it is sent, so the bytes encoded at once are at most
+// a round's, not the whole publish's. A partition whose run failed sends no more runs:
+// its later records take that error, staying in order for the next try. Each record's
+// result goes to errs[rec.slot]; slots are disjoint, so concurrent requests write errs
+// safely.
 func (s *Sink) write(ctx context.Context, recs []record, errs []error) {
-	batches := s.route(ctx, recs, errs)
-	if len(batches) == 0 {
-		return
+	parts := s.route(ctx, recs, errs)
+	runs := make([][]partBatch, len(parts))
+	for i := range parts {
+		runs[i] = cutRuns(recs, &parts[i], s.requestBytes)
 	}
-	reqs := plan(batches, s.batchSize)
+	for r := 0; ; r++ {
+		var round []partBatch
+		for i := range runs {
+			if r >= len(runs[i]) {
+				continue
+			}
+			if r > 0 {
+				if err := runFailed(recs, errs, &runs[i][r-1]); err != nil {
+					for _, later := range runs[i][r:] {
+						for _, k := range later.recs {
+							errs[recs[k].slot] = err
+						}
+					}
+					runs[i] = runs[i][:r]
+					continue
+				}
+			}
+			round = append(round, runs[i][r])
+		}
+		if len(round) == 0 {
+			return
+		}
+		s.writeRound(ctx, recs, round, errs)
+	}
+}
+
+// writeRound sends one round's partition runs: one request per leader, split by plan.
+func (s *Sink) writeRound(ctx context.Context, recs []record, batches []partBatch, errs []error) {
+	reqs := plan(batches, s.batchSize, s.requestBytes)
 	if len(reqs) == 1 {
 		s.send(ctx, recs, batches, reqs[0], errs)
 	} else {
@@ -67,6 +103,36 @@ func (s *Sink) write(ctx context.Context, recs []record, errs []error) {
 			s.oneByOne(ctx, recs, &batches[i], errs)
 		}
 	}
+}
+
+// cutRuns cuts a partition's records into runs of up to max bytes (recordSize), in
+// order; a record larger than max is a run alone.
+func cutRuns(recs []record, b *partBatch, max int64) []partBatch {
+	var runs []partBatch
+	start, n := 0, int64(0)
+	for j, k := range b.recs {
+		size := recordSize(&recs[k])
+		if j > start && n+size > max {
+			runs = append(runs, partBatch{topic: b.topic, partition: b.partition, leader: b.leader, recs: b.recs[start:j:j], bytes: n})
+			start, n = j, 0
+		}
+		n += size
+	}
+	if start < len(b.recs) {
+		runs = append(runs, partBatch{topic: b.topic, partition: b.partition, leader: b.leader, recs: b.recs[start:], bytes: n})
+	}
+	return runs
+}
+
+// runFailed is the error a run's records were left with that is worth a retry (nil:
+// every record appended, or refused for good), which its partition's later runs take.
+func runFailed(recs []record, errs []error, b *partBatch) error {
+	for _, k := range b.recs {
+		if err := errs[recs[k].slot]; err != nil && !fault.IsPermanent(err) {
+			return err
+		}
+	}
+	return nil
 }
 
 // route assigns each record its partition (kafka-go's Murmur2Balancer over the topic's
@@ -128,10 +194,11 @@ func (s *Sink) route(ctx context.Context, recs []record, errs []error) []partBat
 }
 
 // plan groups the partition batches into requests: one per leader, split into several
-// when the leader's records exceed max (whole partitions only, so a partition's
-// records keep their order). It returns indexes into batches, ordered by topic and
-// partition within each request.
-func plan(batches []partBatch, max int) [][]int {
+// when the leader's records exceed maxRecs records or maxBytes bytes (whole partition
+// batches only, so a partition's records keep their order; one batch over a cap is a
+// request alone). It returns indexes into batches, ordered by topic and partition
+// within each request.
+func plan(batches []partBatch, maxRecs int, maxBytes int64) [][]int {
 	order := make([]int, len(batches))
 	for i := range order {
 		order[i] = i
@@ -141,13 +208,15 @@ func plan(batches []partBatch, max int) [][]int {
 		return cmp.Or(cmp.Compare(x.leader, y.leader), cmp.Compare(x.topic, y.topic), cmp.Compare(x.partition, y.partition))
 	})
 	var reqs [][]int
-	start, n := 0, 0
+	start, n, size := 0, 0, int64(0)
 	for i, b := range order {
-		if i > start && (batches[b].leader != batches[order[start]].leader || n+len(batches[b].recs) > max) {
+		x := &batches[b]
+		if i > start && (x.leader != batches[order[start]].leader || n+len(x.recs) > maxRecs || size+x.bytes > maxBytes) {
 			reqs = append(reqs, order[start:i:i])
-			start, n = i, 0
+			start, n, size = i, 0, 0
 		}
-		n += len(batches[b].recs)
+		n += len(x.recs)
+		size += x.bytes
 	}
 	return append(reqs, order[start:])
 }
