@@ -31,26 +31,36 @@ import (
 // burst with 100 B payloads runs first, for its lateness beside the large one's.
 //
 // The bound is the 256 MiB pod the documentation provisions: the default budget (64 MiB)
-// plus 192 MiB of stated overhead — each held message's second copy in the encoded
-// produce request while it is published (up to the budget again), the process's
+// plus 192 MiB of stated overhead — the encoded produce requests of the messages being
+// published (at most the budget again; Options.RequestBytes per request), the process's
 // baseline (35–65 MiB) and the collector's slack up to GOMEMLIMIT (GOGC lets the heap
-// reach twice what is live, capped by the limit). Without the byte budget the whole
-// burst is claimed at once: 500 MiB live, far beyond it.
+// reach twice what is live, capped by the limit).
+//
+// The burst is parked whole before its due time (the test fails if it is not: a claim
+// racing the ingress would be paced by parking, not by the budget), so nothing but the
+// byte budget keeps the bridge from claiming all of it at once. The last run proves it:
+// the same burst through a bridge whose budget is 4 GiB
+// (DELAYBRIDGE_SCHEDULER__MAX_IN_MEMORY_BYTES) must exceed the bound — it holds the
+// whole 500 MiB — or the test cannot tell a bridge without the budget from one with it.
 func TestMemoryBoundedBurst(t *testing.T) {
 	const (
 		budget    = 64 << 20 // config.DefaultMaxInMemoryBytes
 		podLimit  = 256 << 20
 		bound     = budget + 192<<20  // = podLimit
 		goMemLimt = podLimit * 9 / 10 // the chart's goMemLimitPercent: 90
+		lookahead = 2 * time.Second   // scheduler.lookahead's default: claims start this long before due
 	)
 	bin := noRaceBridge(t)
 	for _, tc := range []struct {
 		name    string
 		n, size int
 		ahead   time.Duration // due time after the first record is produced
+		env     string        // added to the bridge's environment
+		over    bool          // the control: resident memory must exceed the bound
 	}{
-		{"100B", 2000, 100, 5 * time.Second},
-		{"256KiB", 2000, 256 << 10, 60 * time.Second},
+		{"100B", 2000, 100, 5 * time.Second, "", false},
+		{"256KiB", 2000, 256 << 10, 90 * time.Second, "", false},
+		{"256KiB-budget-4GiB", 2000, 256 << 10, 90 * time.Second, "DELAYBRIDGE_SCHEDULER__MAX_IN_MEMORY_BYTES=4294967296", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := testkit.StartRedis(t)
@@ -63,12 +73,19 @@ func TestMemoryBoundedBurst(t *testing.T) {
 			want := produceBurst(t, kaddr, "burst.delay", tc.n, tc.size, due)
 			p := newBridge(t, []string{bin, "run", "-c", cfg}, cfg, admin)
 			p.env = []string{"GOMEMLIMIT=" + strconv.Itoa(goMemLimt)}
+			if tc.env != "" {
+				p.env = append(p.env, tc.env)
+			}
 			p.start()
 			rss := sampleRSS(t, p.cmd.Process.Pid)
 			waitUntil(t, "every message parked", time.Until(due)+2*time.Minute, func() bool {
 				return metricSum(t, p, "messages_parked_total") >= float64(tc.n)
 			})
 			parkedBy := time.Until(due) // negative: parking ended after the due time (a slow machine); the lateness then includes it
+			if tc.size > 100 && parkedBy < lookahead {
+				t.Fatalf("the burst was parked %s before its due time, less than the lookahead (%s): claims raced the ingress, so the test cannot show what bounds the bridge's memory (a slow machine)",
+					parkedBy.Round(time.Millisecond), lookahead)
+			}
 			waitUntil(t, "every message delivered", tc.ahead+2*time.Minute, func() bool { return target.count() >= tc.n })
 			time.Sleep(500 * time.Millisecond) // a duplicate would arrive now
 			peak, hwm := rss.stop()
@@ -82,11 +99,15 @@ func TestMemoryBoundedBurst(t *testing.T) {
 				unknown += v
 			}
 			late := target.check(t, want, int(unknown))
-			t.Logf("%d × %d B due at one instant (parked %s before it): lateness p50 %s, p99 %s, max %s; bridge RSS peak %.1f MiB sampled, VmHWM %.1f MiB (bound %d MiB)",
-				tc.n, tc.size, parkedBy.Round(time.Millisecond), pct(late, 50), pct(late, 99), pct(late, 100),
+			t.Logf("%d × %d B due at one instant (parked %s before it)%s: lateness p50 %s, p99 %s, max %s; bridge RSS peak %.1f MiB sampled, VmHWM %.1f MiB (bound %d MiB)",
+				tc.n, tc.size, parkedBy.Round(time.Millisecond), strings.TrimSuffix(" "+tc.env, " "), pct(late, 50), pct(late, 99), pct(late, 100),
 				float64(peak)/(1<<20), float64(hwm)/(1<<20), bound>>20)
-			if peak > bound || hwm > bound {
+			switch over := peak > bound || hwm > bound; {
+			case over && !tc.over:
 				t.Errorf("bridge resident memory peaked at %.1f MiB (VmHWM %.1f MiB), over the bound of %d MiB (max_in_memory_bytes + 192 MiB: the 256 MiB pod)",
+					float64(peak)/(1<<20), float64(hwm)/(1<<20), bound>>20)
+			case !over && tc.over:
+				t.Errorf("with a 4 GiB budget the bridge's resident memory peaked at %.1f MiB (VmHWM %.1f MiB), within the bound of %d MiB: something other than max_in_memory_bytes bounds it, and the runs above do not show the budget does",
 					float64(peak)/(1<<20), float64(hwm)/(1<<20), bound>>20)
 			}
 		})
