@@ -36,6 +36,7 @@ local acked, fps, vals, routes = {}, {}, {}, {}
 local withRoutes = ARGV[5] == '1'
 local step = withRoutes and 3 or 2
 local now = ARGV[1]
+local dat = doneAt(now) -- every id of the call is delivered at the same second
 -- The batch's distinct ids (an id twice is acked once), looked up in inflight with one
 -- command and removed with one.
 local ids, at, seen = {}, {}, {}
@@ -56,7 +57,7 @@ for j = 1, #ids do
       routes[#acked] = ARGV[i + 1]
     end
     fps[#acked] = ARGV[i + step - 1]
-    vals[#acked] = doneAt(now)
+    vals[#acked] = dat
   end
 end
 if #acked > 0 then
@@ -67,8 +68,12 @@ if #acked > 0 then
       routes[j] = routeOf(envs[j])
     end
   end
+  local left = {} -- per route: one cadd per route, not per id
   for j = 1, #acked do
-    cadd(cs, 'inflight', routes[j], -1)
+    left[routes[j]] = (left[routes[j]] or 0) + 1
+  end
+  for route, k in pairs(left) do
+    cadd(cs, 'inflight', route, -k)
   end
   redis.call('HDEL', KEYS[1], unpack(acked))
   fps, vals = nxacked(cs, KEYS[6], KEYS[7], KEYS[1], acked, fps, vals)

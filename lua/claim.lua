@@ -87,6 +87,7 @@ if budget <= 0 then
   budget = math.huge
 end
 local used = 0
+local moved, lost = {}, {} -- per route: messages claimed, ids dropped (counted once per route)
 local avg = 0 -- mean bytes of the envelopes read so far (0: none yet)
 local taken = 0
 -- Envelopes are read in steps small enough for unpack's stack limit, and under a byte
@@ -126,9 +127,8 @@ while first <= #ids and not full do
     taken = taken + 1
     take[#take + 1] = members[j]
     local route = routeOf(envs[j])
-    cadd(cs, 'pending', route, -1)
     if envs[j] then
-      cadd(cs, 'inflight', route, 1)
+      moved[route] = (moved[route] or 0) + 1
       zadd[#zadd + 1] = ARGV[3]
       zadd[#zadd + 1] = members[j]
       out[n + 1] = members[j]
@@ -136,6 +136,7 @@ while first <= #ids and not full do
       out[n + 3] = envs[j]
       n = n + 3
     else
+      lost[route] = (lost[route] or 0) + 1
       dropped = dropped + 1
     end
   end
@@ -160,5 +161,12 @@ elseif lead >= 0 then
   end
 end
 out[2] = dropped
+for route, k in pairs(moved) do
+  cadd(cs, 'pending', route, -k)
+  cadd(cs, 'inflight', route, k)
+end
+for route, k in pairs(lost) do
+  cadd(cs, 'pending', route, -k)
+end
 cflush(cs)
 return out

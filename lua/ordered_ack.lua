@@ -9,9 +9,11 @@
 -- now, -1 if none.
 local o = ostart(KEYS[8], KEYS[9], KEYS[7], KEYS[1])
 local ids = {}
-local step = ARGV[5] == '1' and 3 or 2
-for i = 7, #ARGV, step do
-  ids[#ids + 1] = ARGV[i]
+if o.on then -- a shard without keyed messages needs no list of the ids
+  local step = ARGV[5] == '1' and 3 or 2
+  for i = 7, #ARGV, step do
+    ids[#ids + 1] = ARGV[i]
+  end
 end
 local pre = opre(o, ids)
 local r = ack(KEYS, ARGV)

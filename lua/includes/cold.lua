@@ -40,8 +40,11 @@ local CO_W = 65536 -- bucket width in ms (2^16: about 65.5 s)
 -- costart returns the call's cold-tier state co, which the helpers below that touch
 -- the tier take first: the shard's key prefix (from its due key), the watermark once
 -- read, and the messages queued for their buckets (coadd, coflush).
+-- head caches the tier's earliest bucket as ZRANGE cb 0 0 WITHSCORES read it (copromote
+-- reads it last when it stops with nothing due; conext needs it again: one read, not two);
+-- whatever writes cb clears it.
 local function costart(dueKey)
-  return { base = string.sub(dueKey, 1, #dueKey - 3), wm = nil, q = { order = {}, by = {}, n = 0 } }
+  return { base = string.sub(dueKey, 1, #dueKey - 3), wm = nil, head = nil, q = { order = {}, by = {}, n = 0 } }
 end
 
 local function cobkey(co, b)
@@ -161,6 +164,7 @@ end
 local function coflush(co)
   local fps, marks = {}, {}
   local cb = co.base .. 'cb'
+  co.head = nil
   for _, g in ipairs(co.q.order) do
     local member = string.format('%d', g.b)
     local first = redis.call('RPUSH', cobkey(co, g.b), unpack(g.els)) - #g.els
@@ -196,7 +200,7 @@ end
 
 -- conext: the earliest due time in the cold tier (or earlier: see cb), nil if none.
 local function conext(co)
-  local h = redis.call('ZRANGE', co.base .. 'cb', 0, 0, 'WITHSCORES')
+  local h = co.head or redis.call('ZRANGE', co.base .. 'cb', 0, 0, 'WITHSCORES')
   if #h == 0 then
     return nil
   end
@@ -214,8 +218,10 @@ local function copromote(co, cs, dueKey, msgKey, ixKey, upTo, budget)
   local moved, dup, ix = 0, 0, nil
   local cw = co.base .. 'cw'
   while budget > 0 do
-    local h = redis.call('ZRANGE', co.base .. 'cb', 0, 0)
+    co.head = nil
+    local h = redis.call('ZRANGE', co.base .. 'cb', 0, 0, 'WITHSCORES')
     if #h == 0 or tonumber(h[1]) * CO_W > upTo then
+      co.head = h -- nothing below changes cb: conext reads this
       if ix then
         ixflush(ix)
       end

@@ -240,8 +240,9 @@ local function cancelledAt(now, routes)
 end
 
 -- dnrecord notes fps in the done slice of now (unix ms, a string): one RPUSH of them
--- all to that slice's list. width is the slice width in ms (a string; whole seconds,
--- so a slice holds exactly the states whose second falls in it).
+-- all to that slice's list, and the slice's member in dn when the push started it.
+-- width is the slice width in ms (a string; whole seconds, so a slice holds exactly the
+-- states whose second falls in it).
 local function dnrecord(ix, fps, now, width)
   if #fps == 0 then
     return
@@ -250,8 +251,12 @@ local function dnrecord(ix, fps, now, width)
   local start = tonumber(now)
   start = start - start % w
   local member = string.format('%d', start) .. ':' .. width
-  redis.call('RPUSH', ix.dn .. ':' .. member, table.concat(fps))
-  redis.call('ZADD', ix.dn, string.format('%d', start + w), member)
+  -- A slice's list is non-empty only while dn holds its member (dntrim removes the
+  -- member once the list is gone), and the member's score is fixed by its name: only
+  -- the push that starts the list adds it.
+  if redis.call('RPUSH', ix.dn .. ':' .. member, table.concat(fps)) == 1 then
+    redis.call('ZADD', ix.dn, string.format('%d', start + w), member)
+  end
 end
 
 -- dntrim forgets the ids of the done slices that ended at or before `before`: reading

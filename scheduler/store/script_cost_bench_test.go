@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,7 +14,7 @@ import (
 )
 
 // BenchmarkStoreScriptCost reports the time Redis itself spends in the scripts per
-// message (INFO commandstats: EVALSHA and EVAL usec), for park, replace (x-delay-replace
+// message (INFO commandstats: FCALL, EVALSHA and EVAL usec), for park, replace (x-delay-replace
 // of the messages just parked: the pending case), claim and ack in calls of 500 on one
 // shard, which the client-side timings of the other benchmarks bury under
 // round trips and scheduling on a busy machine. Compare two builds by running both,
@@ -89,24 +88,8 @@ func benchScriptCost(b *testing.B, window time.Duration, stepMs int64) {
 	b.ReportMetric(float64(n), "ids-remembered")
 }
 
-// scriptUsec is the total time Redis has spent in EVALSHA and EVAL so far.
+// scriptUsec is the total time Redis has spent in FCALL, EVALSHA and EVAL so far.
 func scriptUsec(b *testing.B, c *redis.Client) float64 {
 	b.Helper()
-	info, err := c.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var total float64
-	for _, line := range strings.Split(info, "\n") {
-		if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
-			continue
-		}
-		for _, f := range strings.Split(strings.TrimSpace(line[strings.IndexByte(line, ':')+1:]), ",") {
-			if v, ok := strings.CutPrefix(f, "usec="); ok {
-				n, _ := strconv.ParseFloat(v, 64)
-				total += n
-			}
-		}
-	}
-	return total
+	return scriptStat(b, c).usec
 }
