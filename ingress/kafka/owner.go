@@ -62,16 +62,22 @@ func (o *owner) round(ctx context.Context) (soon int64) {
 	now := clock.NowMs(s.cfg.Clock)
 	ttl := s.cfg.LeaseTTL
 	var names []string
-	if err := s.cfg.Membership.Heartbeat(ctx, s.cfg.Instance, now); err != nil {
-		s.log.Warn("kafka ingress: heartbeat", "err", err)
-	} else if live, err := s.cfg.Membership.Live(ctx, now, ttl); err != nil {
+	viewed, joined := false, false
+	if live, ok, err := o.members(ctx, now); err != nil {
 		s.log.Warn("kafka ingress: members", "err", err)
 	} else {
+		viewed, joined = true, ok
 		for _, m := range live {
+			if m.Name == s.cfg.Instance {
+				continue // (while held off, a previous incarnation's heartbeat)
+			}
 			names = append(names, m.Name)
-			if at := m.Heartbeat + ttl.Milliseconds() + 1; m.Name != s.cfg.Instance && at > now && (soon == 0 || at < soon) {
+			if at := m.Heartbeat + ttl.Milliseconds() + 1; at > now && (soon == 0 || at < soon) {
 				soon = at
 			}
+		}
+		if at, _ := s.cfg.Admission.JoinAt(); !joined && (soon == 0 || at < soon) {
+			soon = at
 		}
 	}
 	// Keeping what is held comes first and never waits for the brokers.
@@ -98,8 +104,11 @@ func (o *owner) round(ctx context.Context) (soon int64) {
 		return 0
 	}
 	var waiting []int
-	if names != nil && pollErr == nil {
-		want := o.want(names, offsets, standby)
+	if viewed && pollErr == nil {
+		want := map[int]bool{} // held off (Config.Admission): nothing is ours yet
+		if joined {
+			want = o.want(names, offsets, standby)
+		}
 		for id, p := range o.parts {
 			if !want[id] {
 				o.release(ctx, p, "no longer this instance's partition")
@@ -130,6 +139,26 @@ func (o *owner) round(ctx context.Context) (soon int64) {
 		}
 	}
 	return soon
+}
+
+// members heartbeats this instance and reads the live members, once it is admitted
+// (Config.Admission); until then it only reads them, and joined is false.
+func (o *owner) members(ctx context.Context, now int64) (live []membership.Member, joined bool, err error) {
+	s := o.s
+	if !s.cfg.Admission.Joined(now) {
+		live, err := s.cfg.Membership.Live(ctx, now, s.cfg.Admission.LookBack())
+		if err != nil {
+			return nil, false, err
+		}
+		if !s.cfg.Admission.Admit(s.cfg.Instance, live, now) {
+			return live, false, nil
+		}
+	}
+	if err := s.cfg.Membership.Heartbeat(ctx, s.cfg.Instance, now); err != nil {
+		return nil, false, fmt.Errorf("heartbeat: %w", err)
+	}
+	live, err = s.cfg.Membership.Live(ctx, now, s.cfg.LeaseTTL)
+	return live, err == nil, err
 }
 
 // want is the set of partitions this instance should own: none on standby, else its
