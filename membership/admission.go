@@ -20,8 +20,9 @@ import (
 //   - the process itself has been up for a LeaseTTL: an incarnation that dies sooner
 //     never takes anything a failover would have to take back.
 //
-// It then joins, and the others hand its share over gracefully (no lease expiry, no
-// lateness). A failover thus serves a dead instance's share again within about the
+// Once admitted it heartbeats, and the others hand its share over gracefully (no lease
+// expiry, no lateness). A process with no other live member joins at once: nobody
+// would take its share over. A failover thus serves a dead instance's share again within about the
 // lease TTL however often the instance restarts. One Admission is shared by every
 // user of the membership in a process (the scheduler's shards, each Kafka source's
 // partitions), so they join together. A nil *Admission admits at once. Safe for
@@ -60,11 +61,21 @@ func (a *Admission) Admit(instance string, live []Member, now int64) bool {
 	defer a.mu.Unlock()
 	if a.joinAt == 0 {
 		a.joinAt = now
+		var prev int64 // the earlier incarnation's heartbeat, 0: none
+		others := false
 		for _, m := range live {
-			if m.Name == instance && m.Heartbeat >= now-2*a.ttl {
-				a.joinAt = max(now+a.ttl, m.Heartbeat+a.ttl+a.ttl/3)
-				a.held = true
+			switch {
+			case m.Name == instance && m.Heartbeat >= now-2*a.ttl:
+				prev = m.Heartbeat
+			case m.Name != instance && m.Heartbeat >= now-a.ttl:
+				others = true
 			}
+		}
+		// Alone (a single replica, a sidecar), nobody would take the share over: the
+		// process takes it as the old leases expire, as it would without a hold-off.
+		if prev > 0 && others {
+			a.joinAt = max(now+a.ttl, prev+a.ttl+a.ttl/3)
+			a.held = true
 		}
 	}
 	return a.admitted(now)

@@ -15,6 +15,8 @@ func TestAdmissionHoldsOffARestartUnderADeadIncarnationsName(t *testing.T) {
 	for _, live := range [][]Member{
 		{{Name: "b", Heartbeat: now - 100}},
 		{{Name: "a", Heartbeat: now - 2*ttl - 1}, {Name: "b", Heartbeat: now - 100}},
+		// Alone: nobody would take the share over (b's heartbeat aged out).
+		{{Name: "a", Heartbeat: now - 100}, {Name: "b", Heartbeat: now - ttl - 1}},
 	} {
 		fresh := NewAdmission(ttl * time.Millisecond)
 		if !fresh.Admit("a", live, now) {
