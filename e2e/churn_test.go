@@ -110,7 +110,8 @@ func (rp *readyProbe) snapshot() []readyChange {
 // 0), none early, every duplicate falls in a kill window (a message the victim had
 // published but not acknowledged; an ingress replay after a failover is suppressed by
 // the idempotent park, so it adds none), and /readyz answered 503 naming the ingress
-// while partitions waited for a dead member's leases (polled throughout). Logged,
+// while partitions waited for their leases (a dead member's, or the survivor's
+// handover once the restarted process stopped holding off; polled throughout). Logged,
 // never asserted: the lateness after the due time (p50, p99, max, and the latest
 // messages with the kill before their due time), and the time to heal after the last
 // restart.

@@ -61,25 +61,7 @@ func (o *owner) round(ctx context.Context) (soon int64) {
 	s := o.s
 	now := clock.NowMs(s.cfg.Clock)
 	ttl := s.cfg.LeaseTTL
-	var names []string
-	viewed, joined := false, false
-	if live, ok, err := o.members(ctx, now); err != nil {
-		s.log.Warn("kafka ingress: members", "err", err)
-	} else {
-		viewed, joined = true, ok
-		for _, m := range live {
-			if m.Name == s.cfg.Instance {
-				continue // (while held off, a previous incarnation's heartbeat)
-			}
-			names = append(names, m.Name)
-			if at := m.Heartbeat + ttl.Milliseconds() + 1; at > now && (soon == 0 || at < soon) {
-				soon = at
-			}
-		}
-		if at, _ := s.cfg.Admission.JoinAt(); !joined && (soon == 0 || at < soon) {
-			soon = at
-		}
-	}
+	names, soon, viewed, joined := o.view(ctx, now)
 	// Keeping what is held comes first and never waits for the brokers.
 	o.renew(ctx)
 	if ctx.Err() != nil {
@@ -139,6 +121,31 @@ func (o *owner) round(ctx context.Context) (soon int64) {
 		}
 	}
 	return soon
+}
+
+// view is the round's view of the members: the other live members' names, when to
+// look again (when the next of them ages out, or this process joins), whether the
+// members could be read at all and whether this process is admitted.
+func (o *owner) view(ctx context.Context, now int64) (others []string, soon int64, viewed, joined bool) {
+	s := o.s
+	live, joined, err := o.members(ctx, now)
+	if err != nil {
+		s.log.Warn("kafka ingress: members", "err", err)
+		return nil, 0, false, false
+	}
+	for _, m := range live {
+		if m.Name == s.cfg.Instance {
+			continue // (while held off, a previous incarnation's heartbeat)
+		}
+		others = append(others, m.Name)
+		if at := m.Heartbeat + s.cfg.LeaseTTL.Milliseconds() + 1; at > now && (soon == 0 || at < soon) {
+			soon = at
+		}
+	}
+	if at, _ := s.cfg.Admission.JoinAt(); !joined && (soon == 0 || at < soon) {
+		soon = at
+	}
+	return others, soon, true, joined
 }
 
 // members heartbeats this instance and reads the live members, once it is admitted
