@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -109,7 +110,8 @@ func (rp *readyProbe) snapshot() []readyChange {
 // 0), none early, every duplicate falls in a kill window (a message the victim had
 // published but not acknowledged; an ingress replay after a failover is suppressed by
 // the idempotent park, so it adds none), and /readyz answered 503 naming the ingress
-// while partitions waited for a dead member's leases (polled throughout). Logged,
+// while partitions waited for their leases (a dead member's, or the survivor's
+// handover once the restarted process stopped holding off; polled throughout). Logged,
 // never asserted: the lateness after the due time (p50, p99, max, and the latest
 // messages with the kill before their due time), and the time to heal after the last
 // restart.
@@ -118,16 +120,16 @@ func TestKafkaKillChurn(t *testing.T) {
 }
 
 // TestKafkaKillChurnAtDefaults is the same loop at the scheduler's defaults (lease_ttl
-// 3 s, lookahead 2 s, safety scan 1 s) with a kill every lease_ttl + 2 s. Asserted as
-// TestKafkaKillChurn except the 503s: at the defaults the survivor wants the dead
-// member's partitions only once the member aged out of its view, when their leases
-// have lapsed too, so it never waits for them, and the restarted process shows the
-// wait only if it starts before they lapse. Logged, not asserted: the lateness. A
-// failover serves the dead instance's shards and partitions again within lease_ttl +
-// 1 s, but the restarted process keeps the instance's name, so the assignment gives
-// them back to it as soon as it heartbeats; killed again before it fired what it took
-// over, they wait for the next failover, and a message can wait through several
-// (docs/HA.md "Failure modes").
+// 3 s, lookahead 2 s, safety scan 1 s), the victim killed alternately lease_ttl and
+// lease_ttl + 2 s after its restart: a process that dies about when its predecessor's
+// leases lapse (a crash loop), and one that lives long enough to take its share back
+// and is killed holding it. Asserted as TestKafkaKillChurn except the 503s, and the
+// product's failover promise: no message later than lease_ttl + 1 s (plus a margin,
+// see kafkaChurn), and at most maxDupsPerKill duplicates per kill. A restarted
+// process holds off from taking its share until the others have taken the dead
+// incarnation's over (membership.Admission); without that, each new incarnation took
+// the shards and partitions as their leases lapsed and died before firing them, and a
+// message waited through several failovers.
 func TestKafkaKillChurnAtDefaults(t *testing.T) {
 	kafkaChurn(t, "kill -9", func(p *bridgeProc) { p.kill() }, false, true)
 }
@@ -140,13 +142,34 @@ func TestKafkaRollingRestartChurn(t *testing.T) {
 	kafkaChurn(t, "SIGTERM", func(p *bridgeProc) { p.stop() }, false, false)
 }
 
+// Bounds of TestKafkaKillChurnAtDefaults.
+const (
+	// lateMargin is added to the promised failover (lease_ttl + 1 s) for what the
+	// measured lateness holds besides it: the publish through the in-process Kafka
+	// broker and the collector's fetch of the target, on a 2-core machine shared with
+	// other test processes (and a race-enabled binary when DELAYBRIDGE_TEST_E2E_NORACE
+	// is unset). Measured failovers stay about 0.3 s under the promise.
+	lateMargin = 500 * time.Millisecond
+	// maxDupsPerKill bounds the duplicates of one kill. Each is a message the victim
+	// published (the broker confirmed it) whose acknowledgement had not reached Redis
+	// when it died: the next owner recovers it from the in-flight set and publishes it
+	// again. Acknowledgements are batched every 50 ms, so that is what the last tenth
+	// of a second or so before the kill published: at 200 msgs/s, half of them the
+	// victim's, a few tens even when a recovered backlog was being fired. (A record
+	// replayed by ingress after a failover is refused by the idempotent park and adds
+	// none.)
+	maxDupsPerKill = 40
+)
+
 // kafkaChurn runs the loop of TestKafkaKillChurn, ending the victim with end; with
-// defaults, at the scheduler's defaults and a kill every lease_ttl + 2 s.
+// defaults, at the scheduler's defaults, killed alternately lease_ttl and lease_ttl + 2 s
+// after each restart, with the lateness and the duplicates judged.
 func kafkaChurn(t *testing.T, what string, end func(*bridgeProc), want503, defaults bool) {
-	ttl, period := time.Second, 3*time.Second
+	ttl := time.Second
+	periods := []time.Duration{3 * time.Second, 3 * time.Second, 3 * time.Second, 3 * time.Second, 3 * time.Second}
 	if defaults {
 		ttl = config.Default().Scheduler.LeaseTTL
-		period = ttl + 2*time.Second
+		periods = []time.Duration{ttl, ttl + 2*time.Second, ttl, ttl + 2*time.Second, ttl}
 	}
 	c := startHACluster(t, 4, ttl)
 	c.defaults = defaults
@@ -159,7 +182,7 @@ func kafkaChurn(t *testing.T, what string, end func(*bridgeProc), want503, defau
 	time.Sleep(2 * time.Second)
 	var faults []fault
 	var lastRestart time.Time
-	for k := 0; k < 5; k++ {
+	for k, period := range periods {
 		killed := time.Now()
 		end(victim)
 		victim.launch() // restarted at once, not waited for: it is killed again a period later
@@ -220,11 +243,23 @@ func kafkaChurn(t *testing.T, what string, end func(*bridgeProc), want503, defau
 		t.Logf("%s ingress states, partitions acquired and released:\n  %s", name, strings.Join(states, "\n  "))
 	}
 	t.Logf("readiness changes:\n  %s", strings.Join(lines, "\n  "))
+	if defaults {
+		bound := ttl + time.Second + lateMargin
+		if over := len(late) - sort.Search(len(late), func(i int) bool { return late[i] > bound }); over > 0 {
+			t.Errorf("%d messages later than lease_ttl + 1 s + %s = %s after their due time (max %s): a failover took longer than promised",
+				over, lateMargin, bound, percentile(late, 1))
+		}
+		for k, n := range perKill {
+			if n > maxDupsPerKill {
+				t.Errorf("kill #%d: %d duplicates, more than the %d the messages published but not yet acknowledged explain", k+1, n, maxDupsPerKill)
+			}
+		}
+	}
 	if want503 && ingress503 == 0 {
 		t.Errorf("/readyz never answered 503 naming a failing ingress check on either instance during the churn")
 	}
-	t.Logf("%s churn (lease_ttl %s, a kill every %s): %d messages, lost 0, early 0 (ledger), %d duplicates (per kill %v); lateness after due p50 %s p99 %s max %s; the latest %s; %d readiness 503s naming ingress; after the last restart: both ready from %s on (first both-ready poll %s), every record on the target after %s (stream ended %s after it)",
-		what, ttl, period, len(sentMsgs), dups, perKill, percentile(late, 0.5), percentile(late, 0.99), percentile(late, 1),
+	t.Logf("%s churn (lease_ttl %s, kills %v after each restart): %d messages, lost 0, early 0 (ledger), %d duplicates (per kill %v); lateness after due p50 %s p99 %s max %s; the latest %s; %d readiness 503s naming ingress; after the last restart: both ready from %s on (first both-ready poll %s), every record on the target after %s (stream ended %s after it)",
+		what, ttl, periods, len(sentMsgs), dups, perKill, percentile(late, 0.5), percentile(late, 0.99), percentile(late, 1),
 		latest(got, sentMsgs, faults, 3), ingress503,
 		readyForGood.Sub(lastRestart).Round(time.Millisecond), readyAt.Sub(lastRestart).Round(time.Millisecond),
 		allAt.Sub(lastRestart).Round(time.Millisecond), streamEnd.Sub(lastRestart).Round(time.Millisecond))

@@ -10,6 +10,7 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/observe"
+	"github.com/delaybridge/delay-bridge/membership"
 )
 
 // Options configure a Scheduler. Zero values take the defaults of withDefaults (the
@@ -66,6 +67,11 @@ type Options struct {
 	// renewals (the bridge reads Redis's eviction policy there). Its context ends when
 	// the scheduler stops, which waits for it to return.
 	OnOwnershipRound func(ctx context.Context)
+	// Admission, shared with the Kafka sources of the process, holds a process that
+	// restarts under the name of an incarnation that died without leaving back from
+	// heartbeating and taking shards for a while (membership.Admission); nil: it takes
+	// its share at once.
+	Admission *membership.Admission
 
 	Observer observe.Observer // default observe.Nop
 	Logger   *slog.Logger     // default slog.Default()

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
 
@@ -52,21 +53,29 @@ func (s *Scheduler) ownershipRound(ctx context.Context) (soon int64) {
 	now := clock.NowMs(s.clk)
 	ttl := s.opt.LeaseTTL.Milliseconds()
 	var want []bool
-	if err := s.store.Heartbeat(ctx, s.opt.Instance, now); err != nil {
-		s.log.Warn("heartbeat", "err", err)
-	} else if members, err := s.store.LiveMembers(ctx, now, s.opt.LeaseTTL); err != nil {
+	if members, joined, err := s.members(ctx, now); err != nil {
 		s.log.Warn("members", "err", err)
 	} else {
-		names := make([]string, len(members))
-		for i, m := range members {
-			names[i] = m.Name
+		names := make([]string, 0, len(members))
+		for _, m := range members {
+			if m.Name == s.opt.Instance {
+				continue // (while held off, a previous incarnation's heartbeat)
+			}
+			names = append(names, m.Name)
 			// The moment this member ages out of everyone's view (Members keeps a
 			// heartbeat at most LeaseTTL old): look again right then.
-			if at := m.Heartbeat + ttl + 1; m.Name != s.opt.Instance && at > now && (soon == 0 || at < soon) {
+			if at := m.Heartbeat + ttl + 1; at > now && (soon == 0 || at < soon) {
 				soon = at
 			}
 		}
-		want = s.assign(names)
+		if joined {
+			want = s.assign(append(names, s.opt.Instance))
+		} else {
+			want = make([]bool, s.store.Shards()) // held off: nothing is ours yet
+			if at, _ := s.opt.Admission.JoinAt(); soon == 0 || at < soon {
+				soon = at
+			}
+		}
 	}
 	// Keeping what we hold comes first and never waits for acquisitions.
 	s.renewAll(ctx)
@@ -95,6 +104,45 @@ func (s *Scheduler) ownershipRound(ctx context.Context) (soon int64) {
 	s.obs.ShardsOwned(len(s.OwnedShards()))
 	s.ready.Store(true)
 	return soon
+}
+
+// members heartbeats this instance and reads the live members, once it is admitted
+// (Options.Admission); until then it only reads them, and joined is false.
+func (s *Scheduler) members(ctx context.Context, now int64) (members []storeapi.Member, joined bool, err error) {
+	if !s.opt.Admission.Joined(now) {
+		live, err := s.store.LiveMembers(ctx, now, s.opt.Admission.LookBack())
+		if err != nil {
+			return nil, false, err
+		}
+		if !s.opt.Admission.Admit(s.opt.Instance, toMembership(live), now) {
+			s.logHoldOff()
+			return live, false, nil
+		}
+	}
+	if err := s.store.Heartbeat(ctx, s.opt.Instance, now); err != nil {
+		return nil, false, fmt.Errorf("heartbeat: %w", err)
+	}
+	live, err := s.store.LiveMembers(ctx, now, s.opt.LeaseTTL)
+	return live, err == nil, err
+}
+
+// logHoldOff says once that this process holds off, and until when.
+func (s *Scheduler) logHoldOff() {
+	if s.heldOffLogged {
+		return
+	}
+	s.heldOffLogged = true
+	at, _ := s.opt.Admission.JoinAt()
+	s.log.Info("an earlier process under this instance name died without leaving; holding off from taking shards while the other instances take its share over",
+		"instance", s.opt.Instance, "until", time.UnixMilli(at).UTC())
+}
+
+func toMembership(live []storeapi.Member) []membership.Member {
+	out := make([]membership.Member, len(live))
+	for i, m := range live {
+		out[i] = membership.Member{Name: m.Name, Heartbeat: m.Heartbeat}
+	}
+	return out
 }
 
 // acquireWanted tries to take the shards want says are this instance's and nobody in

@@ -79,8 +79,10 @@ type Scheduler struct {
 	// ownership loop is its only user).
 	assignKey string
 	assignOut []string
-	wantSince []int64      // per shard: since when it is wanted but held by another (unix ms)
-	lastRenew atomic.Int64 // start of the last successful renewal round (mono ms + 1; 0 = none)
+	// heldOffLogged: the hold-off of Options.Admission was logged (ownership loop only).
+	heldOffLogged bool
+	wantSince     []int64      // per shard: since when it is wanted but held by another (unix ms)
+	lastRenew     atomic.Int64 // start of the last successful renewal round (mono ms + 1; 0 = none)
 
 	clock clockGate // the clock offset against the store's (clockcheck.go)
 

@@ -108,6 +108,11 @@ type Config struct {
 	// LeaseTTL is the partition leases' TTL and the age after which a member whose
 	// heartbeat stopped is no longer live (scheduler.lease_ttl); default 3s.
 	LeaseTTL time.Duration
+	// Admission, shared with the scheduler and the other sources of the process, holds
+	// a process that restarts under the name of an incarnation that died without
+	// leaving back from heartbeating and taking partitions for a while
+	// (membership.Admission); nil: it takes its share at once.
+	Admission *membership.Admission
 	// Topic is the route's delay topic (from.kafka.topic). Required.
 	Topic string
 	// Rules are the route's parsing limits; Rules.Route names the route.

@@ -61,19 +61,7 @@ func (o *owner) round(ctx context.Context) (soon int64) {
 	s := o.s
 	now := clock.NowMs(s.cfg.Clock)
 	ttl := s.cfg.LeaseTTL
-	var names []string
-	if err := s.cfg.Membership.Heartbeat(ctx, s.cfg.Instance, now); err != nil {
-		s.log.Warn("kafka ingress: heartbeat", "err", err)
-	} else if live, err := s.cfg.Membership.Live(ctx, now, ttl); err != nil {
-		s.log.Warn("kafka ingress: members", "err", err)
-	} else {
-		for _, m := range live {
-			names = append(names, m.Name)
-			if at := m.Heartbeat + ttl.Milliseconds() + 1; m.Name != s.cfg.Instance && at > now && (soon == 0 || at < soon) {
-				soon = at
-			}
-		}
-	}
+	names, soon, viewed, joined := o.view(ctx, now)
 	// Keeping what is held comes first and never waits for the brokers.
 	o.renew(ctx)
 	if ctx.Err() != nil {
@@ -98,8 +86,11 @@ func (o *owner) round(ctx context.Context) (soon int64) {
 		return 0
 	}
 	var waiting []int
-	if names != nil && pollErr == nil {
-		want := o.want(names, offsets, standby)
+	if viewed && pollErr == nil {
+		want := map[int]bool{} // held off (Config.Admission): nothing is ours yet
+		if joined {
+			want = o.want(names, offsets, standby)
+		}
 		for id, p := range o.parts {
 			if !want[id] {
 				o.release(ctx, p, "no longer this instance's partition")
@@ -130,6 +121,51 @@ func (o *owner) round(ctx context.Context) (soon int64) {
 		}
 	}
 	return soon
+}
+
+// view is the round's view of the members: the other live members' names, when to
+// look again (when the next of them ages out, or this process joins), whether the
+// members could be read at all and whether this process is admitted.
+func (o *owner) view(ctx context.Context, now int64) (others []string, soon int64, viewed, joined bool) {
+	s := o.s
+	live, joined, err := o.members(ctx, now)
+	if err != nil {
+		s.log.Warn("kafka ingress: members", "err", err)
+		return nil, 0, false, false
+	}
+	for _, m := range live {
+		if m.Name == s.cfg.Instance {
+			continue // (while held off, a previous incarnation's heartbeat)
+		}
+		others = append(others, m.Name)
+		if at := m.Heartbeat + s.cfg.LeaseTTL.Milliseconds() + 1; at > now && (soon == 0 || at < soon) {
+			soon = at
+		}
+	}
+	if at, _ := s.cfg.Admission.JoinAt(); !joined && (soon == 0 || at < soon) {
+		soon = at
+	}
+	return others, soon, true, joined
+}
+
+// members heartbeats this instance and reads the live members, once it is admitted
+// (Config.Admission); until then it only reads them, and joined is false.
+func (o *owner) members(ctx context.Context, now int64) (live []membership.Member, joined bool, err error) {
+	s := o.s
+	if !s.cfg.Admission.Joined(now) {
+		live, err := s.cfg.Membership.Live(ctx, now, s.cfg.Admission.LookBack())
+		if err != nil {
+			return nil, false, err
+		}
+		if !s.cfg.Admission.Admit(s.cfg.Instance, live, now) {
+			return live, false, nil
+		}
+	}
+	if err := s.cfg.Membership.Heartbeat(ctx, s.cfg.Instance, now); err != nil {
+		return nil, false, fmt.Errorf("heartbeat: %w", err)
+	}
+	live, err = s.cfg.Membership.Live(ctx, now, s.cfg.LeaseTTL)
+	return live, err == nil, err
 }
 
 // want is the set of partitions this instance should own: none on standby, else its

@@ -262,3 +262,37 @@ func TestIdleSourceConsumingAgainAfterOutage(t *testing.T) {
 		return h.State == ingress.StateConsuming && len(h.PartitionStates) == 1 && h.PartitionStates[0].State == ingress.PartitionFetching
 	})
 }
+
+// TestRestartUnderADeadNameHoldsOff: b dies without releasing anything (kill -9) and
+// is restarted at once under the same name. The new b (membership.Admission) takes no
+// partition until a has taken the dead b's over (its heartbeat aged out, its leases
+// expired), then gets its share back by graceful handover, and every record is
+// handled. Without the hold-off the new b would take its partitions back as their
+// leases lapsed and a would never own them (in a crash loop, each incarnation took
+// them and died before parking what it read).
+func TestRestartUnderADeadNameHoldsOff(t *testing.T) {
+	const parts = 4
+	e := newEnv(t, parts)
+	admit := func(c *kafkain.Config) { c.Admission = membership.NewAdmission(c.LeaseTTL) }
+	a := e.start(t, "a", admit)
+	b := e.start(t, "b", admit)
+	waitFor(t, "the partitions split 2/2", func() bool {
+		return len(a.src.Health().Partitions) == 2 && len(b.src.Health().Partitions) == 2
+	})
+	kafkain.Abandon(b.src)
+	b.stop(t)
+	b2 := e.start(t, "b", admit)
+	e.produce(t, 40, parts, "after")
+	aHadAll := false
+	waitFor(t, "the new b reads its share and every record is handled", func() bool {
+		nb := len(b2.src.Health().Partitions)
+		if nb > 0 && !aHadAll {
+			t.Fatalf("the new b took partitions %v before a had taken the dead b's over (a has %v)",
+				b2.src.Health().Partitions, a.src.Health().Partitions)
+		}
+		if len(a.src.Health().Partitions) == parts {
+			aHadAll = true
+		}
+		return nb == 2 && e.unique() == 40
+	})
+}

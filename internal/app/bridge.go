@@ -25,6 +25,7 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/fault"
 	"github.com/delaybridge/delay-bridge/internal/observe"
 	"github.com/delaybridge/delay-bridge/internal/series"
+	"github.com/delaybridge/delay-bridge/membership"
 	"github.com/delaybridge/delay-bridge/scheduler"
 	"github.com/delaybridge/delay-bridge/scheduler/jobs"
 	"github.com/delaybridge/delay-bridge/scheduler/schedules"
@@ -58,6 +59,9 @@ type Bridge struct {
 	version string
 	api     *adminapi.Backend
 	health  *store.Health // Redis's eviction policy and memory (/readyz, metrics)
+	// admission: when this process takes its share of shards and Kafka partitions,
+	// one decision for the scheduler and every Kafka source (membership.Admission).
+	admission *membership.Admission
 
 	mu    sync.Mutex
 	sched *scheduler.Scheduler         // set by Run before ingress starts (handle uses it)
@@ -98,7 +102,8 @@ func New(cfg config.Config, opts Options) (*Bridge, error) {
 		return nil, err
 	}
 	b := &Bridge{cfg: cfg, log: opts.Logger, obs: opts.Observer, clk: opts.Clock, rdb: rdb, rules: map[string]ingress.Rules{},
-		series: opts.Series, version: opts.Version, health: newHealth(rdb, cfg, opts)}
+		series: opts.Series, version: opts.Version, health: newHealth(rdb, cfg, opts),
+		admission: membership.NewAdmission(cfg.Scheduler.LeaseTTL)}
 	for _, r := range cfg.Routes {
 		b.rules[r.Name] = ingress.Rules{
 			Route: r.Name, MaxDelay: cfg.Limits.MaxDelay, MaxPayloadBytes: cfg.Limits.MaxPayloadBytes, AllowTargets: r.AllowTargets,
@@ -284,7 +289,7 @@ func (b *Bridge) newScheduler(shardStore storeapi.Store) (*scheduler.Scheduler, 
 		MaxClockOffset: sc.MaxClockOffset,
 		MaxAttempts:    b.cfg.Retry.MaxAttempts, BackoffInitial: b.cfg.Retry.Backoff.Initial, BackoffMax: b.cfg.Retry.Backoff.Max,
 		OnDead: b.offerDead, OnCancelled: b.receipts.Cancelled, OnReplaced: b.receipts.Replaced, Observer: b.obs, Logger: b.log,
-		AckInterval: b.ackInterval(), OnOwnershipRound: b.health.Check,
+		AckInterval: b.ackInterval(), OnOwnershipRound: b.health.Check, Admission: b.admission,
 	})
 }
 

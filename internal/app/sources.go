@@ -41,8 +41,8 @@ func (b *Bridge) kafkaSource(r config.Route) (*kafkain.Source, error) {
 		Conn: conn, GroupID: b.cfg.Kafka.GroupID,
 		Membership: membership.New(b.rdb, b.cfg.Prefix, b.cfg.Cluster),
 		Instance:   b.cfg.Instance,
-		LeaseTTL:   b.cfg.Scheduler.LeaseTTL,
-		Topic:      r.From.Kafka.Topic, Rules: b.rules[r.Name],
+		LeaseTTL:   b.cfg.Scheduler.LeaseTTL, Admission: b.admission,
+		Topic: r.From.Kafka.Topic, Rules: b.rules[r.Name],
 		StallTimeout: b.cfg.Ingress.StallTimeout, Clock: b.clk, Logger: b.log, Observer: b.obs,
 	})
 }
