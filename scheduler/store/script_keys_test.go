@@ -182,9 +182,11 @@ func readHeader(script string, seen map[string]bool) ([]headerKey, error) {
 			}
 			continue
 		}
-		if m := keyLine.FindStringSubmatch(line); m != nil {
+		if m := keyLine.FindStringSubmatch(line); m != nil && strings.Count(line, "KEYS[") == 1 {
 			i, _ := strconv.Atoi(m[1])
 			out = append(out, headerKey{index: i, name: m[3], tail: m[2] != "", from: script})
+		} else if strings.HasPrefix(line, "-- KEYS") || strings.Count(line, "KEYS[") > 1 {
+			return nil, fmt.Errorf("header of %s: %q is not one `-- KEYS[i] <role> ...` entry", script, line)
 		}
 	}
 	for i, k := range out {
