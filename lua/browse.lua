@@ -1,6 +1,6 @@
 -- browse: one page of a shard's sorted set after a cursor, read-only.
 --
--- KEYS[1] the set to read (due, inflight or dead; ZSET id -> score)
+-- KEYS[1] due|inflight|dead  the set to read (ZSET id -> score)
 -- ARGV[1] cursor score: return members after (ARGV[1], ARGV[2]) in (score, member) order
 -- ARGV[2] cursor member: "" = start at the first member whose score >= ARGV[1]
 -- ARGV[3] highest score to return (inclusive)

@@ -6,7 +6,7 @@
 -- idempotently by id (same rules as park), so bad input never blocks a partition or a
 -- queue and is never silently dropped.
 --
--- KEYS[1..7] as in park: due, msg (id -> envelope; its Reason says why it is dead),
+-- KEYS[1..7] park's keys: due, msg (id -> envelope; its Reason says why it is dead),
 --            inflight, dead (ZSET id -> time dead-lettered), counts, ix, dn
 -- ARGV[1] now (integer unix ms): the dead-letter time
 -- ARGV[2..] quadruples: id, envelope bytes, route, fp; the caller bounds the batch.

@@ -10,8 +10,8 @@
 -- KEYS[5] counts    HASH per-route counts (includes/counts.lua)
 -- KEYS[6] ix        HASH the id index's state (index.lua): promoted messages' entries
 --                   are deleted
--- KEYS[7] the shard's slotguard (never written; slotguard.go): the cold tier's buckets
---         are named in the script (cold.lua)
+-- (then the shard's slotguard, never written: slotguard.go; the cold tier's buckets
+--  are named in the script, cold.lua)
 -- ARGV[1] owner value "instance|token" the caller believes it holds
 -- ARGV[2] upTo: claim ids with due <= upTo (now + lookahead, unix ms)
 -- ARGV[3] lease deadline (unix ms): inflight score; recover re-fires after it

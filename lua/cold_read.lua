@@ -4,7 +4,7 @@
 -- cold_read: read a shard's cold tier (cold.lua) for browse, counts and edges; read-only.
 --
 -- KEYS[1] due   the shard's due key (the cold tier's keys are named after it)
--- KEYS[2] the shard's slotguard (never written; slotguard.go)
+-- (then the shard's slotguard, never written: slotguard.go)
 -- ARGV[1] mode: "page", "count" or "edge"
 -- ARGV[2] from: lowest due time (unix ms, inclusive)
 -- ARGV[3] to: highest due time (inclusive)

@@ -1,7 +1,7 @@
 -- job_cancel: an operator stops a bulk job.
 --
--- KEYS[1] the job's HASH
--- KEYS[2] the active jobs SET
+-- KEYS[1] job:<id>     the job's HASH
+-- KEYS[2] jobs:active  the active jobs SET
 -- ARGV[1] job id
 -- ARGV[2] now (unix ms)
 -- ARGV[3] retention (ms) of a finished job record

@@ -1,7 +1,7 @@
 -- job_claim: take a bulk job to run (docs/CONTRACT.md §3, job records).
 --
--- KEYS[1] the job's HASH (P:{C}:job:<id>)
--- KEYS[2] the active jobs SET (P:{C}:jobs:active)
+-- KEYS[1] job:<id>     the job's HASH (P:{C}:job:<id>)
+-- KEYS[2] jobs:active  the active jobs SET (P:{C}:jobs:active)
 -- ARGV[1] job id (the member of KEYS[2])
 -- ARGV[2] instance claiming it
 -- ARGV[3] now (unix ms)

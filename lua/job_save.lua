@@ -1,7 +1,7 @@
 -- job_save: record a running job's progress, or finish it, if the caller still runs it.
 --
--- KEYS[1] the job's HASH
--- KEYS[2] the active jobs SET
+-- KEYS[1] job:<id>     the job's HASH
+-- KEYS[2] jobs:active  the active jobs SET
 -- ARGV[1] job id
 -- ARGV[2] instance that claimed it
 -- ARGV[3] now (unix ms): written as heartbeat and updated

@@ -1,6 +1,8 @@
 // Package lua holds the Redis Lua scripts of the shard store, one operation per file,
-// embedded into the binary. Each script file starts with a comment stating its KEYS,
-// ARGV and return value; the shard store (scheduler/store*.go) is the contract's Go
+// embedded into the binary. Each script file starts with a comment stating its KEYS
+// (one `-- KEYS[i] <role>` per line, role being the key's name after its hash tag:
+// scheduler/store's TestScriptKeysMatchHeaders checks them against every call), ARGV
+// and return value; the shard store (scheduler/store*.go) is the contract's Go
 // side, and package membership runs the lease_* scripts on Kafka partition leases too.
 //
 // Helpers live in includes/, one concern per file (counts, index, cold, successor,

@@ -3,7 +3,8 @@
 -- ordered_cancel: cancel (cancel.lua) with strict per-key order (order.lua).
 --
 -- KEYS[1..8]  cancel's keys
--- KEYS[9] ko, KEYS[10] ki (order.lua)
+-- KEYS[9] ko  (order.lua)
+-- KEYS[10] ki  (order.lua)
 -- ARGV: cancel's.
 -- Returns cancel's reply; a cancelled head is replaced by the next of its key.
 local o = ostart(KEYS[9], KEYS[10], KEYS[1], KEYS[2])

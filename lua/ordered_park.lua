@@ -3,9 +3,10 @@
 -- ordered_park: park (park.lua) with strict per-key order (order.lua).
 --
 -- KEYS[1..7]  park's keys
--- KEYS[8] ko, KEYS[9] ki (order.lua)
--- KEYS[10..] one key per quintuple of ARGV: its key's queue, or ko itself for a
---            message without a key
+-- KEYS[8] ko  (order.lua)
+-- KEYS[9] ki  (order.lua)
+-- KEYS[10..] ko:<queue>|ko  one key per quintuple of ARGV: its key's queue
+--            (ko:<route>\0<key>), or ko itself for a message without a key
 -- (the slot guard last: scheduler/store/slotguard.go)
 -- ARGV: park's.
 -- Returns park's reply.

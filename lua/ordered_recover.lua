@@ -3,7 +3,8 @@
 -- ordered_recover: recover (recover.lua) with strict per-key order (order.lua).
 --
 -- KEYS[1..5]  recover's keys
--- KEYS[6] ko, KEYS[7] ki (order.lua)
+-- KEYS[6] ko  (order.lua)
+-- KEYS[7] ki  (order.lua)
 -- ARGV: recover's.
 -- Returns { moved, more, woke }: recovered heads stay heads (marked claimed); then a
 -- bounded sweep of the heads.

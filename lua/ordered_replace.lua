@@ -3,9 +3,10 @@
 -- ordered_replace: replace (replace.lua) with strict per-key order (order.lua).
 --
 -- KEYS[1..8]  replace's keys
--- KEYS[9] ko, KEYS[10] ki (order.lua)
--- KEYS[11..] one key per quintuple of ARGV: its key's queue, or ko itself for a
---            message without a key
+-- KEYS[9] ko  (order.lua)
+-- KEYS[10] ki  (order.lua)
+-- KEYS[11..] ko:<queue>|ko  one key per quintuple of ARGV: its key's queue
+--            (ko:<route>\0<key>), or ko itself for a message without a key
 -- ARGV: replace's.
 -- Returns replace's reply. A stored id whose key (or keylessness) differs from the one
 -- given is refused before replace runs ("refused:<prior>"): never a second copy. A

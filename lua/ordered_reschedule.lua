@@ -4,8 +4,9 @@
 -- (order.lua).
 --
 -- KEYS[1..6]  reschedule's keys
--- KEYS[7] ko, KEYS[8] ki (order.lua)
--- KEYS[9] the key queue of the message's key (ko when none)
+-- KEYS[7] ko  (order.lua)
+-- KEYS[8] ki  (order.lua)
+-- KEYS[9] ko:<queue>|ko  the key queue of the message's key (ko when none)
 -- ARGV: reschedule's.
 -- A message of an ordered key is not rescheduled: "ordered". A requeued dead letter of
 -- an ordered key joins its key's queue.

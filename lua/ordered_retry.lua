@@ -3,7 +3,8 @@
 -- ordered_retry: retry (retry.lua) with strict per-key order (order.lua).
 --
 -- KEYS[1..6]  retry's keys
--- KEYS[7] ko, KEYS[8] ki (order.lua)
+-- KEYS[7] ko  (order.lua)
+-- KEYS[8] ki  (order.lua)
 -- ARGV: retry's.
 -- Returns { requeued, dead, woke }: a dead-lettered head unblocks its key; a retried
 -- one stays its head.

@@ -1,7 +1,7 @@
 -- schedule_delete: remove a recurring schedule's definition and plan.
 --
--- KEYS[1] the definitions HASH (id -> "<gen>:<updated>:<definition>")
--- KEYS[2] the plans HASH (id -> "<gen>:<plan>")
+-- KEYS[1] schedules       the definitions HASH (id -> "<gen>:<updated>:<definition>")
+-- KEYS[2] schedules:plan  the plans HASH (id -> "<gen>:<plan>")
 -- ARGV[1] schedule id
 -- Returns false when there is no such schedule, else {definition value, plan value or
 -- false}, as they were. The generations HASH is left alone.

@@ -1,7 +1,7 @@
 -- schedule_plan: store the planner's progress for one generation of a schedule.
 --
--- KEYS[1] the definitions HASH (id -> "<gen>:<updated>:<definition>")
--- KEYS[2] the plans HASH (id -> "<gen>:<plan>")
+-- KEYS[1] schedules       the definitions HASH (id -> "<gen>:<updated>:<definition>")
+-- KEYS[2] schedules:plan  the plans HASH (id -> "<gen>:<plan>")
 -- ARGV[1] schedule id
 -- ARGV[2] the generation the plan was made for
 -- ARGV[3] the plan (opaque bytes)

@@ -1,7 +1,7 @@
 -- schedule_put: create or replace a recurring schedule's definition.
 --
--- KEYS[1] the definitions HASH (id -> "<gen>:<updated>:<definition>")
--- KEYS[2] the generations HASH (id -> last generation; never deleted)
+-- KEYS[1] schedules      the definitions HASH (id -> "<gen>:<updated>:<definition>")
+-- KEYS[2] schedules:gen  the generations HASH (id -> last generation; never deleted)
 -- ARGV[1] schedule id
 -- ARGV[2] now (unix ms)
 -- ARGV[3] the definition (opaque bytes)
