@@ -17,8 +17,10 @@ import (
 // on servers without Functions) has its replies watched; the first reply chunk that
 // carries marker (a message id prefix: the claim moved such a message into flight) is
 // not forwarded, and both sides of that connection are closed. Redis ran the claim;
-// the client sees a reset connection and never learns what it claimed. Everything else
-// is forwarded unchanged.
+// the client sees a reset connection and never learns what it claimed. Armed for more
+// than one cut, the proxy cuts the reply of the same request bytes sent again (a
+// client's own retry of the call or pipeline) as well, so the client gives up on it.
+// Everything else is forwarded unchanged.
 type ClaimCut struct {
 	Addr string // 127.0.0.1:port, for the client's redis.addrs
 
@@ -30,7 +32,8 @@ type ClaimCut struct {
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
-	armed  bool
+	armed  int    // cuts left
+	cutReq []byte // the request whose reply was cut first: later cuts are of it again
 	cuts   int
 	closed bool
 }
@@ -57,10 +60,11 @@ func StartClaimCut(t testing.TB, target, marker string) *ClaimCut {
 	return p
 }
 
-// Arm makes the proxy cut the next claim reply that carries the marker (once).
-func (p *ClaimCut) Arm() {
+// Arm makes the proxy cut the next claim reply that carries the marker, then the
+// replies of the same request sent again, times cuts in all.
+func (p *ClaimCut) Arm(times int) {
 	p.mu.Lock()
-	p.armed = true
+	p.armed, p.cutReq = times, nil
 	p.mu.Unlock()
 }
 
@@ -99,32 +103,32 @@ func (p *ClaimCut) accept() {
 	}
 }
 
-// cutConn is one forwarded connection. claimSent is set when the client's last write
-// held a claim call: the replies that follow, until the client writes again (go-redis
-// reads every reply of a call or pipeline before it reuses the connection), answer it.
+// cutConn is one forwarded connection. req is what the client sent since the last
+// reply bytes: the replies that follow, until the client writes again (go-redis reads
+// every reply of a call or pipeline before it reuses the connection), answer it.
 type cutConn struct {
 	p              *ClaimCut
 	client, server net.Conn
 
-	mu        sync.Mutex
-	claimSent bool
+	mu      sync.Mutex
+	req     []byte
+	replied bool // reply bytes came after req: the client's next write starts a new req
 }
 
-// requests forwards client to server, noting whether each write holds a claim call (a
-// call split across two reads is matched with the last bytes of the previous read).
+// requests forwards client to server, gathering each request.
 func (c *cutConn) requests() {
 	defer c.p.wg.Done()
 	defer c.close()
 	buf := make([]byte, 32<<10)
-	var tail []byte
 	for {
 		n, err := c.client.Read(buf)
 		if n > 0 {
-			chunk := append(tail, buf[:n]...)
 			c.mu.Lock()
-			c.claimSent = c.p.holdsClaim(chunk)
+			if c.replied {
+				c.req, c.replied = c.req[:0], false
+			}
+			c.req = append(c.req, buf[:n]...)
 			c.mu.Unlock()
-			tail = append([]byte(nil), chunk[max(0, len(chunk)-64):]...)
 			if _, werr := c.server.Write(buf[:n]); werr != nil {
 				return
 			}
@@ -157,20 +161,24 @@ func (c *cutConn) replies() {
 }
 
 // cut reports whether reply answers a claim and carries the marker while the proxy is
-// armed; it disarms the proxy then.
+// armed (after the first cut: answers the same request again); it counts the cut.
 func (c *cutConn) cut(reply []byte) bool {
 	c.mu.Lock()
-	claim := c.claimSent
+	c.replied = true
+	req := append([]byte(nil), c.req...)
 	c.mu.Unlock()
-	if !claim || !bytes.Contains(reply, c.p.marker) {
+	if !c.p.holdsClaim(req) || !bytes.Contains(reply, c.p.marker) {
 		return false
 	}
 	c.p.mu.Lock()
 	defer c.p.mu.Unlock()
-	if !c.p.armed {
+	if c.p.armed == 0 || (c.p.cutReq != nil && !bytes.Equal(req, c.p.cutReq)) {
 		return false
 	}
-	c.p.armed = false
+	if c.p.cutReq == nil {
+		c.p.cutReq = req
+	}
+	c.p.armed--
 	c.p.cuts++
 	return true
 }
