@@ -57,9 +57,6 @@ func lostClaimReplyE2E(t *testing.T, cuts int) {
 	// Past the bound, so that a message left to the lease shows up as late (with its
 	// lateness) rather than as a timeout.
 	waitUntil(t, "all messages on the target", 90*time.Second, func() bool { return e.target.uniqueCount() >= n })
-	if c := cut.Cuts(); c != cuts {
-		t.Fatalf("the proxy lost %d claim replies, want %d", c, cuts)
-	}
 	got := e.target.snapshot()
 	if dups := ledger(t, sentMsgs, got, "orders.delay"); dups != 0 {
 		t.Errorf("%d duplicates: a claim sent again answers what it claimed, it does not fire twice", dups)
@@ -84,6 +81,9 @@ func lostClaimReplyE2E(t *testing.T, cuts int) {
 	if v := e.bridge.metric("lost_claims_healed_total"); v < 1 {
 		t.Errorf("lost_claims_healed_total = %v after a lost claim reply, want at least 1", v)
 	}
+	if c := cut.Cuts(); c != cuts {
+		t.Errorf("the proxy lost %d claim replies, want %d", c, cuts)
+	}
 	t.Logf("%d messages, %d claim replies lost, lost_claims_healed_total %v, latest arrival %s after due",
-		n, cuts, e.bridge.metric("lost_claims_healed_total"), worstAll.Round(time.Millisecond))
+		n, cut.Cuts(), e.bridge.metric("lost_claims_healed_total"), worstAll.Round(time.Millisecond))
 }
