@@ -74,8 +74,7 @@ func (s *Scheduler) pump(ctx context.Context, st *shardState) {
 		c.grant = grant{}
 		need = needNext
 		if replayed {
-			s.log.Warn("a claim's reply was lost; the claim sent again found its messages in flight and fires them",
-				"shard", st.shard, "n", len(items))
+			s.claimHealed(st, len(items))
 		}
 		bo.Reset()
 		s.schedule(st, items)
@@ -91,6 +90,14 @@ func (s *Scheduler) pump(ctx context.Context, st *shardState) {
 			return
 		}
 	}
+}
+
+// claimHealed notes a claim whose reply was lost, sent again, that found its n
+// messages in flight: they fire now rather than at its lease deadline.
+func (s *Scheduler) claimHealed(st *shardState, n int) {
+	s.obs.ClaimHealed()
+	s.log.Warn("a claim's reply was lost; the claim sent again found its messages in flight and fires them",
+		"shard", st.shard, "n", n)
 }
 
 // claimState is what a pump's claims carry from one to the next: the lease deadline of

@@ -13,10 +13,13 @@ import (
 //	                                     be read); a primary that left has no series
 //	redis_oom_refusals_total             commands Redis refused for lack of memory
 //	                                     (0 from start)
+//	lost_claims_healed_total             claims whose reply was lost that their owner
+//	                                     sent again and found in flight (0 from start)
 type redisHealth struct {
 	mu     sync.Mutex
 	policy *prometheus.GaugeVec
 	oom    prometheus.Counter
+	healed prometheus.Counter
 }
 
 func newRedisHealth() *redisHealth {
@@ -26,11 +29,13 @@ func newRedisHealth() *redisHealth {
 			[]string{"node", "policy"}),
 		oom: prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: "redis_oom_refusals_total",
 			Help: "Commands Redis refused because it is out of memory (used memory above maxmemory under noeviction); nothing was written and the bridge retries."}),
+		healed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: "lost_claims_healed_total",
+			Help: "Claims whose reply was lost (timeout, reset connection, failed pipeline, migrating slot) that their owner sent again and found its messages in flight: fired at once rather than at the in-flight lease."}),
 	}
 }
 
 func (r *redisHealth) collectors() []prometheus.Collector {
-	return []prometheus.Collector{r.policy, r.oom}
+	return []prometheus.Collector{r.policy, r.oom, r.healed}
 }
 
 // RedisPolicies implements observe.Observer: the series are replaced by the given set.
@@ -46,3 +51,6 @@ func (m *Metrics) RedisPolicies(policies map[string]string) {
 
 // RedisOOM implements observe.Observer.
 func (m *Metrics) RedisOOM(n int) { m.redis.oom.Add(float64(n)) }
+
+// ClaimHealed implements observe.Observer.
+func (m *Metrics) ClaimHealed() { m.redis.healed.Inc() }

@@ -144,6 +144,10 @@ type Observer interface {
 	// RedisOOM counts n commands Redis refused because it is out of memory (used memory
 	// above maxmemory under noeviction); they did nothing and are retried.
 	RedisOOM(n int)
+	// ClaimHealed counts one claim whose reply was lost (a timeout, a reset connection,
+	// a pipeline with a failed call, a migrating slot) that its owner sent again and
+	// found its messages in flight: they fire now, not at the in-flight lease.
+	ClaimHealed()
 }
 
 // PolicyUnknown is the maxmemory-policy reported for a Redis node that answered neither
@@ -195,3 +199,4 @@ func (Nop) SideDropped(string, string, string, int)      {}
 func (Nop) ScheduleSlots(string, string, int)            {}
 func (Nop) RedisPolicies(map[string]string)              {}
 func (Nop) RedisOOM(int)                                 {}
+func (Nop) ClaimHealed()                                 {}

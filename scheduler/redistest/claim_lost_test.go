@@ -168,6 +168,9 @@ func lostClaimReply(t *testing.T, resend bool) {
 			t.Errorf("fired %s early on the fake clock (%v)", e.ID, l)
 		}
 	}
+	if h := rec.healed.Load(); h != 1 {
+		t.Errorf("ClaimHealed observed %d times, want 1 (the claim found again)", h)
+	}
 	if got := logs.String(); !strings.Contains(got, "found its messages in flight") ||
 		strings.Contains(got, "recovered in-flight messages past their deadline") {
 		t.Errorf("want one line for the claim found again and none for the lease's recovery; log:\n%s", got)

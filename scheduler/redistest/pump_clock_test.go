@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,7 +24,10 @@ type firedRecorder struct {
 	mu       sync.Mutex
 	lateness map[string]time.Duration
 	order    []string
+	healed   atomic.Int32 // ClaimHealed calls
 }
+
+func (f *firedRecorder) ClaimHealed() { f.healed.Add(1) }
 
 func (f *firedRecorder) Fired(route string, late time.Duration) {
 	f.mu.Lock()
