@@ -162,6 +162,7 @@ func shardsEmpty(p *bridgeProc) bool {
 //
 //	go test -count=1 -run TestBrokerFreezeAroundSIGTERM -v ./e2e/
 func TestBrokerFreezeAroundSIGTERM(t *testing.T) {
+	t.Parallel() // see the package doc
 	// The two runs share nothing (each its own Redis, Kafka, proxy, group and cluster
 	// name; unique RabbitMQ names) and spend most of their time in the freeze: they
 	// run side by side.
