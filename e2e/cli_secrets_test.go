@@ -117,6 +117,7 @@ func secretInFile(key, secret string) string {
 // number, a list, a section) exits 1 with "<key>: want a string"; a key misplaced under
 // a secret in the environment or a flag exits 1; no secret is printed in any case.
 func TestCheckConfigMasksEverySecret(t *testing.T) {
+	t.Parallel() // runs the binary only, on its own temp files: see the package doc
 	// master_name makes sentinel_password valid; the SASL mechanism makes the password used.
 	const base = secretsRoute + "redis: {master_name: mymaster}\nkafka: {sasl: {mechanism: PLAIN, username: u}}\n"
 	for _, key := range config.SecretKeys() {
@@ -169,6 +170,7 @@ func TestCheckConfigMasksEverySecret(t *testing.T) {
 // URL, a redis.addrs or kafka.brokers entry with userinfo, from each source, exits 1
 // naming the key without the password; a valid amqp.url is printed with it masked.
 func TestCheckConfigRefusesCredentialsInAddresses(t *testing.T) {
+	t.Parallel() // runs the binary only, on its own temp files: see the package doc
 	const pw = "ZqAddrPassw0rd"
 	for _, c := range []struct{ key, value, want string }{
 		{"amqp.url", "guest:" + pw + "@rabbit:5672", "amqp.url: must start with amqp://"},

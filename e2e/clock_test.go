@@ -52,6 +52,7 @@ func skewableBinary(t *testing.T) string {
 // right again /readyz and the gauge come back and every message arrives, none before
 // its due time on Redis's clock.
 func TestClockAheadOfRedisFiresNothingEarly(t *testing.T) {
+	t.Parallel() // its own Redis, kfake and binary; it asserts no time: see the package doc
 	bin := skewableBinary(t)
 	rds := testkit.StartRedis(t)
 	kaddr, _ := testkit.StartKafka(t, 1, "skew.delay", "skew.out")

@@ -162,7 +162,12 @@ func shardsEmpty(p *bridgeProc) bool {
 //
 //	go test -count=1 -run TestBrokerFreezeAroundSIGTERM -v ./e2e/
 func TestBrokerFreezeAroundSIGTERM(t *testing.T) {
+	t.Parallel() // see the package doc
+	// The two runs share nothing (each its own Redis, Kafka, proxy, group and cluster
+	// name; unique RabbitMQ names) and spend most of their time in the freeze: they
+	// run side by side.
 	t.Run("kafka", func(t *testing.T) {
+		t.Parallel()
 		e := &freezeEnv{t: t, redis: testkit.StartRedis(t).Addr(), amqpURL: testkit.AMQPURL(),
 			to: "{ kafka: { topic: r.out } }", group: testkit.Uniq(t, "group"), cluster: testkit.Uniq(t, "frz")}
 		// Ingress and egress both through the proxy: the whole broker stalls.
@@ -179,6 +184,7 @@ func TestBrokerFreezeAroundSIGTERM(t *testing.T) {
 		judgeFreeze(t, "kafka", got, target.snapshot())
 	})
 	t.Run("amqp", func(t *testing.T) {
+		t.Parallel()
 		rb := newRabbit(t)
 		ex := rb.exchange("frz-x", "topic")
 		q := rb.queue("frz-q", ex, "#")

@@ -2,6 +2,14 @@
 // Kafka broker (in this test process), a redis-server child and the RabbitMQ server on
 // 127.0.0.1:5672, and checks what arrives on the targets with a ledger: every message
 // arrives, none early, duplicates counted.
+//
+// The tests run one at a time, except those that call t.Parallel: they run after the
+// others, at most GOMAXPROCS of them at once (go test's -parallel default). A test is
+// marked only when it shares nothing with the others (its own Redis, kfake, proxies and
+// temp files, unique RabbitMQ names, no port it gives up and takes again) and no
+// verdict of it depends on how promptly the machine runs the bridges (no lease lapse it
+// must avoid, no lateness bound, no lead time it must beat, no readiness it must keep):
+// such a test waits out a fault or runs the binary's CLI, and the others fill the wait.
 package e2e
 
 import (

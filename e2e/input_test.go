@@ -89,6 +89,7 @@ type secretCase struct {
 // the file, the environment and --set: each exits 1 naming the key, and no secret value
 // appears on stdout or stderr.
 func TestConfigErrorsNeverPrintSecrets(t *testing.T) {
+	t.Parallel() // runs the binary only, on its own temp files: see the package doc
 	const route = `routes:
   - name: orders
     from: { kafka: { topic: orders.delay } }
