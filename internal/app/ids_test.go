@@ -333,6 +333,9 @@ func TestCancelRecordScopedToRoute(t *testing.T) {
 
 	tb.produce(t, "a.delay", rec("", "x-delay-cancel", "sc-1"))
 	waitUntil(t, "sc-1 cancelled", 20*time.Second, func() bool { return tb.state(t, "sc-1") == admin.StateCancelled })
+	// The observer hears of the cancel after the store recorded it: wait for the count,
+	// then check that it names route a and only a.
+	waitUntil(t, "route a's cancel counted", 20*time.Second, func() bool { return tb.obs.get("cancelled a") >= 1 })
 	if n := tb.obs.get("cancelled a"); n != 1 {
 		t.Errorf("cancelled a = %d, want 1", n)
 	}
