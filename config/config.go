@@ -196,8 +196,10 @@ type DeadLetterConfig struct {
 }
 
 // ReceiptsBacklogConfig bounds the receipts queued per receipts broker (Kafka, AMQP) while
-// it is slow or down: MaxMessages receipts and MaxBytes of their JSON. A receipt that
-// does not fit is dropped and counted (receipts_dropped_total{reason="full"}).
+// it is slow or down: MaxMessages receipts and MaxBytes of memory (each receipt counts
+// its JSON, key and headers plus egress.SideEntryOverhead). A receipt that does not fit
+// is dropped and counted (receipts_dropped_total{reason="full"}). MaxBytes is part of
+// the sum CheckMemoryLimit holds to the Go memory limit.
 type ReceiptsBacklogConfig struct {
 	MaxMessages int `koanf:"max_messages"`
 	MaxBytes    int `koanf:"max_bytes"`
@@ -242,7 +244,7 @@ func Default() Config {
 		Limits:          LimitsConfig{MaxDelay: 8760 * time.Hour, MaxPayloadBytes: 1 << 20},
 		Retry:           RetryConfig{MaxAttempts: 10, Backoff: BackoffConfig{Initial: time.Second, Max: 5 * time.Minute}},
 		Delivery:        DeliveryAtLeastOnce,
-		ReceiptsBacklog: ReceiptsBacklogConfig{MaxMessages: 100_000, MaxBytes: 64 << 20},
+		ReceiptsBacklog: ReceiptsBacklogConfig{MaxMessages: 100_000, MaxBytes: DefaultReceiptsBacklogBytes},
 		Admin:           AdminConfig{Listen: "127.0.0.1:8089"},
 		Log:             LogConfig{Level: "info", Format: "json"},
 	}

@@ -81,8 +81,8 @@ func TestReceiptsBacklog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := c.ReceiptsBacklog; got.MaxMessages != 100_000 || got.MaxBytes != 64<<20 {
-		t.Fatalf("receipts_backlog by default = %+v, want 100000 and 64 MiB", got)
+	if got := c.ReceiptsBacklog; got.MaxMessages != 100_000 || got.MaxBytes != 8<<20 {
+		t.Fatalf("receipts_backlog by default = %+v, want 100000 and 8 MiB", got)
 	}
 	file := writeFile(t, "receipts_backlog: { max_messages: 600000, max_bytes: 268435456 }\n")
 	c, err = load(t, file, nil, minimalRoute...)

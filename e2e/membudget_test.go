@@ -42,6 +42,8 @@ import (
 // the same burst through a bridge whose budget is 4 GiB
 // (DELAYBRIDGE_SCHEDULER__MAX_IN_MEMORY_BYTES) must exceed the bound — it holds the
 // whole 500 MiB — or the test cannot tell a bridge without the budget from one with it.
+// That run has no Go memory limit (GOMEMLIMIT=off): under the 256 MiB pod's limit the
+// bridge refuses a 4 GiB budget at start (TestMemoryBudgetOverPodRefused).
 func TestMemoryBoundedBurst(t *testing.T) {
 	const (
 		budget    = 64 << 20 // config.DefaultMaxInMemoryBytes
@@ -55,12 +57,12 @@ func TestMemoryBoundedBurst(t *testing.T) {
 		name    string
 		n, size int
 		ahead   time.Duration // due time after the first record is produced
-		env     string        // added to the bridge's environment
+		env     string        // added to the bridge's environment (GOMEMLIMIT here replaces the pod's)
 		over    bool          // the control: resident memory must exceed the bound
 	}{
 		{"100B", 2000, 100, 5 * time.Second, "", false},
 		{"256KiB", 2000, 256 << 10, 90 * time.Second, "", false},
-		{"256KiB-budget-4GiB", 2000, 256 << 10, 90 * time.Second, "DELAYBRIDGE_SCHEDULER__MAX_IN_MEMORY_BYTES=4294967296", true},
+		{"256KiB-budget-4GiB", 2000, 256 << 10, 90 * time.Second, "DELAYBRIDGE_SCHEDULER__MAX_IN_MEMORY_BYTES=4294967296 GOMEMLIMIT=off", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := testkit.StartRedis(t)
@@ -72,9 +74,9 @@ func TestMemoryBoundedBurst(t *testing.T) {
 			due := time.Now().Add(tc.ahead).Truncate(time.Millisecond)
 			want := produceBurst(t, kaddr, "burst.delay", tc.n, tc.size, due)
 			p := newBridge(t, []string{bin, "run", "-c", cfg}, cfg, admin)
-			p.env = []string{"GOMEMLIMIT=" + strconv.Itoa(goMemLimt)}
-			if tc.env != "" {
-				p.env = append(p.env, tc.env)
+			p.env = strings.Fields(tc.env)
+			if !strings.Contains(tc.env, "GOMEMLIMIT=") {
+				p.env = append(p.env, "GOMEMLIMIT="+strconv.Itoa(goMemLimt))
 			}
 			p.start()
 			rss := sampleRSS(t, p.cmd.Process.Pid)
@@ -116,6 +118,26 @@ func TestMemoryBoundedBurst(t *testing.T) {
 
 // defaultsConfig is a bridge.yaml with one Kafka route and every scheduler setting at
 // its default (writeConfig shortens the leases for failover tests).
+// TestMemoryBudgetOverPodRefused: a bridge whose byte budget cannot fit its Go memory
+// limit (a 4 GiB budget, GOMEMLIMIT as the chart sets it for a 256 MiB pod) refuses to
+// start, naming the key, instead of being killed for memory under a burst.
+func TestMemoryBudgetOverPodRefused(t *testing.T) {
+	bin := noRaceBridge(t)
+	cfg, _ := defaultsConfig(t, "127.0.0.1:1", "127.0.0.1:1")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "run", "-c", cfg)
+	cmd.Env = append(os.Environ(), "GOMEMLIMIT="+strconv.Itoa(256<<20*9/10),
+		"DELAYBRIDGE_SCHEDULER__MAX_IN_MEMORY_BYTES=4294967296")
+	out, err := cmd.CombinedOutput()
+	if err == nil || ctx.Err() != nil {
+		t.Fatalf("bridge run with a 4 GiB budget under a 256 MiB pod's Go limit: err %v (ctx %v), want a refusal; output:\n%s", err, ctx.Err(), out)
+	}
+	if !strings.Contains(string(out), "scheduler.max_in_memory_bytes") {
+		t.Errorf("the refusal does not name scheduler.max_in_memory_bytes:\n%s", out)
+	}
+}
+
 func defaultsConfig(t *testing.T, redisAddr, kafkaAddr string) (string, string) {
 	t.Helper()
 	admin := "127.0.0.1:" + strconv.Itoa(testkit.FreePort(t))

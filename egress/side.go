@@ -26,11 +26,32 @@ type SideTarget interface {
 // Defaults of SideOptions (docs/OPERATIONS.md, "Dead-letter copies").
 const (
 	DefaultSideMaxBacklog      = 10_000
-	DefaultSideMaxBacklogBytes = 64 << 20
+	DefaultSideMaxBacklogBytes = 2 << 20
 	DefaultSideBatch           = 500
 	DefaultSidePublishTimeout  = 10 * time.Second
 	DefaultSideStopGrace       = 5 * time.Second
 )
+
+// SideEntryOverhead is what a queued copy costs beyond its payload, key and headers:
+// the envelope, its AMQP properties, ids and the queue's slot. Measured at ~550 B for a
+// receipt (heap growth over 50,000 queued receipt envelopes, less their payload, key
+// and header bytes); counted as 640 B so the byte bound is a bound on memory.
+const SideEntryOverhead = 640
+
+// SideSize is what a queued copy of env counts against MaxBacklogBytes.
+func SideSize(env *envelope.Envelope) int {
+	n := len(env.Payload) + len(env.Key) + SideEntryOverhead
+	for _, h := range env.Headers {
+		n += len(h.Key)
+		switch v := h.Value.(type) {
+		case string:
+			n += len(v)
+		case []byte:
+			n += len(v)
+		}
+	}
+	return n
+}
 
 // SideOptions configure a SidePublisher. Zero values take the defaults.
 type SideOptions struct {
@@ -38,9 +59,9 @@ type SideOptions struct {
 	Queue string
 	// Targets by name (the broker: "kafka", "amqp"); every offered message goes to each.
 	Targets map[string]SideTarget
-	// MaxBacklog and MaxBacklogBytes (payload bytes) bound what waits per target; an
-	// offer beyond either is dropped, counted and logged (DefaultSideMaxBacklog,
-	// DefaultSideMaxBacklogBytes).
+	// MaxBacklog and MaxBacklogBytes (SideSize of each copy) bound what waits per
+	// target; an offer beyond either is dropped, counted and logged
+	// (DefaultSideMaxBacklog, DefaultSideMaxBacklogBytes).
 	MaxBacklog      int
 	MaxBacklogBytes int
 	// Batch is the most messages per publish call (DefaultSideBatch).
@@ -170,11 +191,12 @@ func (p *SidePublisher) offer(targets []*sideTarget, envs []*envelope.Envelope) 
 		t.mu.Lock()
 		n := 0
 		for _, env := range envs {
-			if len(t.queue) >= p.opt.MaxBacklog || t.bytes+len(env.Payload) > p.opt.MaxBacklogBytes {
+			size := SideSize(env)
+			if len(t.queue) >= p.opt.MaxBacklog || t.bytes+size > p.opt.MaxBacklogBytes {
 				break
 			}
 			t.queue = append(t.queue, env)
-			t.bytes += len(env.Payload)
+			t.bytes += size
 			n++
 		}
 		backlog := len(t.queue)
@@ -324,7 +346,7 @@ func (p *SidePublisher) publish(ctx context.Context, t *sideTarget, batch []*env
 	t.queue = append(keep, rest...)
 	t.bytes = 0
 	for _, env := range t.queue {
-		t.bytes += len(env.Payload)
+		t.bytes += SideSize(env)
 	}
 	backlog := len(t.queue)
 	t.mu.Unlock()

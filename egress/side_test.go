@@ -282,3 +282,43 @@ func TestSideCopiesKafkaBrokerDown(t *testing.T) {
 	}
 	waitSide(t, "the backlog to drain", 30*time.Second, func() bool { return obs.get(obs.backlog, "kafka") == 0 })
 }
+
+// TestSideBacklogBytesCountWholeCopy: MaxBacklogBytes bounds each copy's memory
+// (SideSize: payload, key, headers and SideEntryOverhead), not its payload alone, so a
+// backlog of small copies stays within its bytes; the count is given back as copies
+// are published.
+func TestSideBacklogBytesCountWholeCopy(t *testing.T) {
+	obs := newSideRecorder()
+	g := &gateTarget{gate: make(chan struct{})}
+	envs := func(from, n int) []*envelope.Envelope {
+		out := deadEnvs(from, n)
+		for _, e := range out {
+			e.Key = []byte("key-0123456789")
+			e.Headers = []envelope.Header{{Key: "traceparent", Value: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}}
+		}
+		return out
+	}
+	size := egress.SideSize(envs(0, 1)[0])
+	if want := 1 + 14 + 11 + 55 + egress.SideEntryOverhead; size != want {
+		t.Fatalf("SideSize = %d, want %d (payload, key, header, overhead)", size, want)
+	}
+	p, err := egress.NewSidePublisher(egress.SideOptions{Queue: observe.SideQueueDeadLetters, Targets: map[string]egress.SideTarget{"t": g},
+		MaxBacklogBytes: 10 * size, PublishTimeout: time.Hour, StopGrace: 100 * time.Millisecond, Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Start()
+	defer p.Stop()
+	for i := range 25 {
+		p.Offer(envs(i, 1))
+	}
+	if n, q := obs.get(obs.drops, "t|full"), p.Backlog("t"); n != 15 || q != 10 {
+		t.Errorf("dropped (full) %d, queued %d; want 15 and 10 of 25 offered with room for 10 copies' bytes", n, q)
+	}
+	close(g.gate)
+	waitSide(t, "the backlog to drain", 10*time.Second, func() bool { return p.Backlog("t") == 0 })
+	p.Offer(envs(100, 10))
+	if n := obs.get(obs.drops, "t|full"); n != 15 {
+		t.Errorf("after draining: dropped (full) %d, want still 15: the published copies' bytes are given back", n)
+	}
+}

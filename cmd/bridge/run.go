@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"syscall"
@@ -62,6 +63,10 @@ func runService(cf configFlags, stderr io.Writer) error {
 	logger := newLogger(cfg.Log, stderr)
 	app.RouteRedisLogs(logger)
 	setMemoryLimit(logger)
+	if err := cfg.CheckMemoryLimit(debug.SetMemoryLimit(-1)); err != nil {
+		printConfigErrors(stderr, "run", err)
+		return &exitCodeError{exitError}
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

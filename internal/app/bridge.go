@@ -267,7 +267,8 @@ func (b *Bridge) startDeadLetterCopies() (*egress.SidePublisher, error) {
 		return nil, nil
 	}
 	side, err := egress.NewSidePublisher(egress.SideOptions{
-		Queue: observe.SideQueueDeadLetters, Targets: b.dlq, Clock: b.clk, Observer: b.obs, Logger: b.log,
+		Queue: observe.SideQueueDeadLetters, Targets: b.dlq, MaxBacklogBytes: config.DeadLetterCopiesMaxBytes,
+		Clock: b.clk, Observer: b.obs, Logger: b.log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("dead-letter copies: %w", err)
