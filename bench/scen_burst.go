@@ -79,6 +79,16 @@ func burstRun(e *env, i, n int, maxRate, trickleRate float64) (BurstRun, error) 
 	if err := e.fresh(); err != nil {
 		return run, err
 	}
+	// The burst is parked straight into the route's shards with the product's own
+	// Store.Park (what ingress does after parsing), so this scenario measures the drain;
+	// scenario 1 measures ingress. T0 leaves room for it (estimate, checked below). The
+	// store is opened before the bridge starts, so that it writes the store's meta: a
+	// -baseline-rev bridge from before the store recorded its format reads that meta,
+	// where this tree's store refuses one written by such a build.
+	store, err := store.New(e.ctx, e.redis.rdb, store.Options{Cluster: name, DoneWindow: time.Hour})
+	if err != nil {
+		return run, err
+	}
 	b, err := startBridge(e, name, []route{{name: "burst", from: src, to: dst, maxRate: maxRate}}, "")
 	if err != nil {
 		return run, err
@@ -91,13 +101,6 @@ func burstRun(e *env, i, n int, maxRate, trickleRate float64) (BurstRun, error) 
 	}
 	mem0 := e.redis.usedMemory(e.ctx)
 
-	// The burst is parked straight into the route's shards with the product's own
-	// Store.Park (what ingress does after parsing), so this scenario measures the drain;
-	// scenario 1 measures ingress. T0 leaves room for it (estimate, checked below).
-	store, err := store.New(e.ctx, e.redis.rdb, store.Options{Cluster: name, DoneWindow: time.Hour})
-	if err != nil {
-		return run, err
-	}
 	lead := time.Duration(float64(n)/40000*float64(time.Second)) + pick(e, 5*time.Second, 3*time.Second)
 	start := time.Now()
 	t0 := start.Add(lead).Truncate(time.Second)
