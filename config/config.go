@@ -65,14 +65,10 @@ type SASLConfig struct {
 }
 
 type KafkaConfig struct {
-	Brokers []string `koanf:"brokers"`
-	GroupID string   `koanf:"group_id"`
-	// SessionTimeout is unused: the delay topics' partitions are owned by lease
-	// (scheduler.lease_ttl), not through consumer group membership. Kept, and still
-	// validated, so configurations of earlier releases load unchanged.
-	SessionTimeout time.Duration `koanf:"session_timeout"`
-	SASL           SASLConfig    `koanf:"sasl"`
-	TLS            TLSConfig     `koanf:"tls"`
+	Brokers []string   `koanf:"brokers"`
+	GroupID string     `koanf:"group_id"`
+	SASL    SASLConfig `koanf:"sasl"`
+	TLS     TLSConfig  `koanf:"tls"`
 }
 
 type AMQPConfig struct {
@@ -83,9 +79,10 @@ type AMQPConfig struct {
 
 // IngressConfig tunes the consumers of the delay sources.
 type IngressConfig struct {
-	// StallTimeout is how long a consumer may stay out of its group (or, for AMQP, without
-	// a registered consumer), or joined without progress while it has lag, before the
-	// watchdog tears it down and builds a new one.
+	// StallTimeout is how long an owned Kafka partition, or a registered AMQP consumer,
+	// may have lag without progress (time spent in the handler excluded) before its
+	// reader, or its channel, is replaced; it is reported lagging (Kafka) or stalled
+	// (AMQP) after a third of it.
 	StallTimeout time.Duration `koanf:"stall_timeout"`
 }
 
@@ -231,7 +228,7 @@ func Default() Config {
 		Shards:  64,
 		Prefix:  "delaybridge",
 		Redis:   RedisConfig{Addrs: []string{"127.0.0.1:6379"}},
-		Kafka:   KafkaConfig{Brokers: []string{"127.0.0.1:9092"}, GroupID: "delay-bridge", SessionTimeout: 10 * time.Second},
+		Kafka:   KafkaConfig{Brokers: []string{"127.0.0.1:9092"}, GroupID: "delay-bridge"},
 		AMQP:    AMQPConfig{URL: "amqp://guest:guest@127.0.0.1:5672/", Prefetch: 500},
 		Ingress: IngressConfig{StallTimeout: 15 * time.Second},
 		Scheduler: SchedulerConfig{

@@ -218,6 +218,10 @@ routes:
 	_, err = load(t, "", nil, append(minimalRoute, "scheduler.ticks=1ms")...)
 	mustFieldError(t, err, "scheduler.ticks", "flag --set scheduler.ticks", `did you mean "tick"`)
 
+	// kafka.session_timeout is no key: partitions are owned by lease, not by a group.
+	_, err = load(t, "", nil, append(minimalRoute, "kafka.session_timeout=10s")...)
+	mustFieldError(t, err, "kafka.session_timeout", "flag --set kafka.session_timeout", "unknown key")
+
 	_, err = load(t, "", nil, append(minimalRoute, "scheduler=1ms")...)
 	mustFieldError(t, err, "scheduler", "flag --set scheduler", "is a section")
 

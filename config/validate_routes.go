@@ -1,9 +1,6 @@
 package config
 
-import (
-	"fmt"
-	"time"
-)
+import "fmt"
 
 // validateRoutes checks routes[*] and fills their dependent defaults; it returns the
 // brokers they use.
@@ -116,9 +113,6 @@ func (a *AMQPEndpoint) validateSource(key string, p *problems) {
 func (k KafkaConfig) validate(p *problems) {
 	if len(k.Brokers) == 0 {
 		p.add("kafka.brokers", "at least one broker is required by a kafka route")
-	}
-	if k.SessionTimeout < time.Second || k.SessionTimeout > 5*time.Minute {
-		p.add("kafka.session_timeout", "must be in [1s, 5m], got %s", k.SessionTimeout)
 	}
 	if k.GroupID == "" {
 		p.add("kafka.group_id", "is required by a kafka route")

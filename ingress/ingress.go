@@ -116,7 +116,7 @@ const (
 type Health struct {
 	State string `json:"state"` // one of the State* constants
 	// Detail says why, when State is not StateConsuming (for Kafka also while
-	// consuming on standby during an upgrade, or after a reset).
+	// consuming after a reset).
 	Detail string `json:"detail,omitempty"`
 	// Since is when State began.
 	Since time.Time `json:"since"`

@@ -37,8 +37,7 @@ type tracker struct {
 	mu       sync.Mutex
 	rounded  bool      // a first ownership round completed
 	stopped  bool      // Run returned
-	pollErr  error     // last offset poll / group check failure, nil after a success
-	standby  string    // why this instance reads nothing (consumer group still has members)
+	pollErr  error     // last offset poll failure, nil after a success
 	waiting  []int     // partitions wanted, held by another holder
 	waitFrom time.Time // when waiting became non-empty
 	roundAt  time.Time // when the last round was recorded
@@ -106,12 +105,12 @@ func (t *tracker) disowned(p int) {
 	t.mu.Unlock()
 }
 
-// round records an ownership round: the poll's end offsets (nil when err), the
-// group's standby reason, and the partitions wanted but held elsewhere.
-func (t *tracker) round(ends map[int]int64, err error, standby string, waiting []int) {
+// round records an ownership round: the poll's end offsets (nil when err) and the
+// partitions wanted but held elsewhere.
+func (t *tracker) round(ends map[int]int64, err error, waiting []int) {
 	t.mu.Lock()
 	now := t.clk.Now()
-	t.rounded, t.pollErr, t.standby = true, err, standby
+	t.rounded, t.pollErr = true, err
 	if len(waiting) > 0 && len(t.waiting) == 0 {
 		t.waitFrom = now
 	}
@@ -317,8 +316,6 @@ func (t *tracker) evaluate(now time.Time, parts []ingress.PartitionHealth) (stat
 	case len(t.waiting) > 0:
 		return ingress.StateJoining, fmt.Sprintf("waiting %s for the leases of partitions %v, held by another instance until it releases them or they expire",
 			now.Sub(t.waitFrom).Round(time.Second), t.waiting)
-	case t.standby != "":
-		return ingress.StateConsuming, t.standby
 	}
 	if t.note != "" {
 		return ingress.StateConsuming, "last reset: " + t.note
@@ -350,7 +347,7 @@ func (t *tracker) publish() {
 			Lag: pl, Committed: ph.committed, Resets: ph.resets})
 		owned = append(owned, p)
 	}
-	if !t.rounded || t.standby != "" || (t.pollErr != nil && len(parts) == 0) {
+	if !t.rounded || (t.pollErr != nil && len(parts) == 0) {
 		lag = -1
 	}
 	state, detail := t.evaluate(now, parts)

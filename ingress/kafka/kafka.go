@@ -13,9 +13,7 @@
 // and acquires the ones it should: one lease per partition, with a fencing token
 // (membership.PartitionLease keys). A member killed without releasing is noticed when
 // its heartbeat ages out and its leases expire: its partitions are read again within
-// about the lease TTL. While the consumer group still has members (instances of a
-// release that consumed through the group, during a rolling upgrade), the source stands
-// by and reads nothing (see docs/OPERATIONS.md, "Upgrading").
+// about the lease TTL.
 //
 // Reading (partition.go). The owner of a partition fetches the group's committed offset
 // (OffsetFetch; the first offset when there is none) and reads from there with a

@@ -77,10 +77,6 @@ func (o *owner) round(ctx context.Context) (soon int64) {
 	// delays the next round's renewals past the leases' end.
 	pctx, cancel := context.WithTimeout(ctx, ttl/2)
 	offsets, pollErr := s.pollTopic(pctx, o.client)
-	standby := ""
-	if pollErr == nil {
-		standby, pollErr = s.groupStandby(pctx, o.client)
-	}
 	cancel()
 	if ctx.Err() != nil {
 		return 0
@@ -89,7 +85,7 @@ func (o *owner) round(ctx context.Context) (soon int64) {
 	if viewed && pollErr == nil {
 		want := map[int]bool{} // held off (Config.Admission): nothing is ours yet
 		if joined {
-			want = o.want(names, offsets, standby)
+			want = o.want(names, offsets)
 		}
 		for id, p := range o.parts {
 			if !want[id] {
@@ -114,7 +110,7 @@ func (o *owner) round(ctx context.Context) (soon int64) {
 				resetOutOfRange, at, off.end))
 		}
 	}
-	s.health.round(ends, pollErr, standby, waiting)
+	s.health.round(ends, pollErr, waiting)
 	for _, id := range s.health.stuck() {
 		if p := o.parts[id]; p != nil {
 			p.reset(fmt.Sprintf("lagging without progress for %s", s.cfg.StallTimeout))
@@ -168,11 +164,11 @@ func (o *owner) members(ctx context.Context, now int64) (live []membership.Membe
 	return live, err == nil, err
 }
 
-// want is the set of partitions this instance should own: none on standby, else its
-// rendezvous share over the live members (itself included).
-func (o *owner) want(names []string, offsets map[int]partitionOffsets, standby string) map[int]bool {
+// want is the set of partitions this instance should own: its rendezvous share over
+// the live members (itself included).
+func (o *owner) want(names []string, offsets map[int]partitionOffsets) map[int]bool {
 	out := map[int]bool{}
-	if standby != "" || len(offsets) == 0 {
+	if len(offsets) == 0 {
 		return out
 	}
 	if !slices.Contains(names, o.s.cfg.Instance) {

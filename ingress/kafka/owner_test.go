@@ -145,54 +145,6 @@ func TestNewPartitionsPickedUp(t *testing.T) {
 	waitFor(t, "every partition committed", func() bool { return slices.Equal(e.committed(t, 3), []int64{3, 3, 3}) })
 }
 
-// TestStandbyWhileGroupHasMembers: a member of the consumer group (an instance of the
-// release that consumed through the group) is alive: the source owns nothing, reads
-// nothing, says why, and stays ready. Once the member left, the source owns the
-// partitions and resumes from the offsets the member committed: no record is read by
-// both.
-func TestStandbyWhileGroupHasMembers(t *testing.T) {
-	e := newEnv(t, 2)
-	old := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{e.addr()}, GroupID: e.group, Topic: e.topic,
-		MaxWait: 50 * time.Millisecond, CommitInterval: 0, StartOffset: kafka.FirstOffset, HeartbeatInterval: 200 * time.Millisecond})
-	closed := false
-	closeOld := func() {
-		if !closed {
-			closed = true
-			_ = old.Close()
-		}
-	}
-	t.Cleanup(closeOld)
-	e.produce(t, 10, 2, "old")
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	for range 10 {
-		if _, err := old.ReadMessage(ctx); err != nil { // commits each
-			t.Fatalf("old member: %v", err)
-		}
-	}
-	a := e.start(t, "a", nil)
-	waitFor(t, "a on standby", func() bool {
-		h := a.src.Health()
-		return h.State == ingress.StateConsuming && strings.Contains(h.Detail, "standby") && len(h.Partitions) == 0
-	})
-	e.produce(t, 10, 2, "new")
-	time.Sleep(500 * time.Millisecond)
-	if n := e.unique(); n != 0 {
-		t.Fatalf("a handled %d records while the group had a member, want 0", n)
-	}
-	closeOld()
-	waitFor(t, "a owns both partitions and handled the ten new records", func() bool {
-		return e.unique() == 10 && len(a.src.Health().Partitions) == 2
-	})
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for id := range e.seen {
-		if strings.HasPrefix(id, "old-") {
-			t.Errorf("a read %s, which the group member had consumed and committed", id)
-		}
-	}
-}
-
 // TestMissingTopicIsNotReady: a delay topic that does not exist (deleted, not created
 // yet) is no silent idle: the route is unreachable, saying so, until the topic exists;
 // then its partitions are owned and read.

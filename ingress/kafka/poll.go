@@ -10,7 +10,7 @@ import (
 )
 
 // pollTimeout bounds one broker call of an ownership round or a worker (metadata,
-// offsets, group description, offset fetch and commit).
+// offsets, offset fetch and commit).
 const pollTimeout = 5 * time.Second
 
 // partitionOffsets are one partition's first and end offsets at a poll.
@@ -64,35 +64,6 @@ func (s *Source) pollTopic(ctx context.Context, client *kafka.Client) (map[int]p
 		out[p.Partition] = partitionOffsets{first: p.FirstOffset, end: p.LastOffset}
 	}
 	return out, nil
-}
-
-// groupStandby describes the consumer group when it has members ("" when it has none):
-// instances of a release that consumed through the group (a rolling upgrade in
-// progress, or a rollback). They own the topic's partitions through the group; while
-// they are there this source reads nothing, and the broker would refuse its commits
-// anyway (a commit without a generation is accepted only by an empty group).
-func (s *Source) groupStandby(ctx context.Context, client *kafka.Client) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, pollTimeout)
-	defer cancel()
-	res, err := client.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{s.cfg.GroupID}})
-	if err != nil {
-		return "", fmt.Errorf("describe group %s: %w", s.cfg.GroupID, err)
-	}
-	for _, g := range res.Groups {
-		if g.GroupID != s.cfg.GroupID {
-			continue
-		}
-		switch g.GroupState {
-		case "", "Empty", "Dead":
-			if g.Error != nil && !errors.Is(g.Error, kafka.GroupIdNotFound) {
-				return "", fmt.Errorf("describe group %s: %w", s.cfg.GroupID, g.Error)
-			}
-			return "", nil
-		}
-		return fmt.Sprintf("standby: consumer group %s has %d member(s) (state %s) of a release that consumes through the group; reading nothing until it is empty",
-			s.cfg.GroupID, len(g.Members), g.GroupState), nil
-	}
-	return "", nil
 }
 
 // committedOffset is the group's committed offset of partition, -1 when there is none.

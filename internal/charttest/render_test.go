@@ -445,6 +445,7 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{[]string{"--set-json", `config.routes=[{"name":"x"}]`}, "missing properties"},
 		// The config part of values.schema.json, generated from the Go config struct.
 		{[]string{"--set-json", oneRoute, "--set", "config.redis.adr=x"}, "'adr' not allowed"},
+		{[]string{"--set-json", oneRoute, "--set", "config.kafka.session_timeout=10s"}, "'session_timeout' not allowed"},
 		{[]string{"--set-json", oneRoute, "--set", "config.scheduler.tick=fast"}, "scheduler/tick"},
 		{[]string{"--set-json", oneRoute, "--set", "config.scheduler.tick=5"}, "scheduler/tick"},
 		{[]string{"--set-json", oneRoute, "--set", "config.delivery=sometimes"}, "delivery"},
