@@ -7,10 +7,10 @@
 #   docker build -t delay-bridge:1.2.3 --build-arg VERSION=1.2.3 --build-arg REVISION=$(git rev-parse HEAD) .
 #   docker run --rm -v $PWD/bridge.yaml:/etc/delay-bridge/bridge.yaml:ro delay-bridge:1.2.3
 #
-# CI builds the same image without a Docker daemon: `go run ./internal/imagebuild` writes
+# CI builds the same image without a Docker daemon: `go run ./tools/imagebuild` writes
 # an OCI image layout with the same go build command, files, user, entrypoint, command,
 # port and labels, and its tests unpack it and run the entrypoint as the image's user
-# (internal/imagebuild/image_test.go checks this file against it).
+# (tools/imagebuild/image_test.go checks this file against it).
 #
 # Needs BuildKit (the default builder since Docker 23) for the cache mounts.
 # Multi-arch: docker buildx build --platform linux/amd64,linux/arm64 ... (the Go

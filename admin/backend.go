@@ -1,7 +1,7 @@
 // Package admin is the bridge's HTTP admin API (docs/CONTRACT.md §6): scheduling, lookup, cancel
 // and reschedule by id, statistics, the dead letters, health and readiness, and the
 // Prometheus metrics. The server works over the Backend interface, which
-// internal/adminapi implements (internal/app hands it the running parts); Client is the
+// app/adminapi implements (app hands it the running parts); Client is the
 // Go client that `bridge ctl` uses.
 //
 // Routes (JSON in and out; every error is {"error": "...", "field"?: "..."}):

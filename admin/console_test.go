@@ -12,7 +12,7 @@ import (
 )
 
 // The console in headless Chromium on the in-memory model of the contract (per-route
-// counts, lateness, dead letters). internal/app runs the same scenario on the real
+// counts, lateness, dead letters). app runs the same scenario on the real
 // bridge with Redis.
 func TestConsole(t *testing.T) {
 	backend, g := admin.NewConsoleBackend()

@@ -12,7 +12,7 @@ import (
 
 // Browsing and jobs of fakeBackend: an in-memory model of the documented semantics
 // (filters, order, cursor, dry run, job progress) so the HTTP layer and the console
-// are tested against the contract; storage is tested in scheduler/store.
+// are tested against the contract; storage is tested in store/redisstore.
 
 func knownRoute(r string) bool { return r == "orders" || r == "billing" }
 

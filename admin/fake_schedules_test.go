@@ -8,7 +8,7 @@ import (
 )
 
 // The fake backend's recurring schedules: enough state for the handlers' paths (the
-// real backend, internal/adminapi, is tested in a composed bridge in internal/app).
+// real backend, app/adminapi, is tested in a composed bridge in app).
 
 func (f *fakeBackend) schedLocked() map[string]*ScheduleInfo {
 	if f.scheds == nil {

@@ -8,7 +8,7 @@ import (
 )
 
 // fakeBackend is an in-memory Backend with the documented semantics, enough to check
-// the HTTP layer. It is not a stand-in for Redis: the real Backend is internal/app.
+// the HTTP layer. It is not a stand-in for Redis: the real Backend is app.
 type fakeBackend struct {
 	mu         sync.Mutex
 	now        time.Time

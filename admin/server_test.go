@@ -83,7 +83,7 @@ func (r response) expectError(t *testing.T, status int, field string, contains s
 func newTestServer(f *fakeBackend, token string) *Server {
 	reg := prometheus.NewRegistry()
 	// The HTTP layer serves whatever the Gatherer holds; the real collectors live in
-	// internal/metrics (tested there).
+	// app/metrics (tested there).
 	reg.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{Name: "delaybridge_build_info"}))
 	return NewServer(Options{Backend: f, Token: token, Gatherer: reg, Logger: quiet, MaxBodyBytes: 1024})
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/delaybridge/delay-bridge/internal/envelope"
-	"github.com/delaybridge/delay-bridge/scheduler/store"
+	"github.com/delaybridge/delay-bridge/store/redisstore"
 )
 
 // BurstRun is one burst: N messages due at T0 plus a trickle due 1 s after it was sent.
@@ -85,7 +85,7 @@ func burstRun(e *env, i, n int, maxRate, trickleRate float64) (BurstRun, error) 
 	// store is opened before the bridge starts, so that it writes the store's meta: a
 	// -baseline-rev bridge from before the store recorded its format reads that meta,
 	// where this tree's store refuses one written by such a build.
-	store, err := store.New(e.ctx, e.redis.rdb, store.Options{Cluster: name, DoneWindow: time.Hour})
+	store, err := redisstore.New(e.ctx, e.redis.rdb, redisstore.Options{Cluster: name, DoneWindow: time.Hour})
 	if err != nil {
 		return run, err
 	}

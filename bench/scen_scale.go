@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/delaybridge/delay-bridge/internal/envelope"
-	"github.com/delaybridge/delay-bridge/scheduler/store"
+	"github.com/delaybridge/delay-bridge/store/redisstore"
 )
 
 // ScalePoint is one measurement at a number of pending messages.
@@ -109,7 +109,7 @@ func runScale(e *env) error {
 	}
 	heapAt(0)
 
-	store, err := store.New(e.ctx, e.redis.rdb, store.Options{Cluster: "scale", DoneWindow: time.Hour})
+	store, err := redisstore.New(e.ctx, e.redis.rdb, redisstore.Options{Cluster: "scale", DoneWindow: time.Hour})
 	if err != nil {
 		return err
 	}
@@ -186,7 +186,7 @@ func runScale(e *env) error {
 
 // parkRange parks messages [from, to) built by mk, 1000 per Park call, from 4
 // goroutines: the product's own park script and envelope encoding, without Kafka.
-func parkRange(ctx context.Context, store *store.Store, from, to int, mk func(i int, now int64) *envelope.Envelope) error {
+func parkRange(ctx context.Context, store *redisstore.Store, from, to int, mk func(i int, now int64) *envelope.Envelope) error {
 	const batch = 1000
 	var next atomic.Int64
 	next.Store(int64(from))

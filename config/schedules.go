@@ -9,7 +9,7 @@ import (
 // Schedule is one recurring schedule from the config file (`schedules:`; docs/CONTRACT.md
 // "Recurring schedules"). The bridge reconciles them into the store at start (added,
 // changed, removed); over the admin API they are read-only. The spec itself (cron with
-// CRON_TZ=, @every <duration>, @at <instants>) is parsed by scheduler/schedules when
+// CRON_TZ=, @every <duration>, @at <instants>) is parsed by schedules when
 // the bridge is built (app.New, check-config).
 type Schedule struct {
 	ID           string            `koanf:"id"`

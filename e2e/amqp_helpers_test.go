@@ -13,7 +13,7 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
-	"github.com/delaybridge/delay-bridge/internal/testkit"
+	"github.com/delaybridge/delay-bridge/testkit"
 )
 
 // rabbit is the test's own connection to the RabbitMQ server on 127.0.0.1:5672: it

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delaybridge/delay-bridge/internal/testkit"
+	"github.com/delaybridge/delay-bridge/testkit"
 )
 
 // lostClaimBound is how late a message of the claim whose reply was lost may arrive: its

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delaybridge/delay-bridge/internal/testkit"
+	"github.com/delaybridge/delay-bridge/testkit"
 )
 
 var (

@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/delaybridge/delay-bridge/internal/testkit"
+	"github.com/delaybridge/delay-bridge/testkit"
 )
 
 // TestRedisClusterDelaysArriveOnTimeOnce runs the delivery test against a real 3-master

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delaybridge/delay-bridge/internal/testkit"
+	"github.com/delaybridge/delay-bridge/testkit"
 )
 
 // TestDevFirstCommand runs the README's first command, `bridge dev`, through the built

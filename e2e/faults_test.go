@@ -21,8 +21,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/delaybridge/delay-bridge/internal/amqpconn/tcpproxy"
-	"github.com/delaybridge/delay-bridge/internal/testkit"
+	"github.com/delaybridge/delay-bridge/testkit"
+	"github.com/delaybridge/delay-bridge/testkit/tcpproxy"
 )
 
 // Broker faults through the built binary: the target broker frozen around a SIGTERM,

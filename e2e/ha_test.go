@@ -17,8 +17,8 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/delaybridge/delay-bridge/internal/testkit"
-	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
+	"github.com/delaybridge/delay-bridge/store/storeapi"
+	"github.com/delaybridge/delay-bridge/testkit"
 )
 
 // HA tests: several bridge processes with the same configuration except `instance` (and

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delaybridge/delay-bridge/internal/testkit"
+	"github.com/delaybridge/delay-bridge/testkit"
 )
 
 // TestKcatInterop: a message produced by kcat (librdkafka, a third-party client) with an

@@ -15,8 +15,8 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/delaybridge/delay-bridge/internal/amqpconn/tcpproxy"
-	"github.com/delaybridge/delay-bridge/internal/testkit"
+	"github.com/delaybridge/delay-bridge/testkit"
+	"github.com/delaybridge/delay-bridge/testkit/tcpproxy"
 )
 
 // Strict per-key order (routes with `order: key`, README "Order") through real servers:

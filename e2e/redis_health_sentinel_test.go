@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delaybridge/delay-bridge/internal/testkit"
+	"github.com/delaybridge/delay-bridge/testkit"
 )
 
 // TestRedisSentinelEvictionPolicy: with Sentinel the eviction policy checked is the

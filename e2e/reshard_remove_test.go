@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delaybridge/delay-bridge/internal/testkit"
+	"github.com/delaybridge/delay-bridge/testkit"
 )
 
 // TestRedisClusterPrimaryRemovedUnderLoad: the reverse of TestRedisClusterReshardUnderLoad,

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delaybridge/delay-bridge/internal/testkit"
+	"github.com/delaybridge/delay-bridge/testkit"
 )
 
 // Recurring schedules through the built binary: one publish per slot across a kill -9

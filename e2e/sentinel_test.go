@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delaybridge/delay-bridge/internal/testkit"
+	"github.com/delaybridge/delay-bridge/testkit"
 )
 
 // Sentinel tests: the bridge binary with redis.addrs = three real sentinels and

@@ -17,12 +17,12 @@ import (
 	amqpout "github.com/delaybridge/delay-bridge/egress/amqp"
 	kafkaout "github.com/delaybridge/delay-bridge/egress/kafka"
 	"github.com/delaybridge/delay-bridge/internal/amqpconn"
-	"github.com/delaybridge/delay-bridge/internal/amqpconn/tcpproxy"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/fault"
 	"github.com/delaybridge/delay-bridge/internal/kafkaconn"
 	"github.com/delaybridge/delay-bridge/internal/observe"
-	"github.com/delaybridge/delay-bridge/internal/testkit"
+	"github.com/delaybridge/delay-bridge/testkit"
+	"github.com/delaybridge/delay-bridge/testkit/tcpproxy"
 )
 
 // sideRecorder keeps what a side publisher reports.

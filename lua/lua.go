@@ -1,8 +1,8 @@
 // Package lua holds the Redis Lua scripts of the shard store, one operation per file,
 // embedded into the binary. Each script file starts with a comment stating its KEYS
 // (one `-- KEYS[i] <role>` per line, role being the key's name after its hash tag:
-// scheduler/store's TestScriptKeysMatchHeaders checks them against every call), ARGV
-// and return value; the shard store (scheduler/store*.go) is the contract's Go
+// store/redisstore's TestScriptKeysMatchHeaders checks them against every call), ARGV
+// and return value; the shard store (store/redisstore*.go) is the contract's Go
 // side, and package membership runs the lease_* scripts on Kafka partition leases too.
 //
 // Helpers live in includes/, one concern per file (counts, index, cold, successor,
@@ -36,7 +36,7 @@
 //     the shard's due key. Their callers also pass the shard's P:{C:n}:slotguard after
 //     the script's own KEYS, a key nothing writes, so Redis Cluster refuses the call
 //     while the slot migrates instead of the script meeting half-moved keys
-//     (scheduler/store/slotguard.go);
+//     (store/redisstore/slotguard.go);
 //   - times are integer unix milliseconds passed in ARGV (never TIME), so tests can
 //     inject time and the scripts stay deterministic for replication;
 //   - batches are bounded by the caller or by a LIMIT argument, so no call blocks Redis

@@ -7,8 +7,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/delaybridge/delay-bridge/internal/testkit"
 	"github.com/delaybridge/delay-bridge/membership"
+	"github.com/delaybridge/delay-bridge/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"github.com/delaybridge/delay-bridge/internal/envelope"
-	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
+	"github.com/delaybridge/delay-bridge/store/storeapi"
 )
 
 // claimGroup sends the claims of pumps that want to claim at the same time in one

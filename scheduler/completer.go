@@ -8,7 +8,7 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/fault"
-	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
+	"github.com/delaybridge/delay-bridge/store/storeapi"
 )
 
 // Published implements egress.Completer: acknowledge, then return credits. A copy

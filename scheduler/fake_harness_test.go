@@ -11,12 +11,12 @@ import (
 
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
-	"github.com/delaybridge/delay-bridge/internal/testkit/memstore"
 	"github.com/delaybridge/delay-bridge/scheduler"
-	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
+	"github.com/delaybridge/delay-bridge/store/memstore"
+	"github.com/delaybridge/delay-bridge/store/storeapi"
 )
 
-// The scheduler's own tests run on internal/testkit/memstore and a fake clock: no Redis,
+// The scheduler's own tests run on store/memstore and a fake clock: no Redis,
 // no broker, time moved by the test. The same behaviour against a real redis-server and
 // the real egress dispatcher is covered in scheduler/redistest.
 

@@ -13,10 +13,10 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/fault"
-	"github.com/delaybridge/delay-bridge/internal/testkit/memstore"
 	"github.com/delaybridge/delay-bridge/membership"
 	"github.com/delaybridge/delay-bridge/scheduler"
-	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
+	"github.com/delaybridge/delay-bridge/store/memstore"
+	"github.com/delaybridge/delay-bridge/store/storeapi"
 )
 
 func shardsOf(owners []string, name string) []int {

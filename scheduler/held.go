@@ -4,7 +4,7 @@ import (
 	"sync"
 
 	"github.com/delaybridge/delay-bridge/internal/envelope"
-	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
+	"github.com/delaybridge/delay-bridge/store/storeapi"
 )
 
 // heldSet is one shard's messages in memory.

@@ -9,12 +9,12 @@ import (
 
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
-	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
+	"github.com/delaybridge/delay-bridge/store/storeapi"
 )
 
 // Intake: messages coming in (from ingress or the admin API) are parked, buried or
 // cancelled here, each counted once by its outcome, and pumps are woken by the wake
-// rule. internal/app only converts its inputs and calls these.
+// rule. app only converts its inputs and calls these.
 
 // Incoming is one message (or cancel record) handed to Accept.
 type Incoming struct {

@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"github.com/delaybridge/delay-bridge/internal/envelope"
-	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
+	"github.com/delaybridge/delay-bridge/store/storeapi"
 )
 
 // parkGroup merges the parks that arrive while one is under way into the next

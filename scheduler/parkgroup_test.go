@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/delaybridge/delay-bridge/internal/envelope"
-	"github.com/delaybridge/delay-bridge/internal/testkit/memstore"
-	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
+	"github.com/delaybridge/delay-bridge/store/memstore"
+	"github.com/delaybridge/delay-bridge/store/storeapi"
 )
 
 type parkAnswer struct {

@@ -17,8 +17,8 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/observe"
-	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
 	"github.com/delaybridge/delay-bridge/scheduler/wheel"
+	"github.com/delaybridge/delay-bridge/store/storeapi"
 )
 
 // Dispatcher is what the wheel fires into (egress.Dispatcher).

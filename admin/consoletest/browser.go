@@ -5,7 +5,7 @@
 // asserts what the page shows against what the API answers, and saves screenshots
 // under $ARTIFACTS_DIR/console (default a temporary directory).
 // The server, and so the backend behind it, is the caller's: admin's tests run it on
-// an in-memory model of the contract, internal/app's on the real bridge with Redis.
+// an in-memory model of the contract, app's on the real bridge with Redis.
 package consoletest
 
 import (

@@ -7,8 +7,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/delaybridge/delay-bridge/app"
 	"github.com/delaybridge/delay-bridge/config"
-	"github.com/delaybridge/delay-bridge/internal/app"
 )
 
 func init() { addCommand(newCheckConfigCmd) }

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/delaybridge/delay-bridge/admin"
-	"github.com/delaybridge/delay-bridge/internal/testkit"
+	"github.com/delaybridge/delay-bridge/testkit"
 )
 
 // TestCtlSchedules drives `bridge ctl schedules …` against a running bridge (serve,

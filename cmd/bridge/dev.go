@@ -12,9 +12,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/delaybridge/delay-bridge/app"
 	"github.com/delaybridge/delay-bridge/cmd/bridge/internal/dev"
 	"github.com/delaybridge/delay-bridge/config"
-	"github.com/delaybridge/delay-bridge/internal/app"
 )
 
 // This file, and with it the embedded Kafka (kfake) and Redis (miniredis) of

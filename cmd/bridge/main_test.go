@@ -167,7 +167,7 @@ func TestDevModeLinkedOnlyWithoutNodev(t *testing.T) {
 		if n := strings.Count(deps("-tags", "nodev", "."), d); n != 0 {
 			t.Errorf("-tags nodev still links %s", strings.TrimSpace(d))
 		}
-		if n := strings.Count(deps("github.com/delaybridge/delay-bridge/internal/app", "github.com/delaybridge/delay-bridge/admin"), d); n != 0 {
+		if n := strings.Count(deps("github.com/delaybridge/delay-bridge/app", "github.com/delaybridge/delay-bridge/admin"), d); n != 0 {
 			t.Errorf("the service's packages import %s", strings.TrimSpace(d))
 		}
 	}

@@ -16,12 +16,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/delaybridge/delay-bridge/admin"
+	"github.com/delaybridge/delay-bridge/app"
+	"github.com/delaybridge/delay-bridge/app/metrics"
+	chartseries "github.com/delaybridge/delay-bridge/app/series"
 	"github.com/delaybridge/delay-bridge/config"
 	"github.com/delaybridge/delay-bridge/ingress"
-	"github.com/delaybridge/delay-bridge/internal/app"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
-	"github.com/delaybridge/delay-bridge/internal/metrics"
-	chartseries "github.com/delaybridge/delay-bridge/internal/series"
 )
 
 func init() { addCommand(newRunCmd) }

@@ -9,8 +9,8 @@ import (
 	"github.com/delaybridge/delay-bridge/egress"
 	"github.com/delaybridge/delay-bridge/egress/amqp"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
-	"github.com/delaybridge/delay-bridge/internal/testkit"
-	"github.com/delaybridge/delay-bridge/internal/testkit/conformance"
+	"github.com/delaybridge/delay-bridge/testkit"
+	"github.com/delaybridge/delay-bridge/testkit/conformance"
 )
 
 // TestConformance runs the shared Sink suite against a RabbitMQ topic exchange with one

@@ -13,7 +13,7 @@ import (
 	"github.com/delaybridge/delay-bridge/ingress"
 	ingressamqp "github.com/delaybridge/delay-bridge/ingress/amqp"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
-	"github.com/delaybridge/delay-bridge/internal/testkit"
+	"github.com/delaybridge/delay-bridge/testkit"
 )
 
 // TestDropInPathWithAMQPTools is the plugin user's path without the scheduler in between:

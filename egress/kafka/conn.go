@@ -7,7 +7,7 @@ import (
 )
 
 // Conn is how the sink reaches the Kafka cluster: the brokers with their TLS and SASL
-// settings (in the bridge, internal/kafkaconn.Config, built by internal/app from the
+// settings (in the bridge, internal/kafkaconn.Config, built by app from the
 // kafka section of the configuration). The sink declares the little it needs, so its
 // exported API names no internal type.
 type Conn interface {

@@ -15,7 +15,7 @@ import (
 	kafkaout "github.com/delaybridge/delay-bridge/egress/kafka"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/fault"
-	"github.com/delaybridge/delay-bridge/internal/testkit"
+	"github.com/delaybridge/delay-bridge/testkit"
 )
 
 // startCluster starts kfake with brokers brokers and the topics seeded with partitions

@@ -14,7 +14,7 @@ import (
 
 	kafkaout "github.com/delaybridge/delay-bridge/egress/kafka"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
-	"github.com/delaybridge/delay-bridge/internal/testkit"
+	"github.com/delaybridge/delay-bridge/testkit"
 )
 
 // TestProduceRequestsBoundedByBytes: one publish of 48 records of 256 KiB (12 MiB) over

@@ -7,7 +7,7 @@ import (
 
 	kafkaout "github.com/delaybridge/delay-bridge/egress/kafka"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
-	"github.com/delaybridge/delay-bridge/internal/testkit"
+	"github.com/delaybridge/delay-bridge/testkit"
 )
 
 func TestAMQPRoutingKeyBecomesKafkaKey(t *testing.T) {

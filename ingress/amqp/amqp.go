@@ -74,7 +74,7 @@ type Endpoint struct {
 	BindingKey   string // default "#"
 }
 
-// Config is one source. internal/app builds it from the bridge's configuration (the
+// Config is one source. app builds it from the bridge's configuration (the
 // route's from.amqp, amqp.prefetch, limits.*, ingress.*). Zero values take the defaults
 // shown.
 type Config struct {

@@ -7,8 +7,8 @@ import (
 
 	"github.com/delaybridge/delay-bridge/ingress"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
-	"github.com/delaybridge/delay-bridge/internal/testkit"
-	"github.com/delaybridge/delay-bridge/internal/testkit/conformance"
+	"github.com/delaybridge/delay-bridge/testkit"
+	"github.com/delaybridge/delay-bridge/testkit/conformance"
 )
 
 // TestConformance runs the shared Source suite against a RabbitMQ queue. The fixture

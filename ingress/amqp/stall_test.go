@@ -13,7 +13,7 @@ import (
 
 	"github.com/delaybridge/delay-bridge/ingress"
 	"github.com/delaybridge/delay-bridge/ingress/amqp"
-	"github.com/delaybridge/delay-bridge/internal/testkit"
+	"github.com/delaybridge/delay-bridge/testkit"
 )
 
 // logBuffer collects a source's log lines.

@@ -20,8 +20,8 @@ import (
 	kafkain "github.com/delaybridge/delay-bridge/ingress/kafka"
 	"github.com/delaybridge/delay-bridge/internal/kafkaconn"
 	"github.com/delaybridge/delay-bridge/internal/observe"
-	"github.com/delaybridge/delay-bridge/internal/testkit"
 	"github.com/delaybridge/delay-bridge/membership"
+	"github.com/delaybridge/delay-bridge/testkit"
 )
 
 // stateObserver records the ingress events a source reports.

@@ -53,7 +53,7 @@
 // network's own clock.
 //
 // Metrics: the source counts received records once per fetched batch (a batch handed
-// again after a handler failure is not counted twice); the Handler (internal/app)
+// again after a handler failure is not counted twice); the Handler (app)
 // counts invalid, parked and dead-lettered records.
 package kafka
 
@@ -88,7 +88,7 @@ const (
 	maxBackoff = time.Second
 )
 
-// Config is one source: where to consume and how. internal/app builds it from the
+// Config is one source: where to consume and how. app builds it from the
 // bridge's configuration (kafka.*, the route's from.kafka.topic, limits.*, ingress.*).
 // Zero values take the defaults.
 type Config struct {

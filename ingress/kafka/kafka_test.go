@@ -20,9 +20,9 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/fault"
 	"github.com/delaybridge/delay-bridge/internal/kafkaconn"
-	"github.com/delaybridge/delay-bridge/internal/testkit"
-	"github.com/delaybridge/delay-bridge/internal/testkit/conformance"
 	"github.com/delaybridge/delay-bridge/membership"
+	"github.com/delaybridge/delay-bridge/testkit"
+	"github.com/delaybridge/delay-bridge/testkit/conformance"
 )
 
 func TestMain(m *testing.M) {

@@ -14,9 +14,9 @@ import (
 
 	"github.com/delaybridge/delay-bridge/ingress"
 	kafkain "github.com/delaybridge/delay-bridge/ingress/kafka"
-	"github.com/delaybridge/delay-bridge/internal/amqpconn/tcpproxy"
-	"github.com/delaybridge/delay-bridge/internal/testkit"
 	"github.com/delaybridge/delay-bridge/membership"
+	"github.com/delaybridge/delay-bridge/testkit"
+	"github.com/delaybridge/delay-bridge/testkit/tcpproxy"
 )
 
 // TestPartitionsSplitAndFailover: two sources of one route split four partitions two

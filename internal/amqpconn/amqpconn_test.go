@@ -13,10 +13,10 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/delaybridge/delay-bridge/internal/amqpconn"
-	"github.com/delaybridge/delay-bridge/internal/amqpconn/tcpproxy"
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/fault"
-	"github.com/delaybridge/delay-bridge/internal/testkit"
+	"github.com/delaybridge/delay-bridge/testkit"
+	"github.com/delaybridge/delay-bridge/testkit/tcpproxy"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -182,7 +182,7 @@ func TestCutDuringLoginIsNotPermanent(t *testing.T) {
 }
 
 // TestBadConfigIsPermanent: New refuses what no dial can fix. (A missing amqp.tls file
-// is refused where the *tls.Config is built from it: internal/app's
+// is refused where the *tls.Config is built from it: app's
 // TestAMQPConnConfigTLSFiles.)
 func TestBadConfigIsPermanent(t *testing.T) {
 	for name, cfg := range map[string]amqpconn.Config{

@@ -20,7 +20,7 @@ type Config struct {
 	URL string // amqp:// or amqps://; required
 	// TLS, when not nil, is the client TLS configuration, and upgrades an amqp:// URL
 	// to amqps://. An amqps:// URL without it verifies the server against the system
-	// roots. (The bridge builds it from amqp.tls in internal/app.)
+	// roots. (The bridge builds it from amqp.tls in app.)
 	TLS *tls.Config
 	// Name is advertised as the connection_name client property (shown in the
 	// management UI), e.g. "delay-bridge ingress".

@@ -25,7 +25,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/delaybridge/delay-bridge/internal/fault"
-	"github.com/delaybridge/delay-bridge/internal/testkit"
+	"github.com/delaybridge/delay-bridge/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -236,7 +236,7 @@ func TestTLSAgainstBroker(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	// The TLS settings as internal/app builds them from kafka.tls (config.TLSConfig's
+	// The TLS settings as app builds them from kafka.tls (config.TLSConfig's
 	// ClientTLS: CA file, client certificate and key files; its file errors are tested
 	// in package config).
 	pool := x509.NewCertPool()

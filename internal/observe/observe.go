@@ -1,5 +1,5 @@
 // Package observe is the narrow interface through which core packages report what they
-// do. Core packages never import Prometheus; internal/metrics implements Observer with
+// do. Core packages never import Prometheus; app/metrics implements Observer with
 // client_golang, and tests use Nop or their own recorder.
 //
 // Every message the bridge reads ends in exactly one outcome, each counted once (also

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/delaybridge/delay-bridge/internal/envelope"
-	"github.com/delaybridge/delay-bridge/internal/testkit"
+	"github.com/delaybridge/delay-bridge/testkit"
 )
 
 func envOf(m map[string]string) func(string) string {

@@ -5,10 +5,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delaybridge/delay-bridge/internal/testkit"
 	"github.com/delaybridge/delay-bridge/membership"
 	"github.com/delaybridge/delay-bridge/scheduler"
-	"github.com/delaybridge/delay-bridge/scheduler/store"
+	"github.com/delaybridge/delay-bridge/store/redisstore"
+	"github.com/delaybridge/delay-bridge/testkit"
 )
 
 // TestRestartUnderADeadNameHoldsOffUntilTheOthersTookItsShare: "b" died without
@@ -22,7 +22,7 @@ func TestRestartUnderADeadNameHoldsOffUntilTheOthersTookItsShare(t *testing.T) {
 	const ttl = time.Second
 	r := testkit.StartRedis(t)
 	ctx := context.Background()
-	shardStore, err := store.New(ctx, r.Client(), store.Options{Prefix: "t", Cluster: "c", Shards: 8, DoneWindow: time.Hour})
+	shardStore, err := redisstore.New(ctx, r.Client(), redisstore.Options{Prefix: "t", Cluster: "c", Shards: 8, DoneWindow: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,10 +13,10 @@ import (
 	"github.com/delaybridge/delay-bridge/ingress"
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
-	"github.com/delaybridge/delay-bridge/internal/testkit"
 	"github.com/delaybridge/delay-bridge/scheduler"
-	"github.com/delaybridge/delay-bridge/scheduler/store"
-	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
+	"github.com/delaybridge/delay-bridge/store/redisstore"
+	"github.com/delaybridge/delay-bridge/store/storeapi"
+	"github.com/delaybridge/delay-bridge/testkit"
 )
 
 // The Redis work of the hot path — park, claim and ack — as counts per message, read
@@ -77,7 +77,7 @@ func measureHotPath(t *testing.T, sh fetchShape) (scripts, commands float64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	rdb := testkit.StartRedis(t).Client()
-	shardStore, err := store.New(ctx, rdb, store.Options{Prefix: "b", Cluster: "c", Shards: sh.shards, DoneWindow: time.Hour})
+	shardStore, err := redisstore.New(ctx, rdb, redisstore.Options{Prefix: "b", Cluster: "c", Shards: sh.shards, DoneWindow: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,10 +15,10 @@ import (
 	"github.com/delaybridge/delay-bridge/egress"
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
-	"github.com/delaybridge/delay-bridge/internal/testkit"
 	"github.com/delaybridge/delay-bridge/lua"
 	"github.com/delaybridge/delay-bridge/scheduler"
-	"github.com/delaybridge/delay-bridge/scheduler/store"
+	"github.com/delaybridge/delay-bridge/store/redisstore"
+	"github.com/delaybridge/delay-bridge/testkit"
 )
 
 // claimFault is a go-redis hook in front of a real redis-server that spoils the first
@@ -105,7 +105,7 @@ func lostClaimReply(t *testing.T, resend bool) {
 	fault := &claimFault{sha: redis.NewScript(lib.Eval("claim")).Hash(), fn: lib.Function("claim"), resend: resend}
 	rdb := r.Client()
 	rdb.AddHook(fault)
-	shardStore, err := store.New(ctx, rdb, store.Options{Prefix: "lost", Cluster: "c", Shards: 4, DoneWindow: time.Hour})
+	shardStore, err := redisstore.New(ctx, rdb, redisstore.Options{Prefix: "lost", Cluster: "c", Shards: 4, DoneWindow: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

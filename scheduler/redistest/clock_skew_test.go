@@ -12,9 +12,9 @@ import (
 	"github.com/delaybridge/delay-bridge/egress"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/observe"
-	"github.com/delaybridge/delay-bridge/internal/testkit"
 	"github.com/delaybridge/delay-bridge/scheduler"
-	"github.com/delaybridge/delay-bridge/scheduler/store"
+	"github.com/delaybridge/delay-bridge/store/redisstore"
+	"github.com/delaybridge/delay-bridge/testkit"
 )
 
 // redisTimeSink publishes nothing: it records, for every message it is asked to
@@ -92,7 +92,7 @@ func TestClockSkewNeverFiresEarly(t *testing.T) {
 	r := testkit.StartRedis(t)
 	ctx := context.Background()
 	rdb := r.Client()
-	shardStore, err := store.New(ctx, rdb, store.Options{Prefix: "skew", Cluster: "c", Shards: 4, DoneWindow: time.Hour})
+	shardStore, err := redisstore.New(ctx, rdb, redisstore.Options{Prefix: "skew", Cluster: "c", Shards: 4, DoneWindow: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

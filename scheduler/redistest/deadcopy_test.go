@@ -14,9 +14,9 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/fault"
 	"github.com/delaybridge/delay-bridge/internal/observe"
-	"github.com/delaybridge/delay-bridge/internal/testkit"
 	"github.com/delaybridge/delay-bridge/scheduler"
-	"github.com/delaybridge/delay-bridge/scheduler/store"
+	"github.com/delaybridge/delay-bridge/store/redisstore"
+	"github.com/delaybridge/delay-bridge/testkit"
 )
 
 // stuckTarget is a dead-letter target that takes nothing until its gate opens (a
@@ -71,7 +71,7 @@ func (b *backlogRecorder) get() int                       { b.mu.Lock(); defer b
 func TestDeadLetterCopiesDoNotHoldTheDispatcher(t *testing.T) {
 	r := testkit.StartRedis(t)
 	ctx := context.Background()
-	shardStore, err := store.New(ctx, r.Client(), store.Options{Prefix: "dc", Cluster: "c", Shards: 4, DoneWindow: time.Hour})
+	shardStore, err := redisstore.New(ctx, r.Client(), redisstore.Options{Prefix: "dc", Cluster: "c", Shards: 4, DoneWindow: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

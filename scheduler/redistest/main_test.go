@@ -1,8 +1,8 @@
 // Package redistest runs the scheduler against a real redis-server (started per test
-// through internal/testkit) and the real egress dispatcher: ownership, failover,
+// through testkit) and the real egress dispatcher: ownership, failover,
 // fencing, pumps and outcomes end to end. It holds only tests, so `go test ./scheduler`
 // stays free of Redis; these are the real-server coverage next to the scheduler's own
-// tests on internal/testkit/memstore and the fake clock.
+// tests on store/memstore and the fake clock.
 package redistest
 
 import (

@@ -15,17 +15,17 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/delaybridge/delay-bridge/app/metrics"
 	"github.com/delaybridge/delay-bridge/egress"
 	kafkaout "github.com/delaybridge/delay-bridge/egress/kafka"
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/fault"
 	"github.com/delaybridge/delay-bridge/internal/kafkaconn"
-	"github.com/delaybridge/delay-bridge/internal/metrics"
-	"github.com/delaybridge/delay-bridge/internal/testkit"
 	"github.com/delaybridge/delay-bridge/scheduler"
-	"github.com/delaybridge/delay-bridge/scheduler/store"
-	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
+	"github.com/delaybridge/delay-bridge/store/redisstore"
+	"github.com/delaybridge/delay-bridge/store/storeapi"
+	"github.com/delaybridge/delay-bridge/testkit"
 )
 
 // startWithSink runs a scheduler and dispatcher for route "r" over sink, observed by a
@@ -34,7 +34,7 @@ func startWithSink(t *testing.T, r *testkit.Redis, sink egress.Sink, broker stri
 	t.Helper()
 	ctx := context.Background()
 	rdb := r.Client()
-	shardStore, err := store.New(ctx, rdb, store.Options{Prefix: "t", Cluster: "c", Shards: 8, DoneWindow: time.Hour})
+	shardStore, err := redisstore.New(ctx, rdb, redisstore.Options{Prefix: "t", Cluster: "c", Shards: 8, DoneWindow: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +211,7 @@ func TestShutdownWithStalledBrokerPutsQueuedBack(t *testing.T) {
 	r := testkit.StartRedis(t)
 	ctx := context.Background()
 	rdb := r.Client()
-	shardStore, err := store.New(ctx, rdb, store.Options{Prefix: "t", Cluster: "c", Shards: 8, DoneWindow: time.Hour})
+	shardStore, err := redisstore.New(ctx, rdb, redisstore.Options{Prefix: "t", Cluster: "c", Shards: 8, DoneWindow: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

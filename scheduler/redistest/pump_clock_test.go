@@ -12,9 +12,9 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/observe"
-	"github.com/delaybridge/delay-bridge/internal/testkit"
 	"github.com/delaybridge/delay-bridge/scheduler"
-	"github.com/delaybridge/delay-bridge/scheduler/store"
+	"github.com/delaybridge/delay-bridge/store/redisstore"
+	"github.com/delaybridge/delay-bridge/testkit"
 )
 
 // firedRecorder records, per message, the lateness the wheel reported when it fired
@@ -52,7 +52,7 @@ func TestPumpOnInjectedClock(t *testing.T) {
 	r := testkit.StartRedis(t)
 	ctx := context.Background()
 	rdb := r.Client()
-	shardStore, err := store.New(ctx, rdb, store.Options{Prefix: "clk", Cluster: "c", Shards: 4, DoneWindow: time.Hour})
+	shardStore, err := redisstore.New(ctx, rdb, redisstore.Options{Prefix: "clk", Cluster: "c", Shards: 4, DoneWindow: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func TestPumpClaimsAheadInFewCalls(t *testing.T) {
 	r := testkit.StartRedis(t)
 	ctx := context.Background()
 	rdb := r.Client()
-	shardStore, err := store.New(ctx, rdb, store.Options{Prefix: "few", Cluster: "c", Shards: 4, DoneWindow: time.Hour})
+	shardStore, err := redisstore.New(ctx, rdb, redisstore.Options{Prefix: "few", Cluster: "c", Shards: 4, DoneWindow: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

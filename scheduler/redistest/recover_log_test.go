@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delaybridge/delay-bridge/internal/testkit"
 	"github.com/delaybridge/delay-bridge/scheduler"
-	"github.com/delaybridge/delay-bridge/scheduler/store"
+	"github.com/delaybridge/delay-bridge/store/redisstore"
+	"github.com/delaybridge/delay-bridge/testkit"
 )
 
 // Taking over the in-flight messages of a dead owner (the one way an at-least-once
@@ -19,7 +19,7 @@ import (
 func TestTakeOverOfInflightIsLogged(t *testing.T) {
 	r := testkit.StartRedis(t)
 	ctx := context.Background()
-	shardStore, err := store.New(ctx, r.Client(), store.Options{Prefix: "t", Cluster: "c", Shards: 8, DoneWindow: time.Hour})
+	shardStore, err := redisstore.New(ctx, r.Client(), redisstore.Options{Prefix: "t", Cluster: "c", Shards: 8, DoneWindow: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

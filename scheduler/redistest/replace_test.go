@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/delaybridge/delay-bridge/internal/envelope"
-	"github.com/delaybridge/delay-bridge/internal/testkit"
 	"github.com/delaybridge/delay-bridge/scheduler"
-	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
+	"github.com/delaybridge/delay-bridge/store/storeapi"
+	"github.com/delaybridge/delay-bridge/testkit"
 )
 
 // A replace that reaches its message held in ANOTHER instance's wheel (claimed a

@@ -13,10 +13,10 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/fault"
-	"github.com/delaybridge/delay-bridge/internal/testkit"
 	"github.com/delaybridge/delay-bridge/scheduler"
-	"github.com/delaybridge/delay-bridge/scheduler/store"
-	"github.com/delaybridge/delay-bridge/scheduler/storeapi"
+	"github.com/delaybridge/delay-bridge/store/redisstore"
+	"github.com/delaybridge/delay-bridge/store/storeapi"
+	"github.com/delaybridge/delay-bridge/testkit"
 )
 
 // recordingSink is an egress.Sink that keeps what it was asked to publish; failFor
@@ -80,7 +80,7 @@ func startSchedulerOwned(t *testing.T, r *testkit.Redis, instance string, sink *
 	t.Helper()
 	ctx := context.Background()
 	rdb := r.Client()
-	shardStore, err := store.New(ctx, rdb, store.Options{Prefix: "t", Cluster: "c", Shards: 8, DoneWindow: time.Hour})
+	shardStore, err := redisstore.New(ctx, rdb, redisstore.Options{Prefix: "t", Cluster: "c", Shards: 8, DoneWindow: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +262,7 @@ func TestShutdownPutsUnfiredMessagesBackToPending(t *testing.T) {
 func TestNewOwnerRecoversInflightOfDeadOwner(t *testing.T) {
 	r := testkit.StartRedis(t)
 	ctx := context.Background()
-	shardStore, err := store.New(ctx, r.Client(), store.Options{Prefix: "t", Cluster: "c", Shards: 8, DoneWindow: time.Hour})
+	shardStore, err := redisstore.New(ctx, r.Client(), redisstore.Options{Prefix: "t", Cluster: "c", Shards: 8, DoneWindow: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -473,7 +473,7 @@ func TestLostLeaseDropsHeldAndReacquiredShardFiresOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := rdb.Set(ctx, k+"owner", store.OwnerValue("intruder#00000000", tok), 700*time.Millisecond).Err(); err != nil {
+		if err := rdb.Set(ctx, k+"owner", redisstore.OwnerValue("intruder#00000000", tok), 700*time.Millisecond).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -557,7 +557,7 @@ func TestReacquireWaitsForOwnPublishesInFlight(t *testing.T) {
 	r := testkit.StartRedis(t)
 	ctx := context.Background()
 	rdb := r.Client()
-	shardStore, err := store.New(ctx, rdb, store.Options{Prefix: "t", Cluster: "c", Shards: 8, DoneWindow: time.Hour})
+	shardStore, err := redisstore.New(ctx, rdb, redisstore.Options{Prefix: "t", Cluster: "c", Shards: 8, DoneWindow: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -597,7 +597,7 @@ func TestReacquireWaitsForOwnPublishesInFlight(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := rdb.Set(ctx, k+"owner", store.OwnerValue("intruder#00000000", tok), 300*time.Millisecond).Err(); err != nil {
+		if err := rdb.Set(ctx, k+"owner", redisstore.OwnerValue("intruder#00000000", tok), 300*time.Millisecond).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -1,0 +1,113 @@
+package redisstore
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delaybridge/delay-bridge/internal/envelope"
+)
+
+// The hot path's scripts run no Redis command they can do without: counts from INFO
+// commandstats (a command a script runs shows there under its own name), never times.
+
+// TestClaimReadsColdHeadOnce: a claim that finds no cold bucket to promote reads the
+// cold tier's earliest bucket once (copromote keeps it for conext), and the due set's
+// head once.
+func TestClaimReadsColdHeadOnce(t *testing.T) {
+	s, _, c := newTestStore(t, Options{Shards: 1})
+	ctx := storeCtx(t)
+	tok, err := s.AcquireLease(ctx, 0, "i1", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UnixMilli() // park reads the store's clock to pick the cold tier
+	envs := []*envelope.Envelope{env("a", now), env("b", now), env("far", now+48*3600_000)}
+	if _, _, err := s.Park(ctx, envs); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.ZCard(ctx, s.keys[0].coldBuckets()).Result(); err != nil || n != 1 {
+		t.Fatalf("cold buckets: %d, %v; the far message should be cold", n, err)
+	}
+	resetStats(t, c)
+	items, next, err := s.Claim(ctx, 0, "i1", tok, now, now+30_000, 10)
+	if err != nil || len(items) != 2 {
+		t.Fatalf("claim: %d items, %v", len(items), err)
+	}
+	if next <= now {
+		t.Errorf("next due %d, want the cold message's due time", next)
+	}
+	if got := callsOf(t, c, "zrange"); got != 2 {
+		t.Errorf("claim ran ZRANGE %d times, want 2 (cold tier head, due head)", got)
+	}
+}
+
+// TestAckAddsDoneSliceOnce: acks whose done-window ids fall in one slice add that
+// slice to dn once, when its list starts.
+func TestAckAddsDoneSliceOnce(t *testing.T) {
+	s, _, c := newTestStore(t, Options{Shards: 1})
+	ctx := storeCtx(t)
+	tok, err := s.AcquireLease(ctx, 0, "i1", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const now = int64(1_700_000_000_000)
+	if _, _, err := s.Park(ctx, []*envelope.Envelope{env("a", now), env("b", now), env("c", now)}); err != nil {
+		t.Fatal(err)
+	}
+	items, _, err := s.Claim(ctx, 0, "i1", tok, now, now+30_000, 10)
+	if err != nil || len(items) != 3 {
+		t.Fatalf("claim: %d items, %v", len(items), err)
+	}
+	resetStats(t, c)
+	for _, it := range items {
+		if err := s.AckEnvelopes(ctx, []*envelope.Envelope{it}, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := callsOf(t, c, "zadd"); got != 1 {
+		t.Errorf("3 acks in one slice ran ZADD %d times, want 1", got)
+	}
+	if got := callsOf(t, c, "rpush"); got != 3 {
+		t.Errorf("3 acks ran RPUSH %d times, want 3", got)
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		st, _, _, err := s.Get(ctx, id)
+		if err != nil || st != StateDelivered {
+			t.Errorf("%s: %s, %v; want delivered", id, st, err)
+		}
+	}
+}
+
+func resetStats(t *testing.T, c *redis.Client) {
+	t.Helper()
+	if err := c.ConfigResetStat(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// callsOf is INFO commandstats' calls of command name.
+func callsOf(t *testing.T, c *redis.Client, name string) int64 {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+name+":")
+		if !ok {
+			continue
+		}
+		for _, kv := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(kv, "calls="); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				return n
+			}
+		}
+	}
+	return 0
+}

@@ -1,0 +1,205 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/delaybridge/delay-bridge/internal/clock"
+	"github.com/delaybridge/delay-bridge/internal/envelope"
+)
+
+// Park and bury: storing what ingress consumed.
+
+type encoded struct {
+	idx   int // position in the caller's slice
+	shard int
+	data  []byte
+}
+
+// encodeGrouped encodes envs and groups them by shard, shards ascending, input order
+// kept within a shard.
+func (s *Store) encodeGrouped(envs []*envelope.Envelope) ([][]encoded, []int, error) {
+	byShard := make(map[int][]encoded)
+	for i, e := range envs {
+		if e == nil || e.ID == "" {
+			return nil, nil, fmt.Errorf("%w: envelope %d has no id", ErrInvalid, i)
+		}
+		data, err := envelope.Encode(e)
+		if err != nil {
+			return nil, nil, fmt.Errorf("scheduler: encode envelope %q: %w", e.ID, errors.Join(ErrInvalid, err))
+		}
+		sh := s.ShardOfEnv(e)
+		byShard[sh] = append(byShard[sh], encoded{idx: i, shard: sh, data: data})
+	}
+	shards := make([]int, 0, len(byShard))
+	for sh := range byShard {
+		shards = append(shards, sh)
+	}
+	sort.Ints(shards)
+	groups := make([][]encoded, len(shards))
+	for i, sh := range shards {
+		groups[i] = byShard[sh]
+	}
+	return groups, shards, nil
+}
+
+// chunk splits one shard's items into script calls bounded in count and bytes.
+func chunk(items []encoded) [][]encoded {
+	var out [][]encoded
+	start, bytes := 0, 0
+	for i, it := range items {
+		if i > start && (i-start >= maxItemsPerCall || bytes+len(it.data) > maxBytesPerCall) {
+			out = append(out, items[start:i])
+			start, bytes = i, 0
+		}
+		bytes += len(it.data)
+	}
+	if start < len(items) {
+		out = append(out, items[start:])
+	}
+	return out
+}
+
+// Park stores envs, each in the shard of its id, due at its DueAt. parked[i] is false
+// for a duplicate: an id already pending, in flight, dead or recently done. minDue
+// holds, per shard, the earliest due time among newly parked messages, for waking
+// pumps. It is ParkEach with the refusal reasons folded into a bool.
+func (s *Store) Park(ctx context.Context, envs []*envelope.Envelope) (parked []bool, minDue map[int]int64, err error) {
+	prior, minDue, err := s.ParkEach(ctx, envs)
+	if prior == nil {
+		return nil, nil, err
+	}
+	parked = make([]bool, len(envs))
+	for i, st := range prior {
+		parked[i] = st == StateUnknown
+	}
+	return parked, minDue, err
+}
+
+// ParkEach stores envs, each in the shard of its id, due at its DueAt. One script call
+// per shard (more for huge batches), all in one pipelined round trip. prior[i] is the
+// state envs[i]'s id was in before the call: StateUnknown means it was new and is now
+// parked; any other state is why it was refused (pending, inflight, dead, delivered,
+// cancelled — the duplicate reason). A tombstone left by a cancel of another route
+// does not refuse a message (cancels are scoped to their route). minDue holds, per
+// shard, the earliest due time among newly parked messages, for waking pumps.
+//
+// On error some shards may have been written; parking is idempotent, so retry the whole
+// batch (the replay then reports the messages parked the first time as pending). prior
+// and minDue are still filled in for the calls that succeeded (all of them with
+// ErrNotReplicated); the others read StateNotStored.
+func (s *Store) ParkEach(ctx context.Context, envs []*envelope.Envelope) (prior []State, minDue map[int]int64, err error) {
+	prior = make([]State, len(envs))
+	for i := range prior {
+		prior[i] = StateNotStored
+	}
+	minDue = make(map[int]int64)
+	if len(envs) == 0 {
+		return prior, minDue, nil
+	}
+	groups, shards, err := s.encodeGrouped(envs)
+	if err != nil {
+		return nil, nil, err
+	}
+	var calls []call
+	var chunks [][]encoded
+	now, horizon := clock.NowMs(s.opt.Clock), s.coldHorizon()
+	for gi, g := range groups {
+		k := s.keys[shards[gi]]
+		for _, ch := range chunk(g) {
+			args := make([]any, 0, 2+5*len(ch))
+			h := horizon
+			if s.onOrdered(envs, ch) {
+				// Messages of order: key routes stay in due, keyed or not: a
+				// replace finds a route's stored ids in other shards by msg.
+				h = -1
+			}
+			args = append(args, now, h)
+			keys, queues := parkKeys(k), []string(nil)
+			for _, it := range ch {
+				e := envs[it.idx]
+				args = append(args, e.ID, e.DueAt, it.data, e.Route, fingerprint(e.ID))
+				queues = append(queues, s.queueOf(shards[gi], e))
+			}
+			sc := s.park
+			if s.anyOrdered(envs, ch) {
+				// Ordered keys in the batch: park them in their keys' queues too.
+				// The guard moves to the end, after the queues (slotguard.go).
+				keys = append(append(keys[:len(keys)-1:len(keys)-1], k.ko, k.ki), queues...)
+				sc, keys = s.oPark, withGuard(k, keys)
+			}
+			calls = append(calls, call{sc: sc, keys: keys, args: args})
+			chunks = append(chunks, ch)
+		}
+	}
+	cmds, err := s.evalPipelined(ctx, calls, s.opt.MinReplicas > 0)
+	for ci, cmd := range cmds {
+		if cmd == nil || cmd.Err() != nil {
+			continue
+		}
+		res, perr := cmd.StringSlice()
+		if perr != nil || len(res) != len(chunks[ci]) {
+			return prior, minDue, fmt.Errorf("scheduler: park: unexpected reply %v: %v", cmd.Val(), perr)
+		}
+		for j, it := range chunks[ci] {
+			if res[j] != "parked" {
+				prior[it.idx] = State(res[j])
+				continue
+			}
+			prior[it.idx] = StateUnknown
+			due := envs[it.idx].DueAt
+			if old, ok := minDue[it.shard]; !ok || due < old {
+				minDue[it.shard] = due
+			}
+		}
+	}
+	return prior, minDue, err
+}
+
+// Bury stores invalid messages straight into the dead letters (their Reason should say
+// why), idempotently like Park: prior[i] is StateUnknown when envs[i] was buried now,
+// else the state its id was already in (left as it is), so a replayed batch is not
+// counted or copied to a dead-letter target twice. On error prior is nil unless the
+// error is ErrNotReplicated.
+func (s *Store) Bury(ctx context.Context, envs []*envelope.Envelope, now int64) (prior []State, err error) {
+	prior = make([]State, len(envs))
+	if len(envs) == 0 {
+		return prior, nil
+	}
+	groups, shards, err := s.encodeGrouped(envs)
+	if err != nil {
+		return nil, err
+	}
+	var calls []call
+	var chunks [][]encoded
+	for gi, g := range groups {
+		k := s.keys[shards[gi]]
+		for _, ch := range chunk(g) {
+			args := make([]any, 0, 1+4*len(ch))
+			args = append(args, now)
+			for _, it := range ch {
+				args = append(args, envs[it.idx].ID, it.data, envs[it.idx].Route, fingerprint(envs[it.idx].ID))
+			}
+			calls = append(calls, call{sc: s.bury, keys: parkKeys(k), args: args})
+			chunks = append(chunks, ch)
+		}
+	}
+	cmds, err := s.evalPipelined(ctx, calls, s.opt.MinReplicas > 0)
+	if err != nil && !errors.Is(err, ErrNotReplicated) {
+		return nil, err
+	}
+	for ci, cmd := range cmds {
+		res, perr := cmd.StringSlice()
+		if perr != nil || len(res) != len(chunks[ci]) {
+			return nil, fmt.Errorf("scheduler: bury: unexpected reply %v: %v", cmd.Val(), perr)
+		}
+		for j, it := range chunks[ci] {
+			if res[j] != "buried" {
+				prior[it.idx] = State(res[j])
+			}
+		}
+	}
+	return prior, err
+}
