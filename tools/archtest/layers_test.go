@@ -1,6 +1,7 @@
-// Package archtest checks the package layering of the module: every package has a
-// layer, and imports point down only. docs/ARCHITECTURE.md lists the same table
-// (between the "layers:begin" and "layers:end" markers), regenerated with
+// Package archtest checks the layering of the module at two scales: every top folder is
+// one layer and imports only lower folders, and inside that every package has a layer
+// and imports point down only. docs/ARCHITECTURE.md lists both tables (between the
+// "layers:begin" and "layers:end" markers), regenerated with
 //
 //	go test ./tools/archtest -run TestLayers -update
 package archtest
@@ -17,12 +18,80 @@ import (
 	"testing"
 )
 
-var update = flag.Bool("update", false, "rewrite the layer table in docs/ARCHITECTURE.md")
+var update = flag.Bool("update", false, "rewrite the layer tables in docs/ARCHITECTURE.md")
 
 const module = "github.com/delaybridge/delay-bridge"
 
-// layers gives every package of the module (import path below the module) a layer. A
-// package may import only packages of a strictly lower layer. Patterns ending in "/..."
+// folders gives every top folder of the module one layer. A package may import packages
+// of its own top folder (the package layers below order those) and of top folders of a
+// strictly lower layer only, so a folder's name says where it stands: what is drawn
+// above a folder may use it, never the other way round.
+var folders = []struct {
+	layer  int
+	folder string
+	role   string
+}{
+	{1, "config", "the configuration: loading, defaults, validation"},
+	{1, "internal", "the shared words and helpers: envelope, clock, fault, observe, broker connections, tracing"},
+	{1, "lua", "the Redis scripts, embedded"},
+	{2, "admin", "the HTTP API: server, types, client, console"},
+	{2, "egress", "the Sink contract, the dispatcher, the Kafka and RabbitMQ sinks"},
+	{2, "membership", "live members, rendezvous, leases with fencing tokens"},
+	{3, "ingress", "the Source contract, header parsing, the Kafka and RabbitMQ sources"},
+	{3, "store", "the shard store: its contract, conformance suite, in-memory and Redis implementations"},
+	{4, "jobs", "bulk jobs over the store"},
+	{4, "schedules", "recurring schedules over the store"},
+	{4, "scheduler", "the scheduler core: ownership, pumps, completer, the timing wheel"},
+	{5, "app", "the composition root, the admin backend, the Prometheus observer, the console charts' ring"},
+	{6, "cmd", "the binary"},
+	{7, "testkit", "test kits: servers, proxies, the source and sink conformance suite"},
+	{7, "tools", "build tools and repository checks: chart and image generators, chart and layer tests"},
+	{8, "e2e", "end-to-end tests through the built binary"},
+}
+
+// topFolder is the first element of a package path below the module ("" for the root).
+func topFolder(pkg string) string {
+	top, _, _ := strings.Cut(pkg, "/")
+	return top
+}
+
+func folderLayer(folder string) (int, bool) {
+	for _, f := range folders {
+		if f.folder == folder {
+			return f.layer, true
+		}
+	}
+	return -1, false
+}
+
+// folderViolations lists every import that leaves its top folder for one that is not
+// strictly lower, and every package whose top folder has no layer.
+func folderViolations(pkgs []pkgInfo) []string {
+	var out []string
+	for _, p := range pkgs {
+		from := topFolder(p.path)
+		lf, ok := folderLayer(from)
+		if !ok {
+			out = append(out, fmt.Sprintf("package %s: top folder %q has no layer: add it to folders in tools/archtest", p.path, from))
+			continue
+		}
+		for _, imp := range p.imports {
+			to := topFolder(imp)
+			if to == from {
+				continue
+			}
+			if lt, ok := folderLayer(to); ok && lt >= lf {
+				out = append(out, fmt.Sprintf("%s/ (folder layer %d) imports %s/ (folder layer %d) through %s -> %s: a top folder may import only lower folders",
+					from, lf, to, lt, p.path, imp))
+			}
+		}
+	}
+	return out
+}
+
+// layers gives every package of the module (import path below the module) a layer,
+// the finer order inside the folder layers above. A package may import only packages
+// of a strictly lower layer. Patterns ending in "/..."
 // match a folder and everything under it; the longest match wins.
 var layers = []struct {
 	layer   int
@@ -59,7 +128,8 @@ var layers = []struct {
 	{5, "app", "composition root: builds, runs and stops the pieces from a Config"},
 	{6, "cmd/bridge/...", "the binary (cobra): run, dev, ctl, check-config, version, completion"},
 	{5, "cmd/bridge/internal/dev", "bridge dev: embedded Kafka-protocol broker and Redis (not with -tags nodev)"},
-	{7, "testkit/...", "test kits: servers, conformance suites, fakes"},
+	{7, "testkit", "test kit: real servers (redis-server, RabbitMQ, kfake), clusters, proxies"},
+	{7, "testkit/conformance", "test kit: the suite every ingress.Source and egress.Sink passes"},
 	{7, "store/memstore", "test kit: the shard store in memory, with failure injection"},
 	{7, "store/storetest", "test kit: the shard store conformance suite"},
 	{7, "scheduler/redistest", "tests only: the scheduler on a real redis-server"},
@@ -124,6 +194,9 @@ func listPackages(t *testing.T) []pkgInfo {
 
 func TestLayers(t *testing.T) {
 	pkgs := listPackages(t)
+	for _, v := range folderViolations(pkgs) {
+		t.Error(v)
+	}
 	for _, p := range pkgs {
 		lp, _, ok := layerOf(p.path)
 		if !ok {
@@ -162,11 +235,53 @@ func TestLayers(t *testing.T) {
 		}
 		return
 	}
-	t.Errorf("the layer table in docs/ARCHITECTURE.md is stale; run: go test ./tools/archtest -run TestLayers -update\nwant:\n%s", table)
+	t.Errorf("the layer tables in docs/ARCHITECTURE.md are stale; run: go test ./tools/archtest -run TestLayers -update\nwant:\n%s", table)
 }
 
-// renderTable lists the packages by layer with what each imports from the module.
+// renderTable lists the top folders by layer with the folders each imports, then the
+// packages by layer with what each imports from the module.
 func renderTable(pkgs []pkgInfo) string {
+	var b strings.Builder
+	b.WriteString(renderFolders(pkgs))
+	b.WriteString("\n")
+	b.WriteString(renderPackages(pkgs))
+	return b.String()
+}
+
+func renderFolders(pkgs []pkgInfo) string {
+	uses := map[string]map[string]bool{}
+	for _, p := range pkgs {
+		from := topFolder(p.path)
+		for _, imp := range p.imports {
+			if to := topFolder(imp); to != from {
+				if uses[from] == nil {
+					uses[from] = map[string]bool{}
+				}
+				uses[from][to] = true
+			}
+		}
+	}
+	fs := append(folders[:0:0], folders...)
+	sort.SliceStable(fs, func(a, b int) bool {
+		if fs[a].layer != fs[b].layer {
+			return fs[a].layer < fs[b].layer
+		}
+		return fs[a].folder < fs[b].folder
+	})
+	var b strings.Builder
+	b.WriteString("| folder layer | folder | role | imports folders |\n|---|---|---|---|\n")
+	for _, f := range fs {
+		var imps []string
+		for to := range uses[f.folder] {
+			imps = append(imps, "`"+to+"/`")
+		}
+		sort.Strings(imps)
+		fmt.Fprintf(&b, "| %d | `%s/` | %s | %s |\n", f.layer, f.folder, f.role, strings.Join(imps, ", "))
+	}
+	return b.String()
+}
+
+func renderPackages(pkgs []pkgInfo) string {
 	sort.Slice(pkgs, func(a, b int) bool {
 		la, _, _ := layerOf(pkgs[a].path)
 		lb, _, _ := layerOf(pkgs[b].path)
@@ -201,5 +316,25 @@ func TestStoreBehindItsContract(t *testing.T) {
 				t.Errorf("%s imports %s: depend on store/storeapi (only %s builds the Redis store)", p.path, redisStore, root)
 			}
 		}
+	}
+}
+
+// TestFolderViolations: the folder rule on a made-up module, so that it is seen to
+// reject an import that runs back up even while the real tree has none.
+func TestFolderViolations(t *testing.T) {
+	pkgs := []pkgInfo{
+		{path: "store/redisstore", imports: []string{"store/storeapi", "membership", "internal/clock"}},
+		{path: "membership", imports: []string{"jobs"}},
+		{path: "scheduler", imports: []string{"schedules"}},
+		{path: "nowhere/pkg"},
+	}
+	got := folderViolations(pkgs)
+	want := []string{
+		"membership/ (folder layer 2) imports jobs/ (folder layer 4) through membership -> jobs: a top folder may import only lower folders",
+		"scheduler/ (folder layer 4) imports schedules/ (folder layer 4) through scheduler -> schedules: a top folder may import only lower folders",
+		`package nowhere/pkg: top folder "nowhere" has no layer: add it to folders in tools/archtest`,
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("folderViolations:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
