@@ -176,7 +176,7 @@ func balanced(owners []string, instances ...string) bool {
 	return true
 }
 
-// shardOf is store.Store.ShardOf at haShards shards.
+// shardOf is redisstore.Store.ShardOf at haShards shards.
 func shardOf(id string) int { return storeapi.ShardOf(id, haShards) }
 
 // stream produces delayed messages at a steady rate until stopped.

@@ -26,7 +26,7 @@ func newStore(t *testing.T, shards int) storeapi.Store {
 	defer cancel()
 	s, err := redisstore.New(ctx, testkit.StartRedis(t).Client(), redisstore.Options{Prefix: "j", Cluster: "c", Shards: shards, DoneWindow: time.Hour})
 	if err != nil {
-		t.Fatalf("store.New: %v", err)
+		t.Fatalf("redisstore.New: %v", err)
 	}
 	return s
 }

@@ -42,7 +42,7 @@ type Options struct {
 	Redis RedisHealth
 }
 
-// RedisHealth is what /readyz asks about Redis beyond PING (store.Health).
+// RedisHealth is what /readyz asks about Redis beyond PING (redisstore.Health).
 type RedisHealth interface {
 	// WriteCheck is nil unless Redis refuses writes for lack of memory.
 	WriteCheck() error

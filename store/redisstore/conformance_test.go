@@ -34,7 +34,7 @@ func subject(t *testing.T, rdb redis.UniversalClient, prefix, cluster string, cf
 	}
 	s, err := redisstore.New(ctxFor(t), rdb, opt)
 	if err != nil {
-		t.Fatalf("store.New: %v", err)
+		t.Fatalf("redisstore.New: %v", err)
 	}
 	return storetest.Subject{
 		Store:  s,
