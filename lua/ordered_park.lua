@@ -7,7 +7,7 @@
 -- KEYS[9] ki  (order.lua)
 -- KEYS[10..] ko:<queue>|ko  one key per quintuple of ARGV: its key's queue
 --            (ko:<route>\0<key>), or ko itself for a message without a key
--- (the slot guard last: scheduler/store/slotguard.go)
+-- (the slot guard last: store/redisstore/slotguard.go)
 -- ARGV: park's.
 -- Returns park's reply.
 local o = ostart(KEYS[8], KEYS[9], KEYS[1], KEYS[2])

@@ -5,7 +5,7 @@
 -- Keys (shard n, prefix P; every name below starts with a key passed in KEYS, so it
 -- carries the shard's hash tag {C:n} and lives in the same Redis Cluster slot; the
 -- caller also declares P:{C:n}:slotguard, never written, after the script's own KEYS, so
--- Redis refuses the call while that slot migrates: see scheduler/store/slotguard.go):
+-- Redis refuses the call while that slot migrates: see store/redisstore/slotguard.go):
 --   P:{C:n}:ix           HASH  level, split, n: the linear-hashing state of the index
 --                              (n = entries in all sub-hashes), and tcur = how far the
 --                              trim has read the oldest done slice ("<slice>|<offset>")
