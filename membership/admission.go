@@ -1,6 +1,7 @@
 package membership
 
 import (
+	"fmt"
 	"sync"
 	"time"
 )
@@ -109,4 +110,29 @@ func (a *Admission) JoinAt() (at int64, heldOff bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.joinAt, a.held
+}
+
+// Round is one ownership round's membership step under the admission, shared by every
+// engine that owns by rendezvous (the scheduler's shards, each Kafka source's
+// partitions): until the process is admitted it reads the members (LookBack) without
+// heartbeating and lets Admit decide; once admitted it heartbeats and reads the members
+// live within ttl. joined reports whether this round heartbeated and read them; false
+// with a nil error means the process holds off (members are then the ones Admit read).
+// live reads the members heartbeating within maxAge; heartbeat records this process's.
+func (a *Admission) Round(instance string, now int64, ttl time.Duration,
+	live func(maxAge time.Duration) ([]Member, error), heartbeat func() error) (members []Member, joined bool, err error) {
+	if !a.Joined(now) {
+		seen, err := live(a.LookBack())
+		if err != nil {
+			return nil, false, err
+		}
+		if !a.Admit(instance, seen, now) {
+			return seen, false, nil
+		}
+	}
+	if err := heartbeat(); err != nil {
+		return nil, false, fmt.Errorf("heartbeat: %w", err)
+	}
+	members, err = live(ttl)
+	return members, err == nil, err
 }

@@ -90,3 +90,38 @@ func TestAdmissionFirstLookDecidesForEveryUser(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestAdmissionRoundHeartbeatsOnlyOnceAdmitted: while a restart under a dead
+// incarnation's name holds off, a round reads the members with LookBack and never
+// heartbeats; once the hold-off is over it heartbeats and reads them within the TTL.
+func TestAdmissionRoundHeartbeatsOnlyOnceAdmitted(t *testing.T) {
+	const ttl = 3 * time.Second
+	now := int64(1_000_000)
+	a := NewAdmission(ttl)
+	var ages []time.Duration
+	beats := 0
+	live := func(maxAge time.Duration) ([]Member, error) {
+		ages = append(ages, maxAge)
+		return []Member{{Name: "a", Heartbeat: now - 500}, {Name: "b", Heartbeat: now - 100}}, nil
+	}
+	heartbeat := func() error { beats++; return nil }
+
+	members, joined, err := a.Round("a", now, ttl, live, heartbeat)
+	if err != nil || joined || beats != 0 || len(members) != 2 {
+		t.Fatalf("held-off round: members %v, joined %v, err %v, heartbeats %d; want the 2 members read, not joined, no heartbeat", members, joined, err, beats)
+	}
+	if len(ages) != 1 || ages[0] != a.LookBack() {
+		t.Fatalf("held-off round read the members with max ages %v, want [%s]", ages, a.LookBack())
+	}
+	at, held := a.JoinAt()
+	if !held {
+		t.Fatal("the first round did not hold off")
+	}
+	ages = nil
+	if _, joined, err = a.Round("a", at, ttl, live, heartbeat); err != nil || !joined || beats != 1 {
+		t.Fatalf("round at the join time: joined %v, err %v, heartbeats %d; want joined after one heartbeat", joined, err, beats)
+	}
+	if len(ages) != 1 || ages[0] != ttl {
+		t.Fatalf("admitted round read the members with max ages %v, want [%s]", ages, ttl)
+	}
+}

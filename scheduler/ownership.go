@@ -2,7 +2,6 @@ package scheduler
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"time"
 
@@ -106,24 +105,19 @@ func (s *Scheduler) ownershipRound(ctx context.Context) (soon int64) {
 	return soon
 }
 
-// members heartbeats this instance and reads the live members, once it is admitted
-// (Options.Admission); until then it only reads them, and joined is false.
-func (s *Scheduler) members(ctx context.Context, now int64) (members []storeapi.Member, joined bool, err error) {
-	if !s.opt.Admission.Joined(now) {
-		live, err := s.store.LiveMembers(ctx, now, s.opt.Admission.LookBack())
-		if err != nil {
-			return nil, false, err
-		}
-		if !s.opt.Admission.Admit(s.opt.Instance, toMembership(live), now) {
-			s.logHoldOff()
-			return live, false, nil
-		}
+// members is the round's membership step under Options.Admission
+// (membership.Admission.Round); it says once when the process holds off.
+func (s *Scheduler) members(ctx context.Context, now int64) (members []membership.Member, joined bool, err error) {
+	members, joined, err = s.opt.Admission.Round(s.opt.Instance, now, s.opt.LeaseTTL,
+		func(maxAge time.Duration) ([]membership.Member, error) {
+			live, err := s.store.LiveMembers(ctx, now, maxAge)
+			return toMembership(live), err
+		},
+		func() error { return s.store.Heartbeat(ctx, s.opt.Instance, now) })
+	if err == nil && !joined {
+		s.logHoldOff()
 	}
-	if err := s.store.Heartbeat(ctx, s.opt.Instance, now); err != nil {
-		return nil, false, fmt.Errorf("heartbeat: %w", err)
-	}
-	live, err := s.store.LiveMembers(ctx, now, s.opt.LeaseTTL)
-	return live, err == nil, err
+	return members, joined, err
 }
 
 // logHoldOff says once that this process holds off, and until when.

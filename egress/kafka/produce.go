@@ -64,11 +64,7 @@ func (s *Sink) write(ctx context.Context, recs []record, errs []error) {
 			}
 			if r > 0 {
 				if err := runFailed(recs, errs, &runs[i][r-1]); err != nil {
-					for _, later := range runs[i][r:] {
-						for _, k := range later.recs {
-							errs[recs[k].slot] = err
-						}
-					}
+					failRuns(recs, errs, runs[i][r:], err)
 					runs[i] = runs[i][:r]
 					continue
 				}
@@ -133,6 +129,16 @@ func runFailed(recs []record, errs []error, b *partBatch) error {
 		}
 	}
 	return nil
+}
+
+// failRuns gives every record of runs err: a partition's runs after one that failed,
+// left unsent so that the partition's records stay in order for the next try.
+func failRuns(recs []record, errs []error, runs []partBatch, err error) {
+	for _, b := range runs {
+		for _, k := range b.recs {
+			errs[recs[k].slot] = err
+		}
+	}
 }
 
 // route assigns each record its partition (kafka-go's Murmur2Balancer over the topic's

@@ -144,24 +144,14 @@ func (o *owner) view(ctx context.Context, now int64) (others []string, soon int6
 	return others, soon, true, joined
 }
 
-// members heartbeats this instance and reads the live members, once it is admitted
-// (Config.Admission); until then it only reads them, and joined is false.
+// members is the round's membership step under Config.Admission (membership.Admission.Round).
 func (o *owner) members(ctx context.Context, now int64) (live []membership.Member, joined bool, err error) {
 	s := o.s
-	if !s.cfg.Admission.Joined(now) {
-		live, err := s.cfg.Membership.Live(ctx, now, s.cfg.Admission.LookBack())
-		if err != nil {
-			return nil, false, err
-		}
-		if !s.cfg.Admission.Admit(s.cfg.Instance, live, now) {
-			return live, false, nil
-		}
-	}
-	if err := s.cfg.Membership.Heartbeat(ctx, s.cfg.Instance, now); err != nil {
-		return nil, false, fmt.Errorf("heartbeat: %w", err)
-	}
-	live, err = s.cfg.Membership.Live(ctx, now, s.cfg.LeaseTTL)
-	return live, err == nil, err
+	return s.cfg.Admission.Round(s.cfg.Instance, now, s.cfg.LeaseTTL,
+		func(maxAge time.Duration) ([]membership.Member, error) {
+			return s.cfg.Membership.Live(ctx, now, maxAge)
+		},
+		func() error { return s.cfg.Membership.Heartbeat(ctx, s.cfg.Instance, now) })
 }
 
 // want is the set of partitions this instance should own: its rendezvous share over
