@@ -157,7 +157,7 @@ func placement(p *int32, o *int64) string {
 }
 
 // receiptsOutage is how long TestReceiptsAMQPTargetDown keeps the receipts target
-// frozen: DELAYBRIDGE_RECEIPTS_OUTAGE (a Go duration; 60s is the target),
+// frozen: DELAYBRIDGE_RECEIPTS_OUTAGE (a Go duration; 60s is the target ride-out),
 // default 5 s for CI time.
 func receiptsOutage(t *testing.T) time.Duration {
 	if v := os.Getenv("DELAYBRIDGE_RECEIPTS_OUTAGE"); v != "" {

@@ -137,7 +137,7 @@ func TestKafkaKillChurnAtDefaults(t *testing.T) {
 // TestKafkaRollingRestartChurn is the same loop with SIGTERM (a rolling restart): the
 // victim commits what it parked, releases its partitions and shards and leaves; it is
 // started again at once. Asserted as above except the 503s (a graceful handover may
-// be quicker than the probe); the target for the lateness is p99 <= 0.5 s.
+// be quicker than the probe); the lateness target is p99 <= 0.5 s.
 func TestKafkaRollingRestartChurn(t *testing.T) {
 	kafkaChurn(t, "SIGTERM", func(p *bridgeProc) { p.stop() }, false, false)
 }

@@ -141,7 +141,7 @@ func TestScheduleKill9OwnerAtSlot(t *testing.T) {
 }
 
 // TestScheduleThousandEverySecond: 1,000 schedules `@every 1s` on one bridge through
-// kfake for DELAYBRIDGE_TEST_SCHEDULE_SOAK (default 15s; the issue's minute by hand):
+// kfake for DELAYBRIDGE_TEST_SCHEDULE_SOAK (default 15s; a minute by hand):
 // every slot of every schedule in the window arrives exactly once (0 duplicates, none
 // early); the lateness (arrival at the test's consumer minus the slot) is logged, not
 // asserted.
