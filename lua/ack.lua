@@ -79,10 +79,16 @@ if #acked > 0 then
   fps, vals = nxacked(cs, KEYS[6], KEYS[7], KEYS[1], acked, fps, vals)
   cflush(cs)
   if ARGV[2] == '1' and #fps > 0 then
-    ixset(ix, fps, vals)
-    dnrecord(ix, fps, now, ARGV[6])
+    -- Kafka-form ids go to their blocks' slots; the others (all delivered at dat, as
+    -- vals says) to the index and the done slice.
+    fps = kbdone(ix, fps, dat, now)
+    if #fps > 0 then
+      ixset(ix, fps, vals)
+      dnrecord(ix, fps, now, ARGV[6])
+    end
   end
 end
 local trimmed = dntrim(ix, ARGV[3], ARGV[4])
+kbtrim(ix, ARGV[3])
 ixflush(ix)
 return { #acked, trimmed }

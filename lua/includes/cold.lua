@@ -143,6 +143,7 @@ end
 -- RPUSH per bucket, and returns their fps and index states (the caller writes them).
 
 local function coadd(co, id, due, env, fp)
+  fp = ixshort(fp) -- the index key (a Kafka-form fp also names its block: index.lua)
   due = tonumber(due)
   local b = math.floor(due / CO_W)
   -- keyed by string: gopher-lua (bridge dev's server) grows a table's array part up

@@ -14,6 +14,23 @@
 --   P:{C:n}:dn           ZSET  "<start>:<width>" -> start + width: the done slices
 --   P:{C:n}:dn:<s>:<w>   LIST  the fps remembered during [s, s+w): one element per
 --                              call, the call's fps concatenated (12 bytes each)
+--   P:{C:n}:kb:<block>   STRING the delivered ids of one block of a Kafka partition
+--                              (below): KB_SLOT bytes per offset
+--   P:{C:n}:kb           ZSET  <block> -> the time of its latest delivery (unix ms)
+--
+-- Delivered ids of the Kafka default form ("<topic>/<partition>/<offset>/<hash>",
+-- storeapi.KafkaOffset) are not index entries. The offsets of a partition's block of
+-- 1024 share a shard (storeapi.ShardOf), and an ack writes each id into its offset's
+-- slot of the block's string: the record hash (6 bytes, the id's 12 hex digits) and the
+-- time delivered (unix seconds, 4 bytes big endian). A park of a fetch reads its block
+-- with one GETRANGE instead of one HGET per id, an ack writes a slot with one SETRANGE
+-- instead of an HSET, and the trim forgets a whole block with one DEL (once its latest
+-- delivery is a window old) instead of an HGET and an HDEL per id: 10 bytes per id
+-- instead of ~37. The caller marks such an id by appending to its fp: the slot (2 bytes
+-- big endian), the record hash (6 bytes) and the block's name "<topic>/<partition>/<n>"
+-- (store/redisstore fingerprint). Their cancel tombstones and cold places stay index
+-- entries under the fp's first FP bytes; a delivered slot wins over an index entry (an
+-- ack replaces another route's tombstone).
 --
 -- A state (the value of an fp) is the integer time in unix seconds at which the id was
 -- delivered, "p<bucket>:<position>" (base 36) while it is a pending message in the cold tier
@@ -34,13 +51,181 @@ local IX_TARGET = 48
 local IX_LEVEL0 = 6
 local IX_SPLITS = 16
 local FP = 12
+-- A block slot: record hash (6 bytes) and time delivered (4 bytes).
+local KB_SLOT = 10
+-- Slots per block: storeapi.ShardBlock offsets.
+local KB_BLOCK = 1024
+-- At most this many blocks are forgotten per trim call (each one DEL).
+local KB_TRIM = 16
 
 -- ixstart returns the call's index state ix, which every helper below takes first:
 -- ixKey is P:{C:n}:ix, dnKey P:{C:n}:dn. Nothing is read until a helper needs the
 -- linear-hashing state (ixload): a call that records no id and trims nothing reads
 -- nothing.
 local function ixstart(ixKey, dnKey)
-  return { key = ixKey, dn = dnKey, names = {}, loaded = false }
+  return { key = ixKey, dn = dnKey, kb = string.sub(ixKey, 1, -3) .. 'kb', names = {}, loaded = false }
+end
+
+-- ixshort is fp's index key: its first FP bytes (a Kafka-form fp carries its block
+-- slot after them).
+local function ixshort(fp)
+  if #fp > FP then
+    return string.sub(fp, 1, FP)
+  end
+  return fp
+end
+
+-- kbgroup groups the Kafka-form fps among fps by block: { {key, name, at, off, hash,
+-- lo, hi}, ... }, at being positions in fps, off byte offsets of the slots, lo and hi
+-- the first and last slot's offsets.
+local function kbgroup(ix, fps)
+  local by, order = {}, {}
+  for i = 1, #fps do
+    local fp = fps[i]
+    if #fp > FP then
+      local name = string.sub(fp, FP + 9)
+      local g = by[name]
+      if not g then
+        g = { key = ix.kb .. ':' .. name, name = name, at = {}, off = {}, hash = {}, lo = math.huge, hi = -1 }
+        by[name] = g
+        order[#order + 1] = g
+      end
+      local a, b = string.byte(fp, FP + 1, FP + 2)
+      local off = (a * 256 + b) * KB_SLOT
+      local n = #g.at + 1
+      g.at[n], g.off[n], g.hash[n] = i, off, string.sub(fp, FP + 3, FP + 8)
+      if off < g.lo then
+        g.lo = off
+      end
+      if off > g.hi then
+        g.hi = off
+      end
+    end
+  end
+  return order
+end
+
+-- kbslots reads each block's slots of group g with one GETRANGE and returns, per
+-- member of g, the time (unix s) its slot says the id was delivered, or false.
+local function kbslots(g)
+  local r = redis.call('GETRANGE', g.key, g.lo, g.hi + KB_SLOT - 1)
+  local out = {}
+  for j = 1, #g.at do
+    local s = g.off[j] - g.lo + 1
+    out[j] = false
+    if string.sub(r, s, s + 5) == g.hash[j] then
+      local a, b, c, d = string.byte(r, s + 6, s + 9)
+      if d then
+        local t = ((a * 256 + b) * 256 + c) * 256 + d
+        if t > 0 then
+          out[j] = t
+        end
+      end
+    end
+  end
+  return out
+end
+
+-- kbget sets out[i] to the delivered state of each Kafka-form fps[i] its block holds.
+local function kbget(ix, fps, out)
+  for _, g in ipairs(kbgroup(ix, fps)) do
+    local ts = kbslots(g)
+    for j = 1, #g.at do
+      if ts[j] then
+        out[g.at[j]] = string.format('%d', ts[j])
+      end
+    end
+  end
+end
+
+-- kbpatch writes the slots of group g (each its hash and tb) with one GETRANGE of the
+-- span they cover and one SETRANGE of it, instead of one SETRANGE per slot.
+local function kbpatch(g, tb)
+  local order = {}
+  for j = 1, #g.at do
+    order[j] = j
+  end
+  table.sort(order, function(x, y)
+    return g.off[x] < g.off[y]
+  end)
+  local span = g.hi + KB_SLOT - g.lo
+  local r = redis.call('GETRANGE', g.key, g.lo, g.hi + KB_SLOT - 1)
+  if #r < span then
+    r = r .. string.rep('\0', span - #r)
+  end
+  local parts, from = {}, 1
+  for _, j in ipairs(order) do
+    local s = g.off[j] - g.lo + 1
+    if s >= from then
+      parts[#parts + 1] = string.sub(r, from, s - 1)
+      parts[#parts + 1] = g.hash[j]
+      parts[#parts + 1] = tb
+      from = s + KB_SLOT
+    end
+  end
+  parts[#parts + 1] = string.sub(r, from)
+  redis.call('SETRANGE', g.key, g.lo, table.concat(parts))
+end
+
+-- kbdone remembers the Kafka-form fps among fps as delivered at sec (unix seconds, a
+-- string) in their blocks, noting each block's latest delivery at now (unix ms), and
+-- returns the other fps (for the index).
+local function kbdone(ix, fps, sec, now)
+  local rest = {}
+  for i = 1, #fps do
+    if #fps[i] <= FP then
+      rest[#rest + 1] = fps[i]
+    end
+  end
+  if #rest == #fps then
+    return rest
+  end
+  local t = tonumber(sec)
+  local tb = string.char(math.floor(t / 16777216) % 256, math.floor(t / 65536) % 256, math.floor(t / 256) % 256, t % 256)
+  for _, g in ipairs(kbgroup(ix, fps)) do
+    if redis.call('ZADD', ix.kb, now, g.name) == 1 then
+      -- A new block: its whole string at once, so that the slots written later do not
+      -- grow it step by step (Redis grows a string to twice what it needs).
+      redis.call('SETRANGE', g.key, KB_BLOCK * KB_SLOT - 1, '\0')
+    end
+    if #g.at < 3 then
+      for j = 1, #g.at do
+        redis.call('SETRANGE', g.key, g.off[j], g.hash[j] .. tb)
+      end
+    else
+      kbpatch(g, tb)
+    end
+  end
+  return rest
+end
+
+-- kbclear empties the slots of the Kafka-form fps among fps that hold them.
+local function kbclear(ix, fps)
+  local zero = string.rep('\0', KB_SLOT)
+  for _, g in ipairs(kbgroup(ix, fps)) do
+    local ts = kbslots(g)
+    for j = 1, #g.at do
+      if ts[j] then
+        redis.call('SETRANGE', g.key, g.off[j], zero)
+      end
+    end
+  end
+end
+
+-- kbtrim forgets the blocks whose latest delivery was before `before` (unix ms),
+-- at most KB_TRIM per call, and returns how many it forgot.
+local function kbtrim(ix, before)
+  local old = redis.call('ZRANGEBYSCORE', ix.kb, '-inf', '(' .. before, 'LIMIT', 0, KB_TRIM)
+  if #old == 0 then
+    return 0
+  end
+  local keys = {}
+  for i = 1, #old do
+    keys[i] = ix.kb .. ':' .. old[i]
+  end
+  redis.call('DEL', unpack(keys))
+  redis.call('ZREM', ix.kb, unpack(old))
+  return #old
 end
 
 -- ixload reads the index state (level, split, n), once per call.
@@ -111,20 +296,29 @@ local function ixget(ix, fps)
   if #fps == 0 then
     return out
   end
+  kbget(ix, fps, out)
   ixload(ix)
   if ix.n == 0 then
     return out
   end
-  if not ixdense(ix, fps) then
-    for i = 1, #fps do
-      out[i] = redis.call('HGET', ixkey(ix, ixslot(ix, fps[i])), fps[i])
+  -- The index holds the others, and a Kafka-form id's tombstone or cold place.
+  local at, short = {}, {}
+  for i = 1, #fps do
+    if not out[i] then
+      at[#at + 1] = i
+      short[#short + 1] = ixshort(fps[i])
+    end
+  end
+  if not ixdense(ix, short) then
+    for k = 1, #short do
+      out[at[k]] = redis.call('HGET', ixkey(ix, ixslot(ix, short[k])), short[k])
     end
     return out
   end
-  for _, g in ipairs(ixgroup(ix, fps)) do
+  for _, g in ipairs(ixgroup(ix, short)) do
     local v = redis.call('HMGET', ixkey(ix, g[1]), unpack(g[2]))
     for j = 1, #g[2] do
-      out[g[3][j]] = v[j]
+      out[at[g[3][j]]] = v[j]
     end
   end
   return out
@@ -135,6 +329,11 @@ local function ixset(ix, fps, vals)
   if #fps == 0 then
     return
   end
+  local short = {}
+  for i = 1, #fps do
+    short[i] = ixshort(fps[i])
+  end
+  fps = short
   ixload(ix)
   if not ixdense(ix, fps) then
     for i = 1, #fps do
@@ -157,6 +356,12 @@ local function ixdel(ix, fps)
   if #fps == 0 then
     return
   end
+  kbclear(ix, fps)
+  local short = {}
+  for i = 1, #fps do
+    short[i] = ixshort(fps[i])
+  end
+  fps = short
   ixload(ix)
   if not ixdense(ix, fps) then
     for i = 1, #fps do
@@ -254,7 +459,11 @@ local function dnrecord(ix, fps, now, width)
   -- A slice's list is non-empty only while dn holds its member (dntrim removes the
   -- member once the list is gone), and the member's score is fixed by its name: only
   -- the push that starts the list adds it.
-  if redis.call('RPUSH', ix.dn .. ':' .. member, table.concat(fps)) == 1 then
+  local short = {}
+  for i = 1, #fps do
+    short[i] = ixshort(fps[i])
+  end
+  if redis.call('RPUSH', ix.dn .. ':' .. member, table.concat(short)) == 1 then
     redis.call('ZADD', ix.dn, string.format('%d', start + w), member)
   end
 end

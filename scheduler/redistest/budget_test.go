@@ -32,12 +32,15 @@ const (
 	// ids hashed whole, 0.80–0.90 at 64 shards and 2.2–2.7 at 1,024.
 	budgetScriptCallsPerMsg = 0.05
 	// budgetCommandsPerMsg bounds every other command per message (the data commands
-	// the scripts run — ZADD, HMGET, HSET, ZREM, ZMSCORE, ZRANGEBYSCORE, HDEL, RPUSH, ...
-	// — and the wake-up PUBLISH). Measured 1.26–1.56 on the shapes below: one per
-	// message (the done window's HSET per id; ack looks its batch up with one ZMSCORE
-	// and removes it with one ZREM) plus each call's own reads and writes spread over
-	// its messages; with ids hashed whole, 9.1–11.7 at 64 shards and 22–29 at 1,024.
-	budgetCommandsPerMsg = 2.0
+	// the scripts run — ZADD, HMGET, HSET, ZREM, ZMSCORE, ZRANGEBYSCORE, HDEL, GETRANGE,
+	// SETRANGE, ... — and the wake-up PUBLISH). Measured 0.27–0.28 on the shapes below:
+	// none per message (a park reads the done window of its Kafka default ids with one
+	// GETRANGE per block, an ack writes their slots with one GETRANGE and one SETRANGE
+	// per block, lua/includes/index.lua; it looks its batch up with one ZMSCORE and
+	// removes it with one ZREM), only each call's own reads and writes spread over its
+	// messages. With one index entry per id (an HSET each) it was 1.25–1.56; with ids
+	// hashed whole, 9.1–11.7 at 64 shards and 22–29 at 1,024.
+	budgetCommandsPerMsg = 0.5
 )
 
 // fetchShape is a source's batches as the Kafka ingress hands them over: per fetch,

@@ -95,8 +95,10 @@ func envInt(b *testing.B, name string, def int) int {
 }
 
 // benchLayouts are what BenchmarkStoreLayout compares: every pending message in due,
-// and the cold tier at its defaults.
-var benchLayouts = []string{"due", "cold"}
+// the cold tier at its defaults, and "kafka": in due, with the ids the Kafka ingress
+// gives records ("<topic>/<partition>/<offset>/<hash>", ingress.KafkaRecordID), which
+// the done window keeps in per-block slots instead of index entries.
+var benchLayouts = []string{"due", "cold", "kafka"}
 
 type layoutCost struct {
 	pendingBytes, doneBytes float64 // per message, per id
@@ -153,7 +155,11 @@ func measureLayout(b *testing.B, layout string, n int) layoutCost {
 			for lo := w * 1000; lo < n; lo += 4 * 1000 {
 				envs = envs[:0]
 				for i := lo; i < min(lo+1000, n); i++ {
-					envs = append(envs, layoutEnv(i, now+time.Hour.Milliseconds()+int64(i%600_000), now, body))
+					e := layoutEnv(i, now+time.Hour.Milliseconds()+int64(i%600_000), now, body)
+					if layout == "kafka" {
+						e.ID = fmt.Sprintf("%s/%012x", e.ID, uint64(i)*2654435761%(1<<48))
+					}
+					envs = append(envs, e)
 				}
 				if _, _, err := s.Park(ctx, envs); err != nil {
 					errs <- err

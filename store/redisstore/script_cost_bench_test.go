@@ -30,15 +30,23 @@ import (
 // "window=trimming" (a 10 s window while each call's clock advances 250 ms, so that
 // after 40 rounds every ack also forgets about as many ids as it records: the steady
 // state of a long run).
+//
+// "ids=kafka" runs the same with ids of the Kafka default form (consecutive offsets of
+// one partition), which the done window remembers in their blocks' slots instead of
+// index entries (lua/includes/index.lua).
 func BenchmarkStoreScriptCost(b *testing.B) {
-	b.Run("window=hour", func(b *testing.B) { benchScriptCost(b, time.Hour, 0) })
-	b.Run("window=off", func(b *testing.B) { benchScriptCost(b, 0, 0) })
-	b.Run("window=trimming", func(b *testing.B) { benchScriptCost(b, 10*time.Second, 250) })
+	for _, kafka := range []bool{false, true} {
+		ids := map[bool]string{false: "short", true: "kafka"}[kafka]
+		b.Run("window=hour,ids="+ids, func(b *testing.B) { benchScriptCost(b, time.Hour, 0, kafka) })
+		b.Run("window=off,ids="+ids, func(b *testing.B) { benchScriptCost(b, 0, 0, kafka) })
+		b.Run("window=trimming,ids="+ids, func(b *testing.B) { benchScriptCost(b, 10*time.Second, 250, kafka) })
+	}
 }
 
 // benchScriptCost measures the scripts with done window `window`; the ack of round i
-// says the time is stepMs × i later than the first.
-func benchScriptCost(b *testing.B, window time.Duration, stepMs int64) {
+// says the time is stepMs × i later than the first. kafka: ids of the Kafka default
+// form, else short ones.
+func benchScriptCost(b *testing.B, window time.Duration, stepMs int64, kafka bool) {
 	s, c := benchStore(b, 1)
 	s.opt.DoneWindow = window
 	ctx := context.Background()
@@ -56,7 +64,11 @@ func benchScriptCost(b *testing.B, window time.Duration, stepMs int64) {
 	for i := range b.N {
 		envs := make([]*envelope.Envelope, batch)
 		for j := range envs {
-			envs[j] = benchEnv(fmt.Sprintf("c%d-%d", i, j), 1_700_000_000_000)
+			id := fmt.Sprintf("c%d-%d", i, j)
+			if kafka {
+				id = fmt.Sprintf("orders.delay/3/%d/%012x", i*batch+j, i*batch+j)
+			}
+			envs[j] = benchEnv(id, 1_700_000_000_000)
 		}
 		t0 := scriptUsec(b, c)
 		if _, _, err := s.Park(ctx, envs); err != nil {

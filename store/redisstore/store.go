@@ -136,6 +136,10 @@ type shardKeys struct {
 //	                         index: the done window (dedup), fp = 12 bytes of SHA-256(id)
 //	P:{C:n}:dn        ZSET   "<start>:<width>" -> end: the done window's time slices
 //	P:{C:n}:dn:<s>:<w> LIST  the fps remembered in that slice, for trimming it
+//	P:{C:n}:kb:<t>/<p>/<b> STRING the delivered ids of block b (offsets b*1024 ..
+//	                         b*1024+1023) of topic t's partition p, for ids of the Kafka
+//	                         default form: 10 bytes per offset (record hash, time)
+//	P:{C:n}:kb        ZSET   block name -> its latest delivery (unix ms), for trimming
 //	P:{C:n}:cb        ZSET   the cold tier's buckets (b -> b); P:{C:n}:cb:<b> LIST the
 //	                         pending messages due in [b*W, (b+1)*W), W = 65.536 s;
 //	                         P:{C:n}:cw HASH wm, cur: how far promotion went (lua/includes/cold.lua)

@@ -2,6 +2,9 @@ package redisstore
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"strconv"
 
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/store/storeapi"
@@ -14,10 +17,23 @@ import (
 // below N^2/2^97 (10^9: 6.3*10^-12).
 const fpBytes = 12
 
-// fingerprint is the id's key in the id index: its first fpBytes of SHA-256.
+// fingerprint is the id's key in the id index: its first fpBytes of SHA-256. An id of
+// the Kafka default form (storeapi.KafkaOffset) also carries where its block remembers
+// it delivered (lua/includes/index.lua): its slot in the block (2 bytes big endian), its
+// record hash (6 bytes) and the block's name "<topic>/<partition>/<offset / ShardBlock>".
 func fingerprint(id string) string {
 	sum := sha256.Sum256([]byte(id))
-	return string(sum[:fpBytes])
+	prefix, offset, hash, ok := storeapi.KafkaOffset(id)
+	if !ok {
+		return string(sum[:fpBytes])
+	}
+	b := make([]byte, 0, fpBytes+8+len(prefix)+20)
+	b = append(b, sum[:fpBytes]...)
+	b = binary.BigEndian.AppendUint16(b, uint16(offset%storeapi.ShardBlock))
+	b, _ = hex.AppendDecode(b, []byte(hash)) // 12 lowercase hex digits: KafkaOffset checked
+	b = append(b, prefix...)
+	b = strconv.AppendUint(b, offset/storeapi.ShardBlock, 10)
+	return string(b)
 }
 
 // doneSliceMs is the width of a done slice: the least 1000*2^k ms at or above

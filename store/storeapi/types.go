@@ -92,6 +92,22 @@ func kafkaBlock(id string) (prefix string, block uint64, ok bool) {
 	return id[:start], offset / ShardBlock, true
 }
 
+// KafkaOffset splits an id of the Kafka default form (as ShardOf reads it) into
+// "<topic>/<partition>/", the offset and the 12 hex digits of its record hash; ok is
+// false for any other id. A store may keep what it remembers of such ids per block of
+// ShardBlock offsets (they share a shard).
+func KafkaOffset(id string) (prefix string, offset uint64, hash string, ok bool) {
+	prefix, _, ok = kafkaBlock(id)
+	if !ok {
+		return "", 0, "", false
+	}
+	const hashLen = 12
+	for i := len(prefix); id[i] != '/'; i++ {
+		offset = offset*10 + uint64(id[i]-'0')
+	}
+	return prefix, offset, id[len(id)-hashLen:], true
+}
+
 // decimalBefore reads the run of 1 to maxDigits decimal digits that ends at id[end]
 // (exclusive) and is preceded by a '/': it returns where the run starts and its value.
 func decimalBefore(id string, end, maxDigits int) (start int, v uint64, ok bool) {

@@ -104,3 +104,25 @@ func BenchmarkShardOfHashFNV(b *testing.B) {
 		_ = int(h.Sum32() % 64)
 	}
 }
+
+// TestKafkaOffset reads the offset and record hash of ids of the Kafka default form
+// only, as ShardOf places them.
+func TestKafkaOffset(t *testing.T) {
+	for _, c := range []struct {
+		id, prefix, hash string
+		offset           uint64
+		ok               bool
+	}{
+		{"orders.delay/3/1025/0123456789ab", "orders.delay/3/", "0123456789ab", 1025, true},
+		{"a/b/0/7/ffffffffffff", "a/b/0/", "ffffffffffff", 7, true},
+		{"orders.delay/3/1025/0123456789AB", "", "", 0, false}, // upper-case hex: not the form
+		{"orders.delay/3/1025", "", "", 0, false},
+		{"orders.delay//1025/0123456789ab", "", "", 0, false},
+		{"plain-id", "", "", 0, false},
+	} {
+		prefix, offset, hash, ok := KafkaOffset(c.id)
+		if prefix != c.prefix || offset != c.offset || hash != c.hash || ok != c.ok {
+			t.Errorf("KafkaOffset(%q) = %q %d %q %v, want %q %d %q %v", c.id, prefix, offset, hash, ok, c.prefix, c.offset, c.hash, c.ok)
+		}
+	}
+}
