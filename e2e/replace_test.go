@@ -16,9 +16,9 @@ import (
 	"github.com/delaybridge/delay-bridge/testkit"
 )
 
-// Replace by id (x-delay-replace) through the built binary: the replace storm of issue
-// 19 (the same id replaced 100 times within 1 s: exactly one delivery, of the last
-// version, none early) on Kafka and on RabbitMQ, and the debounce recipe's kcat lines.
+// Replace by id (x-delay-replace) through the built binary: a replace storm (the same
+// id replaced 100 times within 1 s: exactly one delivery, of the last version, none
+// early) on Kafka and on RabbitMQ, and the debounce recipe's kcat lines.
 
 const (
 	stormN     = 100

@@ -68,6 +68,18 @@ func workLogProblems(line string) string {
 	return ""
 }
 
+// wrappedProblem returns "why" for line joined with the next one (next's leading
+// comment marks and spaces dropped) when the two together cite an issue number or a
+// work-log word that neither does alone: prose wraps anywhere, "(issue" at the end
+// of one line and "17:" at the start of the next.
+func wrappedProblem(line, next string) string {
+	next = strings.TrimLeft(next, " \t/*")
+	if next == "" || workLogProblems(line) != "" || workLogProblems(next) != "" {
+		return ""
+	}
+	return workLogProblems(strings.TrimSpace(line) + " " + next)
+}
+
 func TestDocsHaveNoIssueNumbersOrWorkLog(t *testing.T) {
 	for _, f := range docFiles(t) {
 		rel, _ := filepath.Rel(repoRoot, f)
@@ -75,6 +87,11 @@ func TestDocsHaveNoIssueNumbersOrWorkLog(t *testing.T) {
 		for i, line := range lines {
 			if why := workLogProblems(line); why != "" {
 				t.Errorf("%s:%d: %s", rel, i+1, why)
+			}
+			if i+1 < len(lines) {
+				if why := wrappedProblem(line, lines[i+1]); why != "" {
+					t.Errorf("%s:%d: wrapped over two lines, %s", rel, i+1, why)
+				}
 			}
 			if datedHeading.MatchString(line) {
 				t.Errorf("%s:%d: a section titled by a date is a work-log entry: title it by its subject", rel, i+1)
@@ -96,11 +113,21 @@ func TestGoCommentsHaveNoIssueNumbersOrWorkLog(t *testing.T) {
 		}
 		rel, _ := filepath.Rel(repoRoot, p)
 		for _, cg := range f.Comments {
+			var lines []string
+			var at []int
 			for _, c := range cg.List {
 				start := fset.Position(c.Pos()).Line
 				for i, line := range strings.Split(c.Text, "\n") {
-					if why := workLogProblems(line); why != "" {
-						t.Errorf("%s:%d: %s", rel, start+i, why)
+					lines, at = append(lines, line), append(at, start+i)
+				}
+			}
+			for i, line := range lines {
+				if why := workLogProblems(line); why != "" {
+					t.Errorf("%s:%d: %s", rel, at[i], why)
+				}
+				if i+1 < len(lines) {
+					if why := wrappedProblem(line, lines[i+1]); why != "" {
+						t.Errorf("%s:%d: wrapped over two lines, %s", rel, at[i], why)
 					}
 				}
 			}
@@ -116,6 +143,12 @@ func TestGoCommentsHaveNoIssueNumbersOrWorkLog(t *testing.T) {
 }
 
 func TestWorkLogPatterns(t *testing.T) {
+	if why := wrappedProblem("// never boxed into an interface (issue", "// 17: three allocations less"); why == "" {
+		t.Error("an issue number wrapped over two comment lines passed")
+	}
+	if why := wrappedProblem("the replace storm of the", "// 19 routes"); why != "" {
+		t.Errorf("a clean wrap was refused: %s", why)
+	}
 	for _, bad := range []string{"measured in issue 17", "see #17.", "(#3)", "Issue 11's final run", "as this session found", "we measured 3 ms", "Today the drain", "the issue's target"} {
 		if workLogProblems(bad) == "" {
 			t.Errorf("%q passes the check", bad)
