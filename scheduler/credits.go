@@ -52,9 +52,9 @@ func newCredits(n int, budget int64) *credits {
 
 // acquire blocks until at least one credit is free and, under a byte budget, at least
 // need bytes (capped at the budget: a larger message waits until nothing is held),
-// then takes up to most credits and up to max(budget/claimShares, need) bytes. onWait,
-// if set, is called once when the wait is for bytes.
-func (c *credits) acquire(ctx context.Context, most int, need int64, onWait func()) (grant, error) {
+// then takes up to most credits and up to max(min(budget/claimShares, want), need)
+// bytes. onWait, if set, is called once when the wait is for bytes.
+func (c *credits) acquire(ctx context.Context, most int, need, want int64, onWait func()) (grant, error) {
 	var since time.Time
 	for {
 		c.mu.Lock()
@@ -64,7 +64,7 @@ func (c *credits) acquire(ctx context.Context, most int, need int64, onWait func
 			c.avail -= g.n
 			if c.budget > 0 {
 				g.alone = c.bytes == c.budget
-				g.bytes = min(c.bytes, max(c.budget/claimShares, need))
+				g.bytes = min(c.bytes, max(min(c.budget/claimShares, want), need))
 				c.bytes -= g.bytes
 			} // without a budget the claim's bytes are counted when it returns (settle)
 			if !since.IsZero() {

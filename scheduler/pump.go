@@ -33,6 +33,7 @@ func (s *Scheduler) pump(ctx context.Context, st *shardState) {
 	var c claimState
 	defer func() { c.drop(s) }()
 	var need int64 // bytes the shard's first due message needs (the last claim left it due)
+	var last grant // what the last claim took (claimSize)
 	for ctx.Err() == nil {
 		if !s.clockOK() { // no claims on a clock off Redis's; woken when it is back (clockcheck.go)
 			if st.wakeAt.Store(clock.NowMs(s.clk) + s.opt.SafetyScan.Milliseconds()); !sleep(s.opt.SafetyScan) {
@@ -40,7 +41,7 @@ func (s *Scheduler) pump(ctx context.Context, st *shardState) {
 			}
 			continue
 		}
-		req, now, ok := s.claimRequest(ctx, st, &c, lookahead, need)
+		req, now, ok := s.claimRequest(ctx, st, &c, lookahead, need, last)
 		if !ok {
 			return
 		}
@@ -70,7 +71,8 @@ func (s *Scheduler) pump(ctx context.Context, st *shardState) {
 			continue
 		}
 		c.resend = nil
-		s.credits.settle(c.grant, len(items), claimedBytes(items))
+		last = grant{n: len(items), bytes: claimedBytes(items)}
+		s.credits.settle(c.grant, last.n, last.bytes)
 		c.grant = grant{}
 		need = needNext
 		if replayed {
@@ -125,9 +127,10 @@ func (c *claimState) drop(s *Scheduler) {
 // away: run, it answers what it claimed; not run, it claims now (its horizon is older,
 // which only claims less). Past that, a new claim is made, and whatever the old one
 // may have claimed is recovered at its deadline (recoverExpired), less than half a
-// lease later. A new claim takes as many messages and bytes as credits allow (need: the bytes the
-// shard's first due message needs, which the last claim's byte budget left due).
-func (s *Scheduler) claimRequest(ctx context.Context, st *shardState, c *claimState, lookahead, need int64) (storeapi.ClaimRequest, int64, bool) {
+// lease later. A new claim takes as many messages and bytes as credits allow, up to
+// claimSize after the shard's last claim (need: the bytes the shard's first due
+// message needs, which the last claim's byte budget left due).
+func (s *Scheduler) claimRequest(ctx context.Context, st *shardState, c *claimState, lookahead, need int64, last grant) (storeapi.ClaimRequest, int64, bool) {
 	lease := s.opt.InflightLease.Milliseconds()
 	if c.resend != nil {
 		now := clock.NowMs(s.clk)
@@ -138,7 +141,8 @@ func (s *Scheduler) claimRequest(ctx context.Context, st *shardState, c *claimSt
 			"shard", st.shard, "deadline", time.UnixMilli(c.resend.LeaseDeadline).UTC())
 		c.drop(s)
 	}
-	g, err := s.credits.acquire(ctx, s.opt.ClaimBatch, need, func() {
+	most, want := s.claimSize(last)
+	g, err := s.credits.acquire(ctx, most, need, want, func() {
 		s.log.Debug("claim held back by scheduler.max_in_memory_bytes", "shard", st.shard, "need", need)
 	})
 	if err != nil {
@@ -149,6 +153,25 @@ func (s *Scheduler) claimRequest(ctx context.Context, st *shardState, c *claimSt
 	c.lastDeadline = max(now+lease, c.lastDeadline+1)
 	return storeapi.ClaimRequest{Shard: st.shard, Instance: s.holder, Token: st.token, UpTo: now + lookahead,
 		LeaseDeadline: c.lastDeadline, Limit: g.n, MaxBytes: g.bytes, Alone: g.alone, Idempotent: true}, now, true
+}
+
+// Claim sizing: a claim holds the credits it asks for (messages and bytes) until its
+// reply, and pumps that find none free wait. A claim asking for scheduler.claim_batch
+// whatever its shard holds let a few claims take all the credits: with 1,024 shards
+// (a claim every second or so each, ~20 messages) the others queued behind them and
+// fired seconds late. So a claim asks for twice what its shard's last claim took, at
+// least minClaim messages and minClaimBytes; a claim that comes back full is followed at
+// once by one twice its size (pump), so a shard with a backlog reaches claim_batch in a
+// few round trips.
+const (
+	minClaim      = 32
+	minClaimBytes = 256 << 10
+)
+
+// claimSize is the messages and bytes a shard's next claim asks for after its last
+// claim took last.
+func (s *Scheduler) claimSize(last grant) (int, int64) {
+	return min(s.opt.ClaimBatch, max(minClaim, 2*last.n)), max(minClaimBytes, 2*last.bytes)
 }
 
 // planClaim ends a claim made at now that left nextDue as the earliest pending due

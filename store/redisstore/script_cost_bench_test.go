@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -104,4 +105,65 @@ func benchScriptCost(b *testing.B, window time.Duration, stepMs int64, kafka boo
 func scriptUsec(b *testing.B, c *redis.Client) float64 {
 	b.Helper()
 	return scriptStat(b, c).usec
+}
+
+// BenchmarkStoreRedisCPU reports redis-server's own CPU time per message (INFO cpu,
+// read before and after the loop only) over park, claim and ack of Kafka default ids in
+// calls of DELAYBRIDGE_SCRIPT_BATCH (default 30), with a 10 s done window trimming as
+// much as it records: the scripts plus reading their arguments, writing their replies
+// and the event loop, which BenchmarkStoreScriptCost's script times leave out.
+//
+//	go test ./store/redisstore -run '^$' -bench BenchmarkStoreRedisCPU -benchtime 2000x
+func BenchmarkStoreRedisCPU(b *testing.B) {
+	s, c := benchStore(b, 1)
+	s.opt.DoneWindow = 10 * time.Second
+	ctx := context.Background()
+	tok, err := s.AcquireLease(ctx, 0, "bench", time.Hour)
+	if err != nil {
+		b.Fatal(err)
+	}
+	batch := 30
+	if v, err := strconv.Atoi(os.Getenv("DELAYBRIDGE_SCRIPT_BATCH")); err == nil && v > 0 {
+		batch = v
+	}
+	const due = 1_700_000_000_000
+	cpu0 := redisCPU(b, c)
+	b.ResetTimer()
+	for i := range b.N {
+		envs := make([]*envelope.Envelope, batch)
+		for j := range envs {
+			envs[j] = benchEnv(fmt.Sprintf("orders.delay/3/%d/%012x", i*batch+j, i*batch+j), due)
+		}
+		if _, _, err := s.Park(ctx, envs); err != nil {
+			b.Fatal(err)
+		}
+		items, _, err := s.Claim(ctx, 0, "bench", tok, due, due+30_000, batch)
+		if err != nil || len(items) != batch {
+			b.Fatalf("claim: %d, %v", len(items), err)
+		}
+		if err := s.AckEnvelopes(ctx, items, due+int64(i)*250); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric((redisCPU(b, c)-cpu0)/float64(b.N*batch), "redis-cpu-µs/msg")
+}
+
+// redisCPU is redis-server's CPU time so far (INFO cpu: used_cpu_user + used_cpu_sys),
+// in µs.
+func redisCPU(b *testing.B, c *redis.Client) float64 {
+	b.Helper()
+	info, err := c.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sec float64
+	for _, line := range strings.Split(info, "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if k == "used_cpu_user" || k == "used_cpu_sys" {
+			n, _ := strconv.ParseFloat(v, 64)
+			sec += n
+		}
+	}
+	return sec * 1e6
 }
