@@ -42,58 +42,65 @@ local cs = cstart(KEYS[5])
 local ix = ixstart(KEYS[6], KEYS[7])
 local co = costart(KEYS[1])
 local now, horizon = tonumber(ARGV[1]), tonumber(ARGV[2])
-local fps = {}
-for i = 7, #ARGV, 5 do
-  fps[#fps + 1] = ARGV[i]
-end
-local states = ixget(ix, fps)
 -- One HMGET says which ids already have an envelope (pending in due, in flight or
 -- dead) and one HSET below stores the new envelopes: two commands per call instead of
 -- one HSETNX (and, for the cold tier, one HEXISTS) per message.
-local ids = {}
+local fps, ids = {}, {}
+local n = 0
 for i = 3, #ARGV, 5 do
-  ids[#ids + 1] = ARGV[i]
+  n = n + 1
+  ids[n] = ARGV[i]
+  fps[n] = ARGV[i + 4]
 end
+local states = ixget(ix, fps)
 local held = {}
-if #ids > 0 then
+if n > 0 then
   held = redis.call('HMGET', KEYS[2], unpack(ids))
 end
 local out = {}
-local zadd, hset = {}, {}
-local cold, seen = {}, {}
-local n = 0
+local zadd, hset, nz = {}, {}, 0
+-- seen: the ids parked by this call so far, true in due, 'c' in the cold tier
+local seen = {}
+local pend = {} -- per route: messages parked (one cadd per route, not per message)
+n = 0
 for i = 3, #ARGV, 5 do
-  local id, route = ARGV[i], ARGV[i + 3]
-  local st
   n = n + 1
-  local t, routes = doneOf(states[n])
-  if cold[id] or cofind(co, states[n], id) then
-    t, st = nil, 'pending'
-  end
-  if t then
-    if not routes then
-      st = 'delivered'
-    elseif hasRoute(routes, route) then
-      st = 'cancelled'
+  local id, route, s = ARGV[i], ARGV[i + 3], states[n]
+  local was = seen[id]
+  local st
+  if was == 'c' then
+    st = 'pending'
+  elseif s then
+    if cofind(co, s, id) then
+      st = 'pending'
+    else
+      local t, routes = doneOf(s)
+      if t then
+        if not routes then
+          st = 'delivered'
+        elseif hasRoute(routes, route) then
+          st = 'cancelled'
+        end
+      end
     end
   end
-  local free = not held[n] and not seen[id]
-  if not st and free and not states[n] and cocold(co, ARGV[i + 1], now, horizon) then
-    st = 'parked'
-    cold[id] = true
-    cadd(cs, 'pending', route, 1)
-    coadd(co, id, ARGV[i + 1], ARGV[i + 2], ARGV[i + 4])
-  end
   if not st then
-    if free then
+    local h = held[n]
+    if not h and not was then
       st = 'parked'
-      seen[id] = true
-      cadd(cs, 'pending', route, 1)
-      zadd[#zadd + 1] = ARGV[i + 1]
-      zadd[#zadd + 1] = id
-      hset[#hset + 1] = id
-      hset[#hset + 1] = ARGV[i + 2]
-    elseif not held[n] then
+      pend[route] = (pend[route] or 0) + 1
+      if not s and horizon >= 0 and cocold(co, ARGV[i + 1], now, horizon) then
+        seen[id] = 'c'
+        coadd(co, id, ARGV[i + 1], ARGV[i + 2], ARGV[i + 4])
+      else
+        seen[id] = true
+        zadd[nz + 1] = ARGV[i + 1]
+        zadd[nz + 2] = id
+        hset[nz + 1] = id
+        hset[nz + 2] = ARGV[i + 2]
+        nz = nz + 2
+      end
+    elseif not h then
       st = 'pending' -- parked earlier in this batch
     elseif redis.call('ZSCORE', KEYS[3], id) then
       st = 'inflight'
@@ -105,16 +112,17 @@ for i = 3, #ARGV, 5 do
   end
   out[n] = st
 end
-if #hset > 0 then
+if nz > 0 then
   redis.call('HSET', KEYS[2], unpack(hset))
-end
-if #zadd > 0 then
   redis.call('ZADD', KEYS[1], unpack(zadd))
 end
 local cfps, cmarks = coflush(co)
 if #cfps > 0 then
   ixset(ix, cfps, cmarks)
   ixflush(ix)
+end
+for route, k in pairs(pend) do
+  cadd(cs, 'pending', route, k)
 end
 cflush(cs)
 return out
