@@ -104,48 +104,71 @@ while first <= #ids and not full do
     end
     want = math.max(1, math.min(step, math.floor((budget - used) / avg) + 1))
   end
-  local members, scores = {}, {}
+  -- members: this step's ids; zadd: their ZADD arguments into inflight, built in the
+  -- same pass and cut short below (a dropped id, the byte budget) only when needed.
+  local members, zadd, m = {}, {}, 0
+  local deadline = ARGV[3]
   for i = first, math.min(first + 2 * want - 1, #ids), 2 do
-    members[#members + 1] = ids[i]
-    scores[#scores + 1] = ids[i + 1]
+    m = m + 1
+    members[m] = ids[i]
+    zadd[2 * m - 1] = deadline
+    zadd[2 * m] = ids[i]
   end
-  first = first + 2 * #members
+  local base = first
+  first = first + 2 * m
   local envs = redis.call('HMGET', KEYS[2], unpack(members))
-  local take, zadd, sizes = {}, {}, 0
-  for j = 1, #members do
+  local took, sizes, lostHere = 0, 0, false
+  for j = 1, m do
+    local env = envs[j]
     local size = 0
-    if envs[j] then
-      size = #envs[j] + per
-    end
-    if envs[j] and used + size > budget and not (alone and taken == 0) then
-      out[3] = size
-      full = true
-      break
+    if env then
+      size = #env + per
+      if used + size > budget and not (alone and taken == 0) then
+        out[3] = size
+        full = true
+        break
+      end
     end
     used = used + size
     sizes = sizes + size
     taken = taken + 1
-    take[#take + 1] = members[j]
-    local route = routeOf(envs[j])
-    if envs[j] then
+    took = j
+    -- routeOf inlined for the common envelope: version 2 and a route shorter than 128
+    -- bytes (a one-byte length)
+    local route
+    local v, _, len = string.byte(env or '', 1, 3)
+    if v == 2 and len and len < 128 then
+      route = string.sub(env, 4, 3 + len)
+    else
+      route = routeOf(env)
+    end
+    if env then
       moved[route] = (moved[route] or 0) + 1
-      zadd[#zadd + 1] = ARGV[3]
-      zadd[#zadd + 1] = members[j]
       out[n + 1] = members[j]
-      out[n + 2] = tonumber(scores[j])
-      out[n + 3] = envs[j]
+      out[n + 2] = tonumber(ids[base + 2 * j - 1])
+      out[n + 3] = env
       n = n + 3
     else
       lost[route] = (lost[route] or 0) + 1
       dropped = dropped + 1
+      lostHere = true
     end
   end
-  if #take > 0 then
-    redis.call('ZREM', KEYS[1], unpack(take))
-    avg = math.max(1, math.floor(sizes / #take))
-  end
-  if #zadd > 0 then
-    redis.call('ZADD', KEYS[3], unpack(zadd))
+  if took > 0 then
+    redis.call('ZREM', KEYS[1], unpack(members, 1, took))
+    avg = math.max(1, math.floor(sizes / took))
+    if lostHere then
+      zadd = {}
+      for j = 1, took do
+        if envs[j] then
+          zadd[#zadd + 1] = deadline
+          zadd[#zadd + 1] = members[j]
+        end
+      end
+    end
+    if #zadd > 0 then
+      redis.call('ZADD', KEYS[3], unpack(zadd, 1, math.min(#zadd, 2 * took)))
+    end
   end
 end
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
