@@ -32,57 +32,60 @@
 -- delivered, replacing any tombstone another route's cancel left.
 local cs = cstart(KEYS[3])
 local ix = ixstart(KEYS[4], KEYS[5])
-local acked, fps, vals, routes = {}, {}, {}, {}
 local withRoutes = ARGV[5] == '1'
 local step = withRoutes and 3 or 2
 local now = ARGV[1]
 local dat = doneAt(now) -- every id of the call is delivered at the same second
 -- The batch's distinct ids (an id twice is acked once), looked up in inflight with one
 -- command and removed with one.
-local ids, at, seen = {}, {}, {}
+local ids, at, seen, m = {}, {}, {}, 0
 for i = 7, #ARGV, step do
   local id = ARGV[i]
   if not seen[id] then
     seen[id] = true
-    ids[#ids + 1] = id
-    at[#ids] = i
+    m = m + 1
+    ids[m] = id
+    at[m] = i
   end
 end
 local held = zpresent(KEYS[2], ids)
-for j = 1, #ids do
+local acked, fps, left, k = {}, {}, {}, 0 -- left: per route, one cadd per route
+for j = 1, m do
   if held[j] then
     local i = at[j]
-    acked[#acked + 1] = ids[j]
+    k = k + 1
+    acked[k] = ids[j]
+    fps[k] = ARGV[i + step - 1]
     if withRoutes then
-      routes[#acked] = ARGV[i + 1]
+      local route = ARGV[i + 1]
+      left[route] = (left[route] or 0) + 1
     end
-    fps[#acked] = ARGV[i + step - 1]
-    vals[#acked] = dat
   end
 end
-if #acked > 0 then
+if k > 0 then
   redis.call('ZREM', KEYS[2], unpack(acked))
   if not withRoutes then
     local envs = redis.call('HMGET', KEYS[1], unpack(acked))
-    for j = 1, #acked do
-      routes[j] = routeOf(envs[j])
+    for j = 1, k do
+      local route = routeOf(envs[j])
+      left[route] = (left[route] or 0) + 1
     end
   end
-  local left = {} -- per route: one cadd per route, not per id
-  for j = 1, #acked do
-    left[routes[j]] = (left[routes[j]] or 0) + 1
-  end
-  for route, k in pairs(left) do
-    cadd(cs, 'inflight', route, -k)
+  for route, c in pairs(left) do
+    cadd(cs, 'inflight', route, -c)
   end
   redis.call('HDEL', KEYS[1], unpack(acked))
-  fps, vals = nxacked(cs, KEYS[6], KEYS[7], KEYS[1], acked, fps, vals)
+  fps = nxacked(cs, KEYS[6], KEYS[7], KEYS[1], acked, fps)
   cflush(cs)
   if ARGV[2] == '1' and #fps > 0 then
-    -- Kafka-form ids go to their blocks' slots; the others (all delivered at dat, as
-    -- vals says) to the index and the done slice.
+    -- Kafka-form ids go to their blocks' slots; the others (all delivered at dat) to
+    -- the index and the done slice.
     fps = kbdone(ix, fps, dat, now)
     if #fps > 0 then
+      local vals = {}
+      for j = 1, #fps do
+        vals[j] = dat
+      end
       ixset(ix, fps, vals)
       dnrecord(ix, fps, now, ARGV[6])
     end
@@ -91,4 +94,4 @@ end
 local trimmed = dntrim(ix, ARGV[3], ARGV[4])
 kbtrim(ix, ARGV[3])
 ixflush(ix)
-return { #acked, trimmed }
+return { k, trimmed }

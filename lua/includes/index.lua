@@ -138,27 +138,51 @@ local function kbget(ix, fps, out)
   end
 end
 
--- kbpatch writes the slots of group g (each its hash and tb) with one GETRANGE of the
--- span they cover and one SETRANGE of it, instead of one SETRANGE per slot.
+-- kbpatch writes the slots of group g (each its hash and tb) with one SETRANGE of the
+-- span they cover, instead of one SETRANGE per slot. Slots of consecutive offsets in
+-- ascending order (an ack of a fetch's run of offsets) cover the whole span: it is
+-- their bytes alone. Otherwise the span is read first (one GETRANGE) and patched.
 local function kbpatch(g, tb)
+  local off, hash, n = g.off, g.hash, #g.at
+  local run, up = true, true
+  for j = 2, n do
+    if off[j] ~= off[j - 1] + KB_SLOT then
+      run = false
+      if off[j] <= off[j - 1] then
+        up = false
+        break
+      end
+    end
+  end
+  local parts = {}
+  if run then
+    for j = 1, n do
+      parts[2 * j - 1] = hash[j]
+      parts[2 * j] = tb
+    end
+    redis.call('SETRANGE', g.key, g.lo, table.concat(parts))
+    return
+  end
   local order = {}
-  for j = 1, #g.at do
+  for j = 1, n do
     order[j] = j
   end
-  table.sort(order, function(x, y)
-    return g.off[x] < g.off[y]
-  end)
+  if not up then
+    table.sort(order, function(x, y)
+      return off[x] < off[y]
+    end)
+  end
   local span = g.hi + KB_SLOT - g.lo
   local r = redis.call('GETRANGE', g.key, g.lo, g.hi + KB_SLOT - 1)
   if #r < span then
     r = r .. string.rep('\0', span - #r)
   end
-  local parts, from = {}, 1
+  local from = 1
   for _, j in ipairs(order) do
-    local s = g.off[j] - g.lo + 1
+    local s = off[j] - g.lo + 1
     if s >= from then
       parts[#parts + 1] = string.sub(r, from, s - 1)
-      parts[#parts + 1] = g.hash[j]
+      parts[#parts + 1] = hash[j]
       parts[#parts + 1] = tb
       from = s + KB_SLOT
     end

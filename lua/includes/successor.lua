@@ -55,17 +55,17 @@ local function nxget(nxKey, id)
 end
 
 -- nxacked promotes the successors of acked ids (ack.lua: their msg entries are gone
--- already) and returns fps and vals without the promoted ids' entries: an id whose
--- successor is pending now is not remembered as delivered.
-local function nxacked(cs, nxKey, dueKey, msgKey, acked, fps, vals)
+-- already) and returns fps (fps[j] is acked[j]'s) without the promoted ids' fps: an id
+-- whose successor is pending now is not remembered as delivered.
+local function nxacked(cs, nxKey, dueKey, msgKey, acked, fps)
   if not nxany(nxKey) then
-    return fps, vals
+    return fps
   end
-  local kf, kv = {}, {}
+  local kf = {}
   for j = 1, #acked do
     if not nxpromote(cs, nxKey, dueKey, msgKey, acked[j]) then
-      kf[#kf + 1], kv[#kv + 1] = fps[j], vals[j]
+      kf[#kf + 1] = fps[j]
     end
   end
-  return kf, kv
+  return kf
 end
