@@ -95,6 +95,7 @@ local taken = 0
 -- the script does not read (and Redis does not buffer) far more than it claims.
 local step = 500
 local first = 1
+local byte, sub = string.byte, string.sub
 local full = false
 while first <= #ids and not full do
   local want = step
@@ -136,9 +137,9 @@ while first <= #ids and not full do
     -- routeOf inlined for the common envelope: version 2 and a route shorter than 128
     -- bytes (a one-byte length)
     local route
-    local v, _, len = string.byte(env or '', 1, 3)
+    local v, _, len = byte(env or '', 1, 3)
     if v == 2 and len and len < 128 then
-      route = string.sub(env, 4, 3 + len)
+      route = sub(env, 4, 3 + len)
     else
       route = routeOf(env)
     end

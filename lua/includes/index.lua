@@ -76,24 +76,27 @@ local function ixshort(fp)
 end
 
 -- kbgroup groups the Kafka-form fps among fps by block: { {key, name, at, off, hash,
--- lo, hi}, ... }, at being positions in fps, off byte offsets of the slots, lo and hi
--- the first and last slot's offsets.
+-- lo, hi, n}, ... }, at being positions in fps, off byte offsets of the slots, lo and
+-- hi the first and last slot's offsets, n how many. The string functions are locals of
+-- the loop (registers) rather than a global's fields looked up per fp.
 local function kbgroup(ix, fps)
+  local sub, byte = string.sub, string.byte
   local by, order = {}, {}
   for i = 1, #fps do
     local fp = fps[i]
     if #fp > FP then
-      local name = string.sub(fp, FP + 9)
+      local name = sub(fp, FP + 9)
       local g = by[name]
       if not g then
-        g = { key = ix.kb .. ':' .. name, name = name, at = {}, off = {}, hash = {}, lo = math.huge, hi = -1 }
+        g = { key = ix.kb .. ':' .. name, name = name, at = {}, off = {}, hash = {}, lo = math.huge, hi = -1, n = 0 }
         by[name] = g
         order[#order + 1] = g
       end
-      local a, b = string.byte(fp, FP + 1, FP + 2)
+      local a, b = byte(fp, FP + 1, FP + 2)
       local off = (a * 256 + b) * KB_SLOT
-      local n = #g.at + 1
-      g.at[n], g.off[n], g.hash[n] = i, off, string.sub(fp, FP + 3, FP + 8)
+      local n = g.n + 1
+      g.n = n
+      g.at[n], g.off[n], g.hash[n] = i, off, sub(fp, FP + 3, FP + 8)
       if off < g.lo then
         g.lo = off
       end
@@ -110,10 +113,11 @@ end
 local function kbslots(g)
   local r = redis.call('GETRANGE', g.key, g.lo, g.hi + KB_SLOT - 1)
   local out = {}
-  for j = 1, #g.at do
-    local s = g.off[j] - g.lo + 1
+  local sub, off, hash, lo = string.sub, g.off, g.hash, g.lo
+  for j = 1, g.n do
+    local s = off[j] - lo + 1
     out[j] = false
-    if string.sub(r, s, s + 5) == g.hash[j] then
+    if sub(r, s, s + 5) == hash[j] then
       local a, b, c, d = string.byte(r, s + 6, s + 9)
       if d then
         local t = ((a * 256 + b) * 256 + c) * 256 + d
