@@ -36,7 +36,8 @@
 -- are removed rather than left to wedge the head of the shard, and reported so the
 -- caller can count them. need: the bytes (length + ARGV[8]) of the first due message
 -- the byte budget left due, 0 if none did. dueN is the ZSET score, which wins over the envelope's DueAt
--- because reschedule changes only the score.
+-- because reschedule changes only the score; it is the score as ZRANGEBYSCORE wrote it
+-- (a string, not a number: no conversion per message, the caller parses it).
 --
 -- With ARGV[10] "1" the caller gives every claim of the shard its own lease deadline,
 -- so a claim sent again whose first run's reply was lost (a timeout, a reset
@@ -146,7 +147,7 @@ while first <= #ids and not full do
     if env then
       moved[route] = (moved[route] or 0) + 1
       out[n + 1] = members[j]
-      out[n + 2] = tonumber(ids[base + 2 * j - 1])
+      out[n + 2] = ids[base + 2 * j - 1]
       out[n + 3] = env
       n = n + 3
     else

@@ -87,7 +87,7 @@ func (s *Store) claimReply(ctx context.Context, cmd *redis.Cmd, shard int, insta
 	var corrupt, newer []retryEntry
 	for i := 3; i+2 < len(vals); i += 3 {
 		id, _ := vals[i].(string)
-		due, _ := vals[i+1].(int64)
+		due := replyInt(vals[i+1])
 		raw, _ := vals[i+2].(string)
 		e, derr := envelope.DecodeString(raw, id) // no copy of the reply: the claim path's allocations
 		if errors.Is(derr, envelope.ErrNewerVersion) {
@@ -126,6 +126,22 @@ func (s *Store) claimReply(ctx context.Context, cmd *redis.Cmd, shard int, insta
 		}
 	}
 	return items, nextDue, need, replayed, nil
+}
+
+// replyInt reads an integer a script returned as a number or as a sorted set score
+// (claim.lua passes ZRANGEBYSCORE's score strings through); 0 when it is neither.
+func replyInt(v any) int64 {
+	switch v := v.(type) {
+	case int64:
+		return v
+	case string:
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			return n
+		}
+		f, _ := strconv.ParseFloat(v, 64)
+		return int64(f)
+	}
+	return 0
 }
 
 // newerVersionRetry is how long an envelope this build cannot read (a newer bridge
