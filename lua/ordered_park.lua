@@ -13,9 +13,13 @@
 local o = ostart(KEYS[8], KEYS[9], KEYS[1], KEYS[2])
 ARGV[2] = '-1' -- keyed messages never go to the cold tier (their key's queue holds them)
 local out = park(KEYS, ARGV)
-for j = 1, #out do
+local refused = {}
+for r = 1, #out, 2 do
+  refused[out[r]] = true
+end
+for j = 1, (#ARGV - 2) / 5 do
   local kz = KEYS[9 + j]
-  if kz ~= KEYS[8] and out[j] == 'parked' then
+  if kz ~= KEYS[8] and not refused[j] then
     local i = (j - 1) * 5 + 3
     oadd(o, ARGV[i], tonumber(ARGV[i + 1]), kz)
   end

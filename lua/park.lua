@@ -20,9 +20,10 @@
 -- ARGV[3..] quintuples: id, due (integer unix ms), envelope bytes, route, fp (12 bytes
 --         of SHA-256(id)); the caller bounds the batch (at most a few hundred: ZADD gets
 --         them in one unpack).
--- Returns an array with one string per quintuple: "parked", or why it was refused:
+-- Returns the refused quintuples only, a flat array of position (1-based) and why:
 -- the state the id is already in, "pending", "inflight", "dead", "delivered" or
--- "cancelled".
+-- "cancelled"; every quintuple it does not name was parked (an empty array: all were).
+-- A short reply: most calls refuse nothing.
 --
 -- An id already pending, in flight, dead or remembered in the done window is skipped,
 -- so an ingress replay after a crash (or a producer retry) never duplicates or
@@ -57,7 +58,7 @@ local held = {}
 if n > 0 then
   held = redis.call('HMGET', KEYS[2], unpack(ids))
 end
-local out = {}
+local out, no = {}, 0
 local zadd, hset, nz = {}, {}, 0
 -- seen: the ids parked by this call so far, true in due, 'c' in the cold tier
 local seen = {}
@@ -110,7 +111,11 @@ for i = 3, #ARGV, 5 do
       st = 'pending'
     end
   end
-  out[n] = st
+  if st ~= 'parked' then
+    out[no + 1] = n
+    out[no + 2] = st
+    no = no + 2
+  end
 end
 if nz > 0 then
   redis.call('HSET', KEYS[2], unpack(hset))

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 )
@@ -139,23 +141,42 @@ func (s *Store) ParkEach(ctx context.Context, envs []*envelope.Envelope) (prior 
 		if cmd == nil || cmd.Err() != nil {
 			continue
 		}
-		res, perr := cmd.StringSlice()
-		if perr != nil || len(res) != len(chunks[ci]) {
-			return prior, minDue, fmt.Errorf("scheduler: park: unexpected reply %v: %v", cmd.Val(), perr)
-		}
-		for j, it := range chunks[ci] {
-			if res[j] != "parked" {
-				prior[it.idx] = State(res[j])
-				continue
-			}
-			prior[it.idx] = StateUnknown
-			due := envs[it.idx].DueAt
-			if old, ok := minDue[it.shard]; !ok || due < old {
-				minDue[it.shard] = due
-			}
+		if perr := parkReply(cmd, chunks[ci], envs, prior, minDue); perr != nil {
+			return prior, minDue, perr
 		}
 	}
 	return prior, minDue, err
+}
+
+// parkReply reads the reply of one park call of the messages ch: the refused ones
+// only, as position (1-based, in ch) and state pairs; every other message was parked.
+// It sets their prior states and lowers minDue to the parked ones' due times.
+func parkReply(cmd *redis.Cmd, ch []encoded, envs []*envelope.Envelope, prior []State, minDue map[int]int64) error {
+	res, err := cmd.Slice()
+	if err != nil || len(res)%2 != 0 {
+		return fmt.Errorf("scheduler: park: unexpected reply %v: %v", cmd.Val(), err)
+	}
+	for _, it := range ch {
+		prior[it.idx] = StateUnknown
+	}
+	for r := 0; r < len(res); r += 2 {
+		pos, ok := res[r].(int64)
+		st, ok2 := res[r+1].(string)
+		if !ok || !ok2 || pos < 1 || pos > int64(len(ch)) {
+			return fmt.Errorf("scheduler: park: unexpected reply %v", res)
+		}
+		prior[ch[pos-1].idx] = State(st)
+	}
+	for _, it := range ch {
+		if prior[it.idx] != StateUnknown {
+			continue
+		}
+		due := envs[it.idx].DueAt
+		if old, ok := minDue[it.shard]; !ok || due < old {
+			minDue[it.shard] = due
+		}
+	}
+	return nil
 }
 
 // Bury stores invalid messages straight into the dead letters (their Reason should say

@@ -19,6 +19,7 @@ func init() {
 	register("OrderRetryRecoverDead", caseOrderRetryRecoverDead)
 	register("OrderCancelAndByID", caseOrderCancelAndByID)
 	register("OrderKeyMessages", caseOrderKeyMessages)
+	register("OrderReplayKeepsItsPlace", caseOrderReplayKeepsItsPlace)
 }
 
 // KeyMessages lists a key's pending and in-flight messages in its order, head marked.
@@ -228,5 +229,19 @@ func caseOrderCancelAndByID(t *testing.T, newSubject func(Config) Subject) {
 	mustPark(t, s, keyed("d", "K", t0))
 	if got, _, _ := claimAll(t, s, ks, t0+1000); !slices.Equal(got, []string{"d"}) {
 		t.Fatalf("claim after cancelling the in-flight head = %v, want [d]", got)
+	}
+}
+
+// A refused park of a keyed message (a replay of one still waiting, earlier this
+// time) leaves its key's queue as it was: the head stays the head and claimable.
+func caseOrderReplayKeepsItsPlace(t *testing.T, newSubject func(Config) Subject) {
+	s := newSubject(ordered).Store
+	ks := storeapi.ShardOfKey("orders", "K", 8)
+	mustPark(t, s, keyed("a", "K", t0), keyed("b", "K", t0+1))
+	if parked := mustPark(t, s, keyed("b", "K", t0-5)); parked[0] {
+		t.Fatal("a replay of b (same id, same key) was parked again")
+	}
+	if got, _, _ := claimAll(t, s, ks, t0+1000); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("claim after a refused replay of b = %v, want [a] (the head)", got)
 	}
 }
