@@ -33,7 +33,6 @@ func (s *Scheduler) pump(ctx context.Context, st *shardState) {
 	var c claimState
 	defer func() { c.drop(s) }()
 	var need int64 // bytes the shard's first due message needs (the last claim left it due)
-	var last grant // what the last claim took (claimSize)
 	for ctx.Err() == nil {
 		if !s.clockOK() { // no claims on a clock off Redis's; woken when it is back (clockcheck.go)
 			if st.wakeAt.Store(clock.NowMs(s.clk) + s.opt.SafetyScan.Milliseconds()); !sleep(s.opt.SafetyScan) {
@@ -41,7 +40,7 @@ func (s *Scheduler) pump(ctx context.Context, st *shardState) {
 			}
 			continue
 		}
-		req, now, ok := s.claimRequest(ctx, st, &c, lookahead, need, last)
+		req, now, ok := s.claimRequest(ctx, st, &c, lookahead, need)
 		if !ok {
 			return
 		}
@@ -71,8 +70,8 @@ func (s *Scheduler) pump(ctx context.Context, st *shardState) {
 			continue
 		}
 		c.resend = nil
-		last = grant{n: len(items), bytes: claimedBytes(items)}
-		s.credits.settle(c.grant, last.n, last.bytes)
+		c.last = grant{n: len(items), bytes: claimedBytes(items)}
+		s.credits.settle(c.grant, c.last.n, c.last.bytes)
 		c.grant = grant{}
 		need = needNext
 		if replayed {
@@ -109,6 +108,7 @@ type claimState struct {
 	lastDeadline int64
 	resend       *storeapi.ClaimRequest
 	grant        grant // the credits the claim in hand (or to send again) took
+	last         grant // what the last claim that answered took (claimSize)
 }
 
 // drop gives back the credits of a claim no longer to be sent again.
@@ -130,7 +130,7 @@ func (c *claimState) drop(s *Scheduler) {
 // lease later. A new claim takes as many messages and bytes as credits allow, up to
 // claimSize after the shard's last claim (need: the bytes the shard's first due
 // message needs, which the last claim's byte budget left due).
-func (s *Scheduler) claimRequest(ctx context.Context, st *shardState, c *claimState, lookahead, need int64, last grant) (storeapi.ClaimRequest, int64, bool) {
+func (s *Scheduler) claimRequest(ctx context.Context, st *shardState, c *claimState, lookahead, need int64) (storeapi.ClaimRequest, int64, bool) {
 	lease := s.opt.InflightLease.Milliseconds()
 	if c.resend != nil {
 		now := clock.NowMs(s.clk)
@@ -141,7 +141,7 @@ func (s *Scheduler) claimRequest(ctx context.Context, st *shardState, c *claimSt
 			"shard", st.shard, "deadline", time.UnixMilli(c.resend.LeaseDeadline).UTC())
 		c.drop(s)
 	}
-	most, want := s.claimSize(last)
+	most, want := s.claimSize(c.last)
 	g, err := s.credits.acquire(ctx, most, need, want, func() {
 		s.log.Debug("claim held back by scheduler.max_in_memory_bytes", "shard", st.shard, "need", need)
 	})
