@@ -1,3 +1,4 @@
+--- @include "zset"
 -- index: the id index and the done window of the shard store, included by the
 -- scripts that read or write remembered ids. docs/ARCHITECTURE.md "Store layout" gives
 -- the reasons and the figures.
@@ -210,8 +211,24 @@ local function kbdone(ix, fps, sec, now)
   end
   local t = tonumber(sec)
   local tb = string.char(math.floor(t / 16777216) % 256, math.floor(t / 65536) % 256, math.floor(t / 256) % 256, t % 256)
-  for _, g in ipairs(kbgroup(ix, fps)) do
-    if redis.call('ZADD', ix.kb, now, g.name) == 1 then
+  local groups = kbgroup(ix, fps)
+  -- Which blocks are new, and every block's latest delivery: one ZADD when the call
+  -- touches one block (it says whether it added it), else one ZMSCORE and one ZADD for
+  -- all (an ack of messages due together often touches a block per id or two).
+  local known = {}
+  if #groups == 1 then
+    known[1] = redis.call('ZADD', ix.kb, now, groups[1].name) == 0
+  else
+    local names, zadd = {}, {}
+    for k, g in ipairs(groups) do
+      names[k] = g.name
+      zadd[2 * k - 1], zadd[2 * k] = now, g.name
+    end
+    known = zpresent(ix.kb, names)
+    redis.call('ZADD', ix.kb, unpack(zadd))
+  end
+  for k, g in ipairs(groups) do
+    if not known[k] then
       -- A new block: its whole string at once, so that the slots written later do not
       -- grow it step by step (Redis grows a string to twice what it needs).
       redis.call('SETRANGE', g.key, KB_BLOCK * KB_SLOT - 1, '\0')

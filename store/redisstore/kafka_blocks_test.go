@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/delaybridge/delay-bridge/internal/envelope"
 )
 
 // TestKafkaIDsRememberedInBlocks: delivered ids of the Kafka default form are kept in
@@ -61,4 +63,42 @@ func kbKey(k shardKeys, name string) string {
 		return base
 	}
 	return base + ":" + name
+}
+
+// TestAckNotesManyBlocksOnce: an ack whose ids fall in many blocks (messages due
+// together, parked from many blocks) notes every block's latest delivery with one ZADD
+// and one ZMSCORE, not one ZADD per block, and still allocates each new block whole.
+func TestAckNotesManyBlocksOnce(t *testing.T) {
+	s, _, c := newTestStore(t, Options{Shards: 1, DoneWindow: time.Minute})
+	ctx := storeCtx(t)
+	k := s.keys[0]
+	var idList []string
+	for p := range 10 {
+		idList = append(idList, fmt.Sprintf("orders.delay/%d/%d/%012x", p, 5000+p, 0xbeef00+p))
+	}
+	tok := mustLease(t, s, 0, "i1")
+	envs := make([]*envelope.Envelope, len(idList))
+	for i, id := range idList {
+		envs[i] = env(id, t0)
+	}
+	mustPark(t, s, envs...)
+	items, _ := mustClaim(t, s, 0, tok, t0, 100)
+	if len(items) != len(idList) {
+		t.Fatalf("claimed %d of %d", len(items), len(idList))
+	}
+	resetStats(t, c)
+	if err := s.AckEnvelopes(ctx, items, t0); err != nil {
+		t.Fatal(err)
+	}
+	if got := callsOf(t, c, "zadd"); got != 1 {
+		t.Errorf("an ack touching 10 blocks ran ZADD %d times, want 1", got)
+	}
+	for p := range 10 {
+		if n := c.StrLen(ctx, kbKey(k, fmt.Sprintf("orders.delay/%d/4", p))).Val(); n != 1024*10 {
+			t.Errorf("block orders.delay/%d/4 of %d bytes, want 10240 (allocated whole)", p, n)
+		}
+	}
+	for _, id := range idList {
+		wantState(t, s, id, StateDelivered, t0)
+	}
 }
