@@ -48,13 +48,13 @@ const (
 // unreachable. The hash is computed inline (the same as hash/fnv's New32a,
 // TestShardOfIsFNV1a) and allocates nothing: it runs several times per message.
 func ShardOf(id string, shards int) int {
-	prefix, block, ok := kafkaBlock(id)
+	prefix, offset, ok := kafkaOffset(id)
 	if !ok {
 		return int(fnv1a(fnvOffset32, id) % uint32(shards))
 	}
 	var digits [20]byte
 	h := fnv1a(fnvOffset32, prefix)
-	h = fnv1a(h, string(strconv.AppendUint(digits[:0], block, 10)))
+	h = fnv1a(h, string(strconv.AppendUint(digits[:0], offset/ShardBlock, 10)))
 	return int(h % uint32(shards))
 }
 
@@ -64,12 +64,12 @@ func ShardOf(id string, shards int) int {
 // another shard. It must never change, like ShardOf.
 const ShardBlock = 1024
 
-// kafkaBlock splits an id of the Kafka default form "<topic>/<partition>/<offset>/<hash>"
+// kafkaOffset splits an id of the Kafka default form "<topic>/<partition>/<offset>/<hash>"
 // (topic non-empty, partition 1-10 decimal digits, offset 1-19 decimal digits at most
-// MaxInt64, hash 12 lowercase hex digits) into "<topic>/<partition>/" and
-// offset / ShardBlock; ok is false for any other id. It reads the id from its end, so a
+// MaxInt64, hash 12 lowercase hex digits) into "<topic>/<partition>/" and the offset;
+// ok is false for any other id. It reads the id from its end, so a
 // topic may hold anything (Kafka's do not hold '/').
-func kafkaBlock(id string) (prefix string, block uint64, ok bool) {
+func kafkaOffset(id string) (prefix string, offset uint64, ok bool) {
 	const hashLen = 12
 	n := len(id)
 	if n < hashLen+6 || id[n-hashLen-1] != '/' {
@@ -89,7 +89,7 @@ func kafkaBlock(id string) (prefix string, block uint64, ok bool) {
 	if !ok || pstart < 2 { // pstart-1 is the '/' after the topic
 		return "", 0, false
 	}
-	return id[:start], offset / ShardBlock, true
+	return id[:start], offset, true
 }
 
 // KafkaOffset splits an id of the Kafka default form (as ShardOf reads it) into
@@ -97,14 +97,11 @@ func kafkaBlock(id string) (prefix string, block uint64, ok bool) {
 // false for any other id. A store may keep what it remembers of such ids per block of
 // ShardBlock offsets (they share a shard).
 func KafkaOffset(id string) (prefix string, offset uint64, hash string, ok bool) {
-	prefix, _, ok = kafkaBlock(id)
+	prefix, offset, ok = kafkaOffset(id)
 	if !ok {
 		return "", 0, "", false
 	}
 	const hashLen = 12
-	for i := len(prefix); id[i] != '/'; i++ {
-		offset = offset*10 + uint64(id[i]-'0')
-	}
 	return prefix, offset, id[len(id)-hashLen:], true
 }
 
