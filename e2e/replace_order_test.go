@@ -42,7 +42,7 @@ func TestReplaceStormOrderedKafka(t *testing.T) {
 	for burst := range stormN / stormBurst {
 		msgs := make([]kafka.Message, stormBurst)
 		for j := range msgs {
-			last = time.Now()
+			last = time.Now().Truncate(time.Millisecond) // a record's timestamp is whole ms: its due time counts from there
 			msgs[j] = rec("storm", fmt.Sprintf("v%d", burst*stormBurst+j), stormDelay, true)
 		}
 		write(t, w, msgs...)

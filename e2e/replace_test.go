@@ -60,7 +60,7 @@ func TestReplaceStormKafka(t *testing.T) {
 		msgs := make([]kafka.Message, stormBurst)
 		for j := range msgs {
 			i := burst*stormBurst + j
-			last = time.Now()
+			last = time.Now().Truncate(time.Millisecond) // a record's timestamp is whole ms: its due time counts from there
 			msgs[j] = kafka.Message{Key: []byte("cart-1"), Value: []byte(fmt.Sprintf("v%d", i)), Time: last, Headers: []kafka.Header{
 				{Key: "x-delay", Value: []byte(strconv.FormatInt(stormDelay.Milliseconds(), 10))},
 				{Key: "x-message-id", Value: []byte("cart-1")}, {Key: "x-delay-replace", Value: []byte("true")},
@@ -194,7 +194,7 @@ func TestKcatDebounce(t *testing.T) {
 	defer cancel()
 	var last time.Time
 	for _, v := range []string{"v1", "v2", "v3"} {
-		last = time.Now()
+		last = time.Now().Truncate(time.Millisecond) // a record's timestamp is whole ms: its due time counts from there
 		// The recipe's line, with a 1.5 s delay instead of 30 minutes.
 		produce := exec.CommandContext(ctx, kcat, "-P", "-b", addr, "-t", "carts.delay", "-K", ":",
 			"-H", "x-message-id=cart-42", "-H", "x-delay-replace=true", "-H", "x-delay=1500")
