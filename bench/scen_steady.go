@@ -14,6 +14,9 @@ type SteadyStep struct {
 	BridgeRSS int64     `json:"bridge_rss_bytes"`
 	// Stages break the bridge's part of the lateness down (stages.go).
 	Stages []Stage `json:"stages,omitempty"`
+	// ScriptCalls is the bridge's script calls per message by script (its
+	// redis_script_duration_seconds counts over the step).
+	ScriptCalls map[string]float64 `json:"script_calls_per_msg_by_script,omitempty"`
 }
 
 // SteadyResult is scenario 2.
@@ -119,6 +122,7 @@ func steadyStep(e *env, rate float64, dur, minD, maxD time.Duration) (SteadyStep
 	}
 	cs0 := e.redis.commandStats(e.ctx)
 	h0, herr := scrapeHists(b.admin)
+	sc0, scerr := scrapeScriptCalls(b.admin)
 	p, err := probe(e, fmt.Sprintf("bridge %d", int(rate)), src, dst, rate, dur, maxD, 30*time.Second, false,
 		delayed("s", minD, maxD), map[string]int{"bridge": b.pid()}, true)
 	<-profDone
@@ -133,6 +137,10 @@ func steadyStep(e *env, rate float64, dur, minD, maxD time.Duration) (SteadyStep
 		}
 	} else {
 		logf("  stages: %v %v", herr, err)
+	}
+	if sc1, err := scrapeScriptCalls(b.admin); err == nil && scerr == nil {
+		st.ScriptCalls = callsPerMsg(sc0, sc1, p.Arrived)
+		logf("  script calls per message by script: %s", fmtCalls(st.ScriptCalls))
 	}
 	st.Redis = redisCost(cs0, e.redis.commandStats(e.ctx), p.Arrived)
 	if secs := p.CPU.WallSeconds; secs > 0 && p.Arrived > 0 {

@@ -156,3 +156,70 @@ func writeStages(b *strings.Builder, steps []SteadyStep) {
 		}
 	}
 }
+
+// scriptCallsMetric counts the bridge's script calls, one histogram series per script.
+const scriptCallsMetric = "delaybridge_redis_script_duration_seconds_count{"
+
+// scrapeScriptCalls reads the bridge's /metrics and returns its script calls so far by
+// script name.
+func scrapeScriptCalls(admin string) (map[string]float64, error) {
+	resp, err := http.Get("http://" + admin + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
+	}
+	return parseScriptCalls(resp.Body)
+}
+
+func parseScriptCalls(r io.Reader) (map[string]float64, error) {
+	out := map[string]float64{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), scriptCallsMetric)
+		if !ok {
+			continue
+		}
+		_, name, ok := strings.Cut(rest, `script="`)
+		if !ok {
+			continue
+		}
+		name, after, _ := strings.Cut(name, `"`)
+		fields := strings.Fields(after)
+		if len(fields) == 0 {
+			continue
+		}
+		if n, err := strconv.ParseFloat(fields[len(fields)-1], 64); err == nil {
+			out[name] += n
+		}
+	}
+	return out, sc.Err()
+}
+
+// callsPerMsg is the script calls per message of each script between two scrapes.
+func callsPerMsg(before, after map[string]float64, msgs int) map[string]float64 {
+	out := map[string]float64{}
+	for name, n := range after {
+		if d := n - before[name]; d > 0 && msgs > 0 {
+			out[name] = d / float64(msgs)
+		}
+	}
+	return out
+}
+
+// fmtCalls prints calls per message by script, largest first.
+func fmtCalls(m map[string]float64) string {
+	names := make([]string, 0, len(m))
+	for n := range m {
+		names = append(names, n)
+	}
+	sort.Slice(names, func(i, j int) bool { return m[names[i]] > m[names[j]] })
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = fmt.Sprintf("%s %.4f", n, m[n])
+	}
+	return strings.Join(parts, ", ")
+}
