@@ -582,3 +582,21 @@ func TestStoreObserver(t *testing.T) {
 		t.Fatalf("invalid counts %v", rec.invalid)
 	}
 }
+
+// TestStoreObserverCountsPipelinedCalls: a park spread over three shards is one round
+// trip of three script calls, and the script histogram counts three (it counts what
+// Redis runs, which is what a call's fixed cost is paid on).
+func TestStoreObserverCountsPipelinedCalls(t *testing.T) {
+	rec := &recorder{scripts: map[string]int{}, invalid: map[string]int{}}
+	s, _, _ := newTestStore(t, Options{Observer: rec})
+	var envs []*envelope.Envelope
+	for sh := range 3 {
+		envs = append(envs, env(idsOnShard(s, sh, 1, "p")[0], t0))
+	}
+	mustPark(t, s, envs...)
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if rec.scripts["park"] != 3 {
+		t.Fatalf("script timings %v: want 3 park calls", rec.scripts)
+	}
+}
