@@ -295,15 +295,19 @@ func (b *Bridge) newScheduler(shardStore storeapi.Store) (*scheduler.Scheduler, 
 }
 
 // ackInterval batches acknowledgements (scheduler.Options.AckInterval) under
-// at-least-once delivery: acks are off the consumer's path, and at 1k msgs/s one ack
-// call per published message was a tenth of the bridge's CPU and most of Redis's
-// (a CPU profile of `bench -profile`). At-most-once acknowledges before publishing, so
-// there it stays synchronous.
+// at-least-once delivery: acks are off the consumer's path, and each shard's ack is a
+// script call whose fixed cost in Redis is several messages' own. At 50 ms an ack call
+// carried 15 messages at 20k msgs/s over 64 shards and 5 at `shards: 1024`; at 250 ms,
+// five times as many, for a fifth of the ack calls (docs/BENCHMARKS.md, "Acks and
+// parks per call"). The price is in crashes: a killed instance's messages published in
+// its last quarter second are published again by the next owner (at-least-once), as a
+// Kafka consumer's auto-commit interval replays what it consumed since its last commit.
+// At-most-once acknowledges before publishing, so there it stays synchronous.
 func (b *Bridge) ackInterval() time.Duration {
 	if b.cfg.Delivery == config.DeliveryAtMostOnce {
 		return 0
 	}
-	return 50 * time.Millisecond
+	return 250 * time.Millisecond
 }
 
 // coldOptions maps scheduler.cold_horizon (0 = off) onto the store's cold tier.

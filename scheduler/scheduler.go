@@ -124,7 +124,7 @@ func New(opt Options) (*Scheduler, error) {
 		store:   opt.Store,
 		clk:     opt.Clock,
 		credits: newCredits(opt.MaxInMemory, opt.MaxInMemoryBytes),
-		acks:    newAcker(),
+		acks:    newAcker(opt.MaxInMemory, opt.MaxInMemoryBytes),
 		log:     opt.Logger,
 		obs:     opt.Observer,
 		holder:  opt.Instance + "#" + hex.EncodeToString(inc[:]),
