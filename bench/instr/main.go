@@ -1,0 +1,240 @@
+// Command instr counts the CPU instructions redis-server executes per message for the
+// store's park, claim and ack, with valgrind's callgrind: a count, not a time, so it
+// repeats to the instruction for the same binaries and inputs whatever else the
+// machine is doing (shared 2-core hosts move timings by 2-3x; this does not move).
+//
+//	cd bench && go run ./instr                       # calls of 30 Kafka default ids
+//	cd bench && go run ./instr -batch 10 -ids short  # calls of 10 user-given ids
+//	cd bench && go run ./instr -top 25               # and the top functions of the full run
+//
+// Each stage runs on a fresh redis-server under callgrind (no persistence), prefilled
+// so that the shard's sorted sets have a live shard's encoding (2,000 messages due in
+// an hour and 600 in flight: skiplists, not listpacks), then -rounds rounds of -batch
+// messages on one shard: park only; park and claim; park, claim and ack. The
+// differences between the stages' totals, divided by the messages, are each script's
+// instructions per message, the fixed cost of its calls included (startup, library
+// load and prefill cancel out against the prefill-only stage).
+//
+// It needs valgrind (callgrind) and redis-server on PATH (-redis-server picks
+// another build: one built from source with symbols names Lua's and Redis's functions
+// in -top instead of addresses).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/store/redisstore"
+)
+
+const t0 = int64(1_700_000_000_000)
+
+type options struct {
+	batch, rounds int
+	kafkaIDs      bool
+	server        string
+	top           int
+}
+
+// stages are cumulative: each runs what the one before ran and one more script.
+var stages = []string{"prefill", "park", "claim", "ack"}
+
+func main() {
+	var o options
+	ids := flag.String("ids", "kafka", "kafka: ids of the Kafka default form (topic/partition/offset/hash); short: user-given ids")
+	flag.IntVar(&o.batch, "batch", 30, "messages per call")
+	flag.IntVar(&o.rounds, "rounds", 300, "park/claim/ack rounds")
+	flag.StringVar(&o.server, "redis-server", "redis-server", "the redis-server binary")
+	flag.IntVar(&o.top, "top", 0, "print the N functions with the most instructions of the full run (callgrind_annotate)")
+	flag.Parse()
+	o.kafkaIDs = *ids == "kafka"
+	if err := run(o); err != nil {
+		fmt.Fprintln(os.Stderr, "instr:", err)
+		os.Exit(1)
+	}
+}
+
+func run(o options) error {
+	if _, err := exec.LookPath("valgrind"); err != nil {
+		return fmt.Errorf("valgrind not found (apt-get install valgrind): %w", err)
+	}
+	dir, err := os.MkdirTemp("", "instr-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	totals := make([]int64, len(stages))
+	for i := range stages {
+		out := filepath.Join(dir, stages[i]+".callgrind")
+		if totals[i], err = measure(o, i, out); err != nil {
+			return fmt.Errorf("stage %s: %w", stages[i], err)
+		}
+		if o.top > 0 && i == len(stages)-1 {
+			annotate(out, o.top)
+		}
+	}
+	msgs := float64(o.batch * o.rounds)
+	fmt.Printf("redis-server instructions per message, calls of %d, %s ids, %d rounds (cd bench && go run ./instr -batch %d -ids %s):\n\n",
+		o.batch, map[bool]string{true: "kafka", false: "short"}[o.kafkaIDs], o.rounds, o.batch, map[bool]string{true: "kafka", false: "short"}[o.kafkaIDs])
+	fmt.Println("| script | instructions per message |")
+	fmt.Println("|---|---|")
+	for i := 1; i < len(stages); i++ {
+		fmt.Printf("| %s | %.0f |\n", stages[i], float64(totals[i]-totals[i-1])/msgs)
+	}
+	fmt.Printf("| park + claim + ack | %.0f |\n", float64(totals[len(stages)-1]-totals[0])/msgs)
+	return nil
+}
+
+// measure runs stage upto (index into stages) on a fresh redis-server under callgrind
+// and returns its instruction total.
+func measure(o options, upto int, out string) (int64, error) {
+	port, err := freePort()
+	if err != nil {
+		return 0, err
+	}
+	cmd := exec.Command("valgrind", "--tool=callgrind", "--callgrind-out-file="+out, o.server,
+		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	for rdb.Ping(ctx).Err() != nil {
+		if ctx.Err() != nil {
+			_ = cmd.Process.Kill()
+			return 0, fmt.Errorf("redis-server under valgrind did not answer at %s", addr)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	werr := workload(ctx, rdb, o, upto)
+	_ = rdb.Do(ctx, "SHUTDOWN", "NOSAVE").Err() // callgrind writes its totals on exit
+	if err := cmd.Wait(); err != nil && werr == nil {
+		werr = fmt.Errorf("redis-server: %w", err)
+	}
+	if werr != nil {
+		return 0, werr
+	}
+	return totalOf(out)
+}
+
+// workload prefills one shard, then runs rounds of the stages up to upto.
+func workload(ctx context.Context, rdb *redis.Client, o options, upto int) error {
+	s, err := redisstore.New(ctx, rdb, redisstore.Options{Shards: 1, DoneWindow: time.Hour})
+	if err != nil {
+		return err
+	}
+	tok, err := s.AcquireLease(ctx, 0, "instr", 1<<40)
+	if err != nil {
+		return err
+	}
+	var pre []*envelope.Envelope
+	for j := range 2000 {
+		pre = append(pre, message(fmt.Sprintf("far-%d", j), t0+3_600_000))
+	}
+	for j := range 600 {
+		pre = append(pre, message(fmt.Sprintf("held-%d", j), t0-1000))
+	}
+	for k := 0; k < len(pre); k += 200 {
+		if _, _, err := s.Park(ctx, pre[k:k+200]); err != nil {
+			return err
+		}
+	}
+	if _, _, err := s.Claim(ctx, 0, "instr", tok, t0-1000, t0+30_000, 600); err != nil {
+		return err
+	}
+	for i := 0; upto > 0 && i < o.rounds; i++ {
+		envs := make([]*envelope.Envelope, o.batch)
+		for j := range envs {
+			id := fmt.Sprintf("c%d-%d", i, j)
+			if o.kafkaIDs {
+				id = fmt.Sprintf("orders.delay/3/%d/%012x", i*o.batch+j, i*o.batch+j)
+			}
+			envs[j] = message(id, t0)
+		}
+		if _, _, err := s.Park(ctx, envs); err != nil {
+			return err
+		}
+		if upto < 2 {
+			continue
+		}
+		items, _, err := s.Claim(ctx, 0, "instr", tok, t0, t0+30_000, o.batch)
+		if err != nil {
+			return err
+		}
+		if upto < 3 {
+			continue
+		}
+		if err := s.AckEnvelopes(ctx, items, t0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// message is a typical small Kafka message: a 100-byte payload, a key, two headers.
+func message(id string, due int64) *envelope.Envelope {
+	return &envelope.Envelope{
+		ID: id, Route: "orders", SourceBroker: envelope.BrokerKafka, Source: "orders.delay",
+		DueAt: due, ReceivedAt: due, Key: []byte("customer-42"), Payload: make([]byte, 100),
+		Headers: []envelope.Header{{Key: "traceparent", Value: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}, {Key: "x-delay", Value: "60000"}},
+	}
+}
+
+// totalOf reads the instruction total callgrind wrote ("totals:" or "summary:").
+func totalOf(path string) (int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "totals: "); ok {
+			return strconv.ParseInt(strings.Fields(v)[0], 10, 64)
+		}
+		if v, ok := strings.CutPrefix(line, "summary: "); ok {
+			return strconv.ParseInt(strings.Fields(v)[0], 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("%s: no totals line", path)
+}
+
+// annotate prints the n functions with the most instructions of a callgrind file.
+func annotate(path string, n int) {
+	out, err := exec.Command("callgrind_annotate", path).Output()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "callgrind_annotate:", err)
+		return
+	}
+	lines := strings.Split(string(out), "\n")
+	shown := 0
+	fmt.Println("Top functions of the park + claim + ack run (instructions, exclusive):")
+	for _, l := range lines {
+		if shown < n && strings.Contains(l, "(") && strings.Contains(l, "%)") && !strings.Contains(l, "PROGRAM TOTALS") {
+			fmt.Println("   ", strings.TrimSpace(l))
+			shown++
+		}
+	}
+	fmt.Println()
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
