@@ -194,6 +194,9 @@ func TestHTTPScheduleRepliesDueNow(t *testing.T) {
 		}
 	}
 	waitUntil(t, "all delivered", 30*time.Second, func() bool { return e.outA.uniqueCount() == n })
+	// A message reaches the consumer before its acknowledgement reaches Redis (acks are
+	// written in batches): until then a repost is a duplicate of one in flight.
+	waitUntil(t, "now-7 acknowledged", 10*time.Second, func() bool { _, st := e.bridge.state("now-7"); return st == "delivered" })
 	var res struct {
 		Duplicate bool `json:"duplicate"`
 	}

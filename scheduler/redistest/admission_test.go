@@ -2,9 +2,11 @@ package redistest
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/delaybridge/delay-bridge/internal/observe"
 	"github.com/delaybridge/delay-bridge/membership"
 	"github.com/delaybridge/delay-bridge/scheduler"
 	"github.com/delaybridge/delay-bridge/store/redisstore"
@@ -41,21 +43,40 @@ func TestRestartUnderADeadNameHoldsOffUntilTheOthersTookItsShare(t *testing.T) {
 			t.Fatalf("acquire shard %d for the dead incarnation: %d %v", sh, tok, err)
 		}
 	}
-	withAdmission := func(o *scheduler.Options) { o.LeaseTTL, o.Admission = ttl, membership.NewAdmission(ttl) }
-	a := startScheduler(t, r, "a", &recordingSink{}, withAdmission)
-	b := startScheduler(t, r, "b", &recordingSink{}, withAdmission)
+	// The order of the two is read from each scheduler's own report at the end of every
+	// ownership round (Observer.ShardsOwned), not by polling: a poll starved on a busy
+	// machine could miss the moment a held all eight.
+	var seq atomic.Int64
+	var aAll, bFirst atomic.Int64 // the sequence number of a's first report of 8, of b's first of any
+	obsA := ownedReports{f: func(n int) {
+		if n == 8 {
+			aAll.CompareAndSwap(0, seq.Add(1))
+		}
+	}}
+	obsB := ownedReports{f: func(n int) {
+		if n > 0 {
+			bFirst.CompareAndSwap(0, seq.Add(1))
+		}
+	}}
+	withAdmission := func(obs observe.Observer) func(o *scheduler.Options) {
+		return func(o *scheduler.Options) {
+			o.LeaseTTL, o.Admission, o.Observer = ttl, membership.NewAdmission(ttl), obs
+		}
+	}
+	a := startScheduler(t, r, "a", &recordingSink{}, withAdmission(obsA))
+	b := startScheduler(t, r, "b", &recordingSink{}, withAdmission(obsB))
 
-	aHadAll := false
-	waitFor(t, "the restarted b owns its share", 10*time.Second, func() bool {
-		nb := len(b.sched.OwnedShards())
-		if nb > 0 && !aHadAll {
-			t.Fatalf("the restarted b took shards %v before a had taken the dead incarnation's share over (a owns %v)",
-				b.sched.OwnedShards(), a.sched.OwnedShards())
-		}
-		if len(a.sched.OwnedShards()) == 8 {
-			aHadAll = true
-		}
-		return nb == bShare
-	})
+	waitFor(t, "the restarted b owns its share", 10*time.Second, func() bool { return len(b.sched.OwnedShards()) == bShare })
+	if fa, fb := aAll.Load(), bFirst.Load(); fa == 0 || fb < fa {
+		t.Fatalf("the restarted b took shards (report #%d) before a had taken the dead incarnation's share over (a's report of all 8: #%d)", fb, fa)
+	}
 	waitFor(t, "a hands b's share back", 5*time.Second, func() bool { return len(a.sched.OwnedShards()) == 8-bShare })
 }
+
+// ownedReports is an Observer that passes each ShardsOwned report to f.
+type ownedReports struct {
+	observe.Nop
+	f func(n int)
+}
+
+func (o ownedReports) ShardsOwned(n int) { o.f(n) }
