@@ -297,9 +297,9 @@ func (b *Bridge) newScheduler(shardStore storeapi.Store) (*scheduler.Scheduler, 
 // ackInterval batches acknowledgements (scheduler.Options.AckInterval) under
 // at-least-once delivery: acks are off the consumer's path, and each shard's ack is a
 // script call whose fixed cost in Redis is several messages' own. At 50 ms an ack call
-// carried 15 messages at 20k msgs/s over 64 shards and 5 at `shards: 1024`; at 250 ms,
-// five times as many, for a fifth of the ack calls (docs/BENCHMARKS.md, "Acks and
-// parks per call"). The price is in crashes: a killed instance's messages published in
+// carried 22 messages at 20k msgs/s over 64 shards and 9 at `shards: 1024`; at 250 ms
+// 86 and 39 (the bench's script calls per message by script, docs/BENCHMARKS.md
+// "Calls per message"). The price is in crashes: a killed instance's messages published in
 // its last quarter second are published again by the next owner (at-least-once), as a
 // Kafka consumer's auto-commit interval replays what it consumed since its last commit.
 // At-most-once acknowledges before publishing, so there it stays synchronous.

@@ -120,8 +120,8 @@ type Config struct {
 	// BatchWait is how long a batch stays open after its first record; default 10ms.
 	// A batch of a partition's records is one park script call (their default ids put
 	// them in one shard), whose fixed cost in Redis is several records' own: at 20k
-	// msgs/s over 6 partitions 2 ms gave about 12 records per call, 10 ms about 30
-	// (docs/BENCHMARKS.md). A record waits at most this long before it is parked, which
+	// msgs/s over 6 partitions 2 ms gave about 39 records per call, 10 ms about 65
+	// (docs/BENCHMARKS.md "Calls per message"). A record waits at most this long before it is parked, which
 	// only a delay shorter than that can see.
 	BatchWait time.Duration
 	// StallTimeout is how long an owned partition may have lag without progress
