@@ -1,7 +1,8 @@
 // Command instr counts the CPU instructions redis-server executes per message for the
 // store's park, claim and ack, with valgrind's callgrind: a count, not a time, so it
-// repeats to the instruction for the same binaries and inputs whatever else the
-// machine is doing (shared 2-core hosts move timings by 2-3x; this does not move).
+// repeats within about 2 % (redis-server's timers and the client's timing move it a
+// little) whatever else the machine is doing, where shared 2-core hosts move timings by
+// 2-3x.
 //
 //	cd bench && go run ./instr                       # calls of 30 Kafka default ids
 //	cd bench && go run ./instr -batch 10 -ids short  # calls of 10 user-given ids
