@@ -121,8 +121,7 @@ func steadyStep(e *env, rate float64, dur, minD, maxD time.Duration) (SteadyStep
 		close(profDone)
 	}
 	cs0 := e.redis.commandStats(e.ctx)
-	h0, herr := scrapeHists(b.admin)
-	sc0, scerr := scrapeScriptCalls(b.admin)
+	m0, merr := scrapeMetrics(b.admin)
 	p, err := probe(e, fmt.Sprintf("bridge %d", int(rate)), src, dst, rate, dur, maxD, 30*time.Second, false,
 		delayed("s", minD, maxD), map[string]int{"bridge": b.pid()}, true)
 	<-profDone
@@ -130,17 +129,16 @@ func steadyStep(e *env, rate float64, dur, minD, maxD time.Duration) (SteadyStep
 		return SteadyStep{}, err
 	}
 	st := SteadyStep{ProbeResult: p, BridgeRSS: rssBytes(b.pid())}
-	if h1, err := scrapeHists(b.admin); err == nil && herr == nil {
-		st.Stages = stagesBetween(h0, h1)
+	m1, err := scrapeMetrics(b.admin)
+	if err == nil && merr == nil {
+		st.Stages = stagesBetween(m0.hists, m1.hists)
 		for _, sg := range st.Stages {
 			logf("  stage %-40s n %8.0f  p50 %7.2f  p99 %7.2f  p999 %7.2f ms", sg.Name, sg.Count, sg.P50, sg.P99, sg.P999)
 		}
-	} else {
-		logf("  stages: %v %v", herr, err)
-	}
-	if sc1, err := scrapeScriptCalls(b.admin); err == nil && scerr == nil {
-		st.ScriptCalls = callsPerMsg(sc0, sc1, p.Arrived)
+		st.ScriptCalls = callsPerMsg(m0.calls, m1.calls, p.Arrived)
 		logf("  script calls per message by script: %s", fmtCalls(st.ScriptCalls))
+	} else {
+		logf("  stages: %v %v", merr, err)
 	}
 	st.Redis = redisCost(cs0, e.redis.commandStats(e.ctx), p.Arrived)
 	if secs := p.CPU.WallSeconds; secs > 0 && p.Arrived > 0 {

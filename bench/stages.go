@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"math"
@@ -38,18 +39,33 @@ var stageMetrics = []struct{ name, metric string }{
 // over label sets other than le.
 type histSnap map[string]map[float64]float64
 
-// scrapeHists reads the bridge's /metrics and keeps the stage histograms' buckets.
-func scrapeHists(admin string) (histSnap, error) {
+// scrape is what a steady step reads of the bridge's /metrics before and after it.
+type scrape struct {
+	hists histSnap           // the stage histograms' buckets
+	calls map[string]float64 // script calls so far by script
+}
+
+// scrapeMetrics reads the bridge's /metrics once and parses both.
+func scrapeMetrics(admin string) (scrape, error) {
 	resp, err := http.Get("http://" + admin + "/metrics")
 	if err != nil {
-		return nil, err
+		return scrape{}, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return nil, fmt.Errorf("GET /metrics: %s: %s", resp.Status, body)
+		return scrape{}, fmt.Errorf("GET /metrics: %s: %s", resp.Status, body)
 	}
-	return parseHists(resp.Body)
+	text, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return scrape{}, err
+	}
+	var sn scrape
+	if sn.hists, err = parseHists(bytes.NewReader(text)); err != nil {
+		return scrape{}, err
+	}
+	sn.calls, err = parseScriptCalls(bytes.NewReader(text))
+	return sn, err
 }
 
 func parseHists(r io.Reader) (histSnap, error) {
@@ -159,20 +175,6 @@ func writeStages(b *strings.Builder, steps []SteadyStep) {
 
 // scriptCallsMetric counts the bridge's script calls, one histogram series per script.
 const scriptCallsMetric = "delaybridge_redis_script_duration_seconds_count{"
-
-// scrapeScriptCalls reads the bridge's /metrics and returns its script calls so far by
-// script name.
-func scrapeScriptCalls(admin string) (map[string]float64, error) {
-	resp, err := http.Get("http://" + admin + "/metrics")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
-	}
-	return parseScriptCalls(resp.Body)
-}
 
 func parseScriptCalls(r io.Reader) (map[string]float64, error) {
 	out := map[string]float64{}

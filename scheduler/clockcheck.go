@@ -123,10 +123,7 @@ func (s *Scheduler) wakePumps() {
 	defer s.mu.Unlock()
 	for _, st := range s.shards {
 		if st != nil {
-			select {
-			case st.wake <- struct{}{}:
-			default:
-			}
+			notify(st.wake)
 		}
 	}
 }

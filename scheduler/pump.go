@@ -204,10 +204,7 @@ func (s *Scheduler) planClaim(st *shardState, nextDue, now int64) int64 {
 func (s *Scheduler) endFailedClaim(st *shardState) {
 	st.claiming.Store(false)
 	if st.parkedDuring.Swap(0) > 0 {
-		select {
-		case st.wake <- struct{}{}:
-		default:
-		}
+		notify(st.wake)
 	}
 }
 
@@ -273,10 +270,7 @@ func (s *Scheduler) Notify(minDue map[int]int64) {
 		} else if due >= st.wakeAt.Load()+margin {
 			continue
 		}
-		select {
-		case st.wake <- struct{}{}:
-		default:
-		}
+		notify(st.wake)
 	}
 }
 
