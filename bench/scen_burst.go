@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"sort"
 	"sync"
 	"time"
@@ -164,6 +165,21 @@ func burstRun(e *env, i, n int, maxRate, trickleRate float64) (BurstRun, error) 
 	deadline := time.Now().Add(limit)
 	sleepCtx(e.ctx, time.Until(t0))
 	drainMeter := newCPUMeter(e.pids(map[string]int{"bridge": b.pid()}))
+	profDone := make(chan struct{})
+	if e.profile { // the drain's first seconds: the bridge at full speed
+		go func() {
+			defer close(profDone)
+			secs := int(min(8, max(1, expectDrain/2)))
+			path := filepath.Join(e.outDir, fmt.Sprintf("%s-bridge-cpu-drain-%.0f.pprof", e.stamp, maxRate))
+			if err := b.cpuProfile(path, secs); err != nil {
+				logf("cpu profile: %v", err)
+			} else {
+				logf("bridge CPU profile of the drain: %s (go tool pprof -top %s)", path, path)
+			}
+		}()
+	} else {
+		close(profDone)
+	}
 	for time.Now().Before(deadline) && e.ctx.Err() == nil {
 		s, _, _ := c.snapshot()
 		nb := 0
@@ -181,6 +197,7 @@ func burstRun(e *env, i, n int, maxRate, trickleRate float64) (BurstRun, error) 
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	<-profDone
 	cancel()
 	wg.Wait()
 	c.waitQuiet(time.Second, 10*time.Second)

@@ -13,6 +13,9 @@
 -- KEYS[6] nx         HASH successors (successor.lua): an acked id's successor becomes
 --                    pending instead of the id being remembered as delivered
 -- KEYS[7] due        ZSET (successors are promoted into it)
+-- KEYS[8] ko         HASH (the wrapper's: ordered_ack.lua)
+-- KEYS[9] ki         HASH (the wrapper's: ordered_ack.lua)
+-- KEYS[10] dead      ZSET (read only when some id of the batch was not in flight)
 -- ARGV[1] now (integer unix ms)
 -- ARGV[2] remember: 1 to record acked ids in the done window, 0 when it is off
 -- ARGV[3] trimBefore: done slices that ended at or before this are forgotten
@@ -48,7 +51,22 @@ for i = 7, #ARGV, step do
     at[m] = i
   end
 end
-local held = zpresent(KEYS[2], ids)
+-- One ZREM takes the batch out of inflight. Its count equal to the batch's says every
+-- id was in flight (the common case: no score is read, none formatted as text). Else
+-- the ids it removed are those left with an envelope in neither due nor dead: msg
+-- holds an envelope exactly for the ids in due, inflight or dead.
+local held = {}
+if m > 0 and redis.call('ZREM', KEYS[2], unpack(ids)) < m then
+  local envs = redis.call('HMGET', KEYS[1], unpack(ids))
+  local due, dead = zpresent(KEYS[7], ids), zpresent(KEYS[10], ids)
+  for j = 1, m do
+    held[j] = envs[j] and not due[j] and not dead[j]
+  end
+else
+  for j = 1, m do
+    held[j] = true
+  end
+end
 local acked, fps, left, k = {}, {}, {}, 0 -- left: per route, one cadd per route
 for j = 1, m do
   if held[j] then
@@ -63,7 +81,6 @@ for j = 1, m do
   end
 end
 if k > 0 then
-  redis.call('ZREM', KEYS[2], unpack(acked))
   if not withRoutes then
     local envs = redis.call('HMGET', KEYS[1], unpack(acked))
     for j = 1, k do

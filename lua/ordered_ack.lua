@@ -2,9 +2,7 @@
 --- @include "ack"
 -- ordered_ack: ack (ack.lua) with strict per-key order (order.lua).
 --
--- KEYS[1..7]  ack's keys (the 7th is due)
--- KEYS[8] ko  (order.lua)
--- KEYS[9] ki  (order.lua)
+-- KEYS[1..10] ack's keys (the 7th is due, the 8th ko and the 9th ki: order.lua)
 -- ARGV: ack's.
 -- Returns { acked, trimmed, woke }: woke is the earliest due time of a head promoted
 -- now, -1 if none.

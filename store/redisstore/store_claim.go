@@ -173,7 +173,7 @@ func (s *Store) ackCalls(shard int, ids, routes []string, now int64) []call {
 		args := make([]any, 0, 6+3*len(part))
 		args = append(args, now, remember, trimBefore, trimLimit, withRoutes)
 		args = append(args, s.doneSliceMs())
-		keys := withGuard(k, []string{k.msg, k.inflight, k.counts, k.ix, k.dn, k.nx, k.due, k.ko, k.ki})
+		keys := withGuard(k, []string{k.msg, k.inflight, k.counts, k.ix, k.dn, k.nx, k.due, k.ko, k.ki, k.dead})
 		for i, id := range part {
 			args = append(args, id)
 			if routes != nil {
