@@ -84,8 +84,12 @@ func helper(name string) string {
 }
 
 // IndexHelper is index.lua, the helper of the done window: the only source that builds
-// key names apart from ColdHelper (tests look for others that do).
+// key names apart from ColdHelper and MarkHelper (tests look for others that do).
 var IndexHelper = helper("index")
+
+// MarkHelper is kbmark.lua, index.lua's marks of the Kafka blocks with index entries,
+// which names its hash after the index's key.
+var MarkHelper = helper("kbmark")
 
 // ColdHelper is cold.lua, the helper of the cold tier, which names the shard's bucket
 // keys after its due key.

@@ -53,6 +53,8 @@ for i = 3, #ARGV, 5 do
   ids[n] = ARGV[i]
   fps[n] = ARGV[i + 4]
 end
+-- Kafka-form ids are looked up in the index only in the blocks kbmark.lua marks.
+ix.marked = true
 local states = ixget(ix, fps)
 local held = {}
 if n > 0 then

@@ -142,8 +142,8 @@ end
 -- coadd queues a message for its bucket; coflush appends the queued messages, one
 -- RPUSH per bucket, and returns their fps and index states (the caller writes them).
 
-local function coadd(co, id, due, env, fp)
-  fp = ixshort(fp) -- the index key (a Kafka-form fp also names its block: index.lua)
+local function coadd(co, id, due, env, full)
+  local fp = ixshort(full) -- the index key (a Kafka-form fp also names its block: index.lua)
   due = tonumber(due)
   local b = math.floor(due / CO_W)
   -- keyed by string: gopher-lua (bridge dev's server) grows a table's array part up
@@ -155,7 +155,7 @@ local function coadd(co, id, due, env, fp)
     co.q.order[#co.q.order + 1] = g
   end
   g.els[#g.els + 1] = fp .. couv(#id) .. id .. couv(due - b * CO_W) .. env
-  g.fps[#g.fps + 1] = fp
+  g.fps[#g.fps + 1] = full -- ixset marks a Kafka-form id's block (kbmark.lua)
   if due < g.min then
     g.min = due
   end
@@ -281,6 +281,7 @@ local function copromote(co, cs, dueKey, msgKey, ixKey, upTo, budget)
       redis.call('DEL', key)
       redis.call('ZREM', co.base .. 'cb', h[1])
       redis.call('HDEL', cw, 'cur', 'x' .. h[1])
+      kmpromoted(ix, b)
     else
       redis.call('HSET', cw, 'cur', h[1] .. ':' .. string.format('%d', from + #els))
     end

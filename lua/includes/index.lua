@@ -1,4 +1,5 @@
 --- @include "zset"
+--- @include "kbmark"
 -- index: the id index and the done window of the shard store, included by the
 -- scripts that read or write remembered ids. docs/ARCHITECTURE.md "Store layout" gives
 -- the reasons and the figures.
@@ -131,9 +132,11 @@ local function kbslots(g)
   return out
 end
 
--- kbget sets out[i] to the delivered state of each Kafka-form fps[i] its block holds.
+-- kbget sets out[i] to the delivered state of each Kafka-form fps[i] its block holds,
+-- and returns the blocks' groups (kbgroup).
 local function kbget(ix, fps, out)
-  for _, g in ipairs(kbgroup(ix, fps)) do
+  local groups = kbgroup(ix, fps)
+  for _, g in ipairs(groups) do
     local ts = kbslots(g)
     for j = 1, #g.at do
       if ts[j] then
@@ -141,6 +144,7 @@ local function kbget(ix, fps, out)
       end
     end
   end
+  return groups
 end
 
 -- kbpatch writes the slots of group g (each its hash and tb) with one SETRANGE of the
@@ -341,15 +345,32 @@ local function ixget(ix, fps)
   if #fps == 0 then
     return out
   end
-  kbget(ix, fps, out)
+  local groups = kbget(ix, fps, out)
   ixload(ix)
   if ix.n == 0 then
     return out
   end
-  -- The index holds the others, and a Kafka-form id's tombstone or cold place.
+  -- The index holds the others, and a Kafka-form id's tombstone or cold place: looked
+  -- for only in the blocks kbmark.lua marks, when the caller has set ix.marked (park);
+  -- every id otherwise.
+  local skip = {}
+  if ix.marked and #groups > 0 then
+    local names = {}
+    for k, g in ipairs(groups) do
+      names[k] = g.name
+    end
+    local live = kmlive(ix, names)
+    for k, g in ipairs(groups) do
+      if not live[k] then
+        for j = 1, g.n do
+          skip[g.at[j]] = true
+        end
+      end
+    end
+  end
   local at, short = {}, {}
   for i = 1, #fps do
-    if not out[i] then
+    if not out[i] and not skip[i] then
       at[#at + 1] = i
       short[#short + 1] = ixshort(fps[i])
     end
@@ -374,6 +395,7 @@ local function ixset(ix, fps, vals)
   if #fps == 0 then
     return
   end
+  kmnote(ix, fps, vals, FP)
   local short = {}
   for i = 1, #fps do
     short[i] = ixshort(fps[i])
@@ -543,6 +565,7 @@ local function dntrim(ix, before, limit)
     if not elem then
       redis.call('ZREM', ix.dn, member)
       redis.call('HDEL', ix.key, 'tcur')
+      kmtrimmed(ix)
     else
       local stop = math.min(#elem, off + FP * limit)
       local fps = {}

@@ -140,6 +140,9 @@ type shardKeys struct {
 //	                         b*1024+1023) of topic t's partition p, for ids of the Kafka
 //	                         default form: 10 bytes per offset (record hash, time)
 //	P:{C:n}:kb        ZSET   block name -> its latest delivery (unix ms), for trimming
+//	P:{C:n}:kxp, kxc  ZSET   block name -> highest cold bucket, latest cancel second of
+//	                         its ids' index entries: the blocks park looks up in the
+//	                         index (lua/includes/kbmark.lua)
 //	P:{C:n}:cb        ZSET   the cold tier's buckets (b -> b); P:{C:n}:cb:<b> LIST the
 //	                         pending messages due in [b*W, (b+1)*W), W = 65.536 s;
 //	                         P:{C:n}:cw HASH wm, cur: how far promotion went (lua/includes/cold.lua)
