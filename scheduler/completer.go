@@ -25,10 +25,11 @@ func (s *Scheduler) Published(ctx context.Context, envs []*envelope.Envelope) {
 }
 
 // ack writes the acknowledgement of envs, then forgets them and returns their credits.
+// They stay held until the write is done: a shard this instance lost and wants back is
+// acquired only once it holds none of the shard's copies (ownership.go), and acquiring
+// recovers the shard's in-flight set, which would fire again a copy whose ack is still
+// on its way.
 func (s *Scheduler) ack(ctx context.Context, envs []*envelope.Envelope) {
-	for _, env := range envs {
-		s.untrack(s.store.ShardOfEnv(env), env)
-	}
 	// One pipelined round trip for all shards: acking shard by shard cost a round trip
 	// per shard per batch on the dispatcher worker (bench: +11 % to +46 % drain rate).
 	s.retryRedis(ctx, "ack", func(ctx context.Context) error {
@@ -36,6 +37,9 @@ func (s *Scheduler) ack(ctx context.Context, envs []*envelope.Envelope) {
 		// (its per-route counts then need no envelope read).
 		return s.store.AckEnvelopes(ctx, envs, clock.NowMs(s.clk))
 	})
+	for _, env := range envs {
+		s.untrack(s.store.ShardOfEnv(env), env)
+	}
 	s.credits.release(len(envs), claimedBytes(envs))
 }
 

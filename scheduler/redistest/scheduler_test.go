@@ -549,10 +549,23 @@ func (g *gatedSink) Publish(ctx context.Context, msgs []*envelope.Envelope) []er
 	return g.recordingSink.Publish(ctx, msgs)
 }
 
+// slowAckStore writes acknowledgements a while after it is asked to, as a slow Redis
+// round trip would.
+type slowAckStore struct {
+	*redisstore.Store
+	delay time.Duration
+}
+
+func (s slowAckStore) AckEnvelopes(ctx context.Context, envs []*envelope.Envelope, now int64) error {
+	time.Sleep(s.delay)
+	return s.Store.AckEnvelopes(ctx, envs, now)
+}
+
 // TestReacquireWaitsForOwnPublishesInFlight: an instance whose lease lapsed (no other
 // holder took it) while messages were being published gets the shard back only after
 // those publishes finished and were acknowledged; recovering the in-flight set earlier
-// would fire them a second time.
+// would fire them a second time. The acknowledgements take a second to write, so a
+// copy that stopped counting as held before its ack was written would be fired again.
 func TestReacquireWaitsForOwnPublishesInFlight(t *testing.T) {
 	r := testkit.StartRedis(t)
 	ctx := context.Background()
@@ -563,7 +576,7 @@ func TestReacquireWaitsForOwnPublishesInFlight(t *testing.T) {
 	}
 	sink := &gatedSink{open: make(chan struct{})}
 	s := newScheduler(t, scheduler.Options{
-		Store: shardStore, Clock: clock.Real{}, Instance: "a",
+		Store: slowAckStore{Store: shardStore, delay: time.Second}, Clock: clock.Real{}, Instance: "a",
 		Tick: time.Millisecond, Lookahead: 200 * time.Millisecond, ClaimBatch: 100,
 		InflightLease: 30 * time.Second, LeaseTTL: time.Second, SafetyScan: 200 * time.Millisecond,
 		MaxInMemory: 1000, MaxAttempts: 3, BackoffInitial: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
@@ -607,8 +620,8 @@ func TestReacquireWaitsForOwnPublishesInFlight(t *testing.T) {
 		t.Fatalf("a re-acquired shards %v while its own publishes of them were still in flight", got)
 	}
 	close(sink.open)
-	waitFor(t, "a owns all 8 shards again", 5*time.Second, func() bool { return len(s.OwnedShards()) == 8 })
-	waitFor(t, "shards empty", 5*time.Second, func() bool { p, i, _ := totals(t, shardStore); return p == 0 && i == 0 })
+	waitFor(t, "a owns all 8 shards again", 10*time.Second, func() bool { return len(s.OwnedShards()) == 8 })
+	waitFor(t, "shards empty", 10*time.Second, func() bool { p, i, _ := totals(t, shardStore); return p == 0 && i == 0 })
 	time.Sleep(300 * time.Millisecond)
 	for id, c := range mergedSinks(t, &sink.recordingSink) {
 		if c != 1 {
