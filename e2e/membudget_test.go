@@ -88,7 +88,7 @@ func TestMemoryBoundedBurst(t *testing.T) {
 				t.Fatalf("the burst was parked %s before its due time, less than the lookahead (%s): claims raced the ingress, so the test cannot show what bounds the bridge's memory (a slow machine)",
 					parkedBy.Round(time.Millisecond), lookahead)
 			}
-			waitUntil(t, "every message delivered", tc.ahead+2*time.Minute, func() bool { return target.count() >= tc.n })
+			waitUntil(t, "every message delivered", tc.ahead+4*time.Minute, func() bool { return target.count() >= tc.n })
 			time.Sleep(500 * time.Millisecond) // a duplicate would arrive now
 			peak, hwm := rss.stop()
 
