@@ -52,7 +52,7 @@ if redis.call('GET', KEYS[4]) ~= ARGV[1] then
 end
 local again = {}
 if ARGV[10] == '1' then
-  again = redis.call('ZRANGEBYSCORE', KEYS[3], ARGV[3], ARGV[3], 'LIMIT', 0, ARGV[4])
+  again = redis.call('ZRANGEBYSCORE', KEYS[3], ARGV[3], ARGV[3], 'LIMIT', '0', ARGV[4])
 end
 if #again > 0 then
   local out = { 0, -1, 0 }
@@ -77,7 +77,7 @@ if lead >= 0 then
   local _, _, more = copromote(co, cs, KEYS[1], KEYS[2], KEYS[6], tonumber(ARGV[2]) + lead, tonumber(ARGV[6]))
   promoting = more
 end
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[2], 'WITHSCORES', 'LIMIT', 0, ARGV[4])
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[2], 'WITHSCORES', 'LIMIT', '0', ARGV[4])
 local out = { -1, 0, 0 }
 local n = 3
 local dropped = 0
@@ -173,7 +173,7 @@ while first <= #ids and not full do
     end
   end
 end
-local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local head = redis.call('ZRANGE', KEYS[1], '0', '0', 'WITHSCORES')
 if head[2] then
   out[1] = tonumber(head[2])
 end

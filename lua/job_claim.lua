@@ -25,5 +25,5 @@ elseif state ~= 'queued' then
   return 0
 end
 redis.call('HSET', KEYS[1], 'state', 'running', 'instance', ARGV[2], 'heartbeat', ARGV[3], 'updated', ARGV[3])
-redis.call('HINCRBY', KEYS[1], 'claims', 1)
+redis.call('HINCRBY', KEYS[1], 'claims', '1')
 return 1

@@ -5,9 +5,9 @@
 // and return value; the shard store (store/redisstore*.go) is the contract's Go
 // side, and package membership runs the lease_* scripts on Kafka partition leases too.
 //
-// Helpers live in includes/, one concern per file (counts, index, cold, successor,
-// order, routes, zset). A file names what it uses with `--- @include "<name>"` lines;
-// the loader (load.go) puts every helper a script needs in front of it, each once and
+// Helpers live in includes/, one concern per file (counts, index, cold, kbmark,
+// successor, order, routes, zset, num, envelope). A file names what it uses with
+// `--- @include "<name>"` lines; the loader (load.go) puts every helper a script needs in front of it, each once and
 // after what it includes itself, and makes the script's body the function
 // `local function <name>(KEYS, ARGV)`, so a wrapper calls the script it wraps
 // (ordered_park calls park). Helpers take keys as arguments, never KEYS.

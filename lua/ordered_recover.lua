@@ -11,7 +11,7 @@
 local o = ostart(KEYS[6], KEYS[7], KEYS[1], KEYS[3])
 local page = {}
 if o.on then
-  page = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[3] or ARGV[1], 'LIMIT', 0, ARGV[2])
+  page = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[3] or ARGV[1], 'LIMIT', '0', ARGV[2])
 end
 local r = recover(KEYS, ARGV)
 for _, id in ipairs(page) do

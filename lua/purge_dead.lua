@@ -7,7 +7,7 @@
 -- ARGV[1] limit: delete at most this many per call
 -- Returns { purged, more } with more = 1 when dead letters remain.
 local cs = cstart(KEYS[3])
-local page = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1, 'WITHSCORES')
+local page = redis.call('ZRANGE', KEYS[1], '0', itoa(tonumber(ARGV[1]) - 1), 'WITHSCORES')
 local ids = {}
 for i = 1, #page, 2 do
   ids[#ids + 1] = page[i]

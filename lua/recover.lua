@@ -20,7 +20,7 @@
 -- deadline), which puts them at the head of the shard.
 local cs = cstart(KEYS[4])
 local cutoff = ARGV[3] or ARGV[1]
-local page = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', cutoff, 'WITHSCORES', 'LIMIT', 0, ARGV[2])
+local page = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', cutoff, 'WITHSCORES', 'LIMIT', '0', ARGV[2])
 local ids = {}
 for i = 1, #page, 2 do
   ids[#ids + 1] = page[i]

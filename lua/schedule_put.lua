@@ -7,6 +7,6 @@
 -- ARGV[3] the definition (opaque bytes)
 -- Returns the new generation: one more than any earlier generation of the id, also
 -- across a delete.
-local gen = redis.call('HINCRBY', KEYS[2], ARGV[1], 1)
+local gen = redis.call('HINCRBY', KEYS[2], ARGV[1], '1')
 redis.call('HSET', KEYS[1], ARGV[1], table.concat({gen, ARGV[2], ARGV[3]}, ':'))
 return gen

@@ -51,6 +51,7 @@ type options struct {
 	server        string
 	top           int
 	prefillCold   bool
+	keep          string
 }
 
 // stages are cumulative: each runs what the one before ran and one more script.
@@ -64,6 +65,7 @@ func main() {
 	flag.StringVar(&o.server, "redis-server", "redis-server", "the redis-server binary")
 	flag.BoolVar(&o.prefillCold, "prefill-cold", false, "park the prefill an hour ahead (the cold tier) instead of two minutes")
 	flag.IntVar(&o.top, "top", 0, "print the N functions with the most instructions of the full run (callgrind_annotate)")
+	flag.StringVar(&o.keep, "keep", "", "write each stage's callgrind file into this directory and keep it (compare two stages with callgrind_annotate)")
 	flag.Parse()
 	o.kafkaIDs = *ids == "kafka"
 	if err := run(o); err != nil {
@@ -76,11 +78,18 @@ func run(o options) error {
 	if _, err := exec.LookPath("valgrind"); err != nil {
 		return fmt.Errorf("valgrind not found (apt-get install valgrind): %w", err)
 	}
-	dir, err := os.MkdirTemp("", "instr-")
-	if err != nil {
+	dir := o.keep
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "instr-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		dir = tmp
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	var err error
 	totals := make([]int64, len(stages))
 	for i := range stages {
 		out := filepath.Join(dir, stages[i]+".callgrind")

@@ -115,7 +115,7 @@ local function cofind(co, v, id)
   if not b then
     return nil
   end
-  local got, due, env = coparse(redis.call('LINDEX', cobkey(co, b), pos), b)
+  local got, due, env = coparse(redis.call('LINDEX', cobkey(co, b), itoa(pos)), b)
   if got ~= id then
     return nil
   end
@@ -163,6 +163,9 @@ local function coadd(co, id, due, env, full)
 end
 
 local function coflush(co)
+  if co.q.n == 0 then
+    return {}, {}
+  end
   local fps, marks = {}, {}
   local cb = co.base .. 'cb'
   co.head = nil
@@ -171,7 +174,7 @@ local function coflush(co)
     local first = redis.call('RPUSH', cobkey(co, g.b), unpack(g.els)) - #g.els
     local cur = first > 0 and tonumber(redis.call('ZSCORE', cb, member))
     if not cur or g.min < cur then
-      redis.call('ZADD', cb, g.min, member)
+      redis.call('ZADD', cb, itoa(g.min), member)
     end
     for i = 1, #g.fps do
       fps[#fps + 1] = g.fps[i]
@@ -179,7 +182,7 @@ local function coflush(co)
     end
   end
   if co.q.n > 0 then
-    redis.call('HINCRBY', co.base .. 'cw', 'n', co.q.n)
+    redis.call('HINCRBY', co.base .. 'cw', 'n', itoa(co.q.n))
   end
   co.q = { order = {}, by = {}, n = 0 }
   return fps, marks
@@ -194,14 +197,14 @@ end
 
 -- codrop empties a cold message's element (the bucket keeps its length).
 local function codrop(co, b, pos)
-  redis.call('LSET', cobkey(co, b), pos, '')
-  redis.call('HINCRBY', co.base .. 'cw', 'n', -1)
-  redis.call('HINCRBY', co.base .. 'cw', 'x' .. string.format('%d', b), 1)
+  redis.call('LSET', cobkey(co, b), itoa(pos), '')
+  redis.call('HINCRBY', co.base .. 'cw', 'n', '-1')
+  redis.call('HINCRBY', co.base .. 'cw', 'x' .. itoa(b), '1')
 end
 
 -- conext: the earliest due time in the cold tier (or earlier: see cb), nil if none.
 local function conext(co)
-  local h = co.head or redis.call('ZRANGE', co.base .. 'cb', 0, 0, 'WITHSCORES')
+  local h = co.head or redis.call('ZRANGE', co.base .. 'cb', '0', '0', 'WITHSCORES')
   if #h == 0 then
     return nil
   end
@@ -220,7 +223,7 @@ local function copromote(co, cs, dueKey, msgKey, ixKey, upTo, budget)
   local cw = co.base .. 'cw'
   while budget > 0 do
     co.head = nil
-    local h = redis.call('ZRANGE', co.base .. 'cb', 0, 0, 'WITHSCORES')
+    local h = redis.call('ZRANGE', co.base .. 'cb', '0', '0', 'WITHSCORES')
     if #h == 0 or tonumber(h[1]) * CO_W > upTo then
       co.head = h -- nothing below changes cb: conext reads this
       if ix then
@@ -235,7 +238,7 @@ local function copromote(co, cs, dueKey, msgKey, ixKey, upTo, budget)
     end
     if cowm(co) < (b + 1) * CO_W then
       co.wm = (b + 1) * CO_W
-      redis.call('HSET', cw, 'wm', string.format('%d', co.wm))
+      redis.call('HSET', cw, 'wm', itoa(co.wm))
     end
     local from = 0
     local cur = redis.call('HGET', cw, 'cur')
@@ -245,7 +248,7 @@ local function copromote(co, cs, dueKey, msgKey, ixKey, upTo, budget)
         from = tonumber(string.sub(cur, c + 1))
       end
     end
-    local els = redis.call('LRANGE', key, from, from + math.min(budget, 500) - 1)
+    local els = redis.call('LRANGE', key, itoa(from), itoa(from + math.min(budget, 500) - 1))
     local zadd, fps, marks = {}, {}, {}
     for i = 1, #els do
       local id, due, env, fp = coparse(els[i], b)
@@ -266,7 +269,7 @@ local function copromote(co, cs, dueKey, msgKey, ixKey, upTo, budget)
       redis.call('ZADD', dueKey, unpack(zadd))
     end
     if #fps > 0 then
-      redis.call('HINCRBY', cw, 'n', -#fps)
+      redis.call('HINCRBY', cw, 'n', itoa(-#fps))
     end
     -- Only entries that still point here: a colliding id's state stays.
     local st, del = ixget(ix, fps), {}

@@ -1,4 +1,5 @@
 --- @include "envelope"
+--- @include "num"
 -- counts: the per-route counts helper, included by every script that moves messages.
 --
 -- The shard's counts HASH (P:{C:n}:counts) holds "<state>:<route>" -> number of messages
@@ -28,7 +29,7 @@ local function cflush(cs)
   for state, t in pairs(cs.d) do
     for route, n in pairs(t) do
       if n ~= 0 then
-        redis.call('HINCRBY', cs.key, state .. FIELD_SEP .. route, n)
+        redis.call('HINCRBY', cs.key, state .. FIELD_SEP .. route, itoa(n))
       end
     end
   end

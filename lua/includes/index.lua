@@ -1,4 +1,5 @@
 --- @include "zset"
+--- @include "num"
 --- @include "kbmark"
 -- index: the id index and the done window of the shard store, included by the
 -- scripts that read or write remembered ids. docs/ARCHITECTURE.md "Store layout" gives
@@ -59,6 +60,9 @@ local KB_SLOT = 10
 local KB_BLOCK = 1024
 -- At most this many blocks are forgotten per trim call (each one DEL).
 local KB_TRIM = 16
+-- The last byte of a block's string, KB_BLOCK * KB_SLOT - 1, as text (num.lua; a
+-- library's top level cannot call string functions when Redis loads it).
+local KB_LAST = '10239'
 
 -- ixstart returns the call's index state ix, which every helper below takes first:
 -- ixKey is P:{C:n}:ix, dnKey P:{C:n}:dn. Nothing is read until a helper needs the
@@ -113,7 +117,7 @@ end
 -- kbslots reads each block's slots of group g with one GETRANGE and returns, per
 -- member of g, the time (unix s) its slot says the id was delivered, or false.
 local function kbslots(g)
-  local r = redis.call('GETRANGE', g.key, g.lo, g.hi + KB_SLOT - 1)
+  local r = redis.call('GETRANGE', g.key, itoa(g.lo), itoa(g.hi + KB_SLOT - 1))
   local out = {}
   local sub, off, hash, lo = string.sub, g.off, g.hash, g.lo
   for j = 1, g.n do
@@ -169,7 +173,7 @@ local function kbpatch(g, tb)
       parts[2 * j - 1] = hash[j]
       parts[2 * j] = tb
     end
-    redis.call('SETRANGE', g.key, g.lo, table.concat(parts))
+    redis.call('SETRANGE', g.key, itoa(g.lo), table.concat(parts))
     return
   end
   local order = {}
@@ -182,7 +186,7 @@ local function kbpatch(g, tb)
     end)
   end
   local span = g.hi + KB_SLOT - g.lo
-  local r = redis.call('GETRANGE', g.key, g.lo, g.hi + KB_SLOT - 1)
+  local r = redis.call('GETRANGE', g.key, itoa(g.lo), itoa(g.hi + KB_SLOT - 1))
   if #r < span then
     r = r .. string.rep('\0', span - #r)
   end
@@ -197,7 +201,7 @@ local function kbpatch(g, tb)
     end
   end
   parts[#parts + 1] = string.sub(r, from)
-  redis.call('SETRANGE', g.key, g.lo, table.concat(parts))
+  redis.call('SETRANGE', g.key, itoa(g.lo), table.concat(parts))
 end
 
 -- kbdone remembers the Kafka-form fps among fps as delivered at sec (unix seconds, a
@@ -235,11 +239,11 @@ local function kbdone(ix, fps, sec, now)
     if not known[k] then
       -- A new block: its whole string at once, so that the slots written later do not
       -- grow it step by step (Redis grows a string to twice what it needs).
-      redis.call('SETRANGE', g.key, KB_BLOCK * KB_SLOT - 1, '\0')
+      redis.call('SETRANGE', g.key, KB_LAST, '\0')
     end
     if #g.at < 3 then
       for j = 1, #g.at do
-        redis.call('SETRANGE', g.key, g.off[j], g.hash[j] .. tb)
+        redis.call('SETRANGE', g.key, itoa(g.off[j]), g.hash[j] .. tb)
       end
     else
       kbpatch(g, tb)
@@ -255,7 +259,7 @@ local function kbclear(ix, fps)
     local ts = kbslots(g)
     for j = 1, #g.at do
       if ts[j] then
-        redis.call('SETRANGE', g.key, g.off[j], zero)
+        redis.call('SETRANGE', g.key, itoa(g.off[j]), zero)
       end
     end
   end
@@ -264,7 +268,7 @@ end
 -- kbtrim forgets the blocks whose latest delivery was before `before` (unix ms),
 -- at most KB_TRIM per call, and returns how many it forgot.
 local function kbtrim(ix, before)
-  local old = redis.call('ZRANGEBYSCORE', ix.kb, '-inf', '(' .. before, 'LIMIT', 0, KB_TRIM)
+  local old = redis.call('ZRANGEBYSCORE', ix.kb, '-inf', '(' .. before, 'LIMIT', '0', itoa(KB_TRIM))
   if #old == 0 then
     return 0
   end
@@ -482,7 +486,7 @@ local function ixflush(ix)
   end
   ixsplit(ix)
   if ix.n ~= ix.n0 or ix.level ~= ix.l0 or ix.split ~= ix.s0 then
-    redis.call('HSET', ix.key, 'level', ix.level, 'split', ix.split, 'n', ix.n)
+    redis.call('HSET', ix.key, 'level', itoa(ix.level), 'split', itoa(ix.split), 'n', itoa(ix.n))
     ix.n0, ix.l0, ix.s0 = ix.n, ix.level, ix.split
   end
 end
@@ -544,7 +548,7 @@ local function dntrim(ix, before, limit)
   local forgot = 0
   limit = tonumber(limit)
   while limit > 0 do
-    local head = redis.call('ZRANGEBYSCORE', ix.dn, '-inf', before, 'LIMIT', 0, 1)
+    local head = redis.call('ZRANGEBYSCORE', ix.dn, '-inf', before, 'LIMIT', '0', '1')
     if #head == 0 then
       break
     end
@@ -561,7 +565,7 @@ local function dntrim(ix, before, limit)
         off = tonumber(string.sub(cur, bar + 1))
       end
     end
-    local elem = redis.call('LINDEX', skey, 0)
+    local elem = redis.call('LINDEX', skey, '0')
     if not elem then
       redis.call('ZREM', ix.dn, member)
       redis.call('HDEL', ix.key, 'tcur')

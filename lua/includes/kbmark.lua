@@ -99,7 +99,7 @@ end
 -- (the done window was changed) need not end in the order they start.
 local function kmtrimmed(ix)
   local oldest = nil
-  for _, m in ipairs(redis.call('ZRANGE', ix.dn, 0, -1)) do
+  for _, m in ipairs(redis.call('ZRANGE', ix.dn, '0', '-1')) do
     local s = tonumber(string.sub(m, 1, string.find(m, ':', 1, true) - 1))
     if not oldest or s < oldest then
       oldest = s

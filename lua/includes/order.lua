@@ -47,7 +47,7 @@ end
 -- opromote makes the next live message of kz its head, at its due time.
 local function opromote(o, kz)
   while true do
-    local nxt = redis.call('ZRANGE', kz, 0, 0, 'WITHSCORES')
+    local nxt = redis.call('ZRANGE', kz, '0', '0', 'WITHSCORES')
     if not nxt[1] then
       redis.call('HDEL', o.ko, kz)
       return
@@ -78,7 +78,7 @@ end
 
 -- oadd queues id, just parked at due d (in the due set at d), behind its key.
 local function oadd(o, id, d, kz)
-  local seq = string.format('%016d', redis.call('HINCRBY', o.ko, '~seq', 1))
+  local seq = string.format('%016d', redis.call('HINCRBY', o.ko, '~seq', '1'))
   redis.call('ZADD', kz, d, seq .. '|' .. id)
   redis.call('HSET', o.ki, id, seq .. '|' .. kz)
   o.on = true

@@ -46,6 +46,39 @@ func TestClaimReadsColdHeadOnce(t *testing.T) {
 	}
 }
 
+// TestParkDecidesColdByTheBatchsLatest: ParkEach tells park.lua that no message of a
+// call can go cold when the latest due time of its batch is within the cold horizon
+// (park then converts no due time); a batch with one message due beyond it still
+// parks that one cold and the others in due, whatever their order in the batch.
+func TestParkDecidesColdByTheBatchsLatest(t *testing.T) {
+	s, _, c := newTestStore(t, Options{Shards: 1})
+	ctx := storeCtx(t)
+	now := time.Now().UnixMilli() // park reads the store's clock to pick the cold tier
+	far := now + 48*3600_000
+	batches := [][]*envelope.Envelope{
+		{env("a", now+1000), env("b", now+5000)},
+		{env("c", now+1000), env("far1", far)},
+		{env("far2", far), env("d", now+1000)},
+	}
+	for _, b := range batches {
+		if _, _, err := s.Park(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	due, err := c.ZRange(ctx, s.keys[0].due, 0, -1).Result()
+	if err != nil || strings.Join(due, ",") != "a,c,d,b" {
+		t.Fatalf("due = %v, %v; want the four near messages a,c,d,b", due, err)
+	}
+	for _, id := range []string{"far1", "far2"} {
+		if st, _, _, err := s.Get(ctx, id); err != nil || st != StatePending {
+			t.Errorf("%s: %s, %v; want pending", id, st, err)
+		}
+	}
+	if n, err := c.HGet(ctx, s.keys[0].coldState(), "n").Int(); err != nil || n != 2 {
+		t.Errorf("cold tier holds %d, %v; want far1 and far2", n, err)
+	}
+}
+
 // TestAckAddsDoneSliceOnce: acks whose done-window ids fall in one slice add that
 // slice to dn once, when its list starts.
 func TestAckAddsDoneSliceOnce(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 
 	"github.com/redis/go-redis/v9"
@@ -120,10 +121,18 @@ func (s *Store) ParkEach(ctx context.Context, envs []*envelope.Envelope) (prior 
 			}
 			args = append(args, now, h)
 			keys, queues := parkKeys(k), []string(nil)
+			latest := int64(math.MinInt64)
 			for _, it := range ch {
 				e := envs[it.idx]
 				args = append(args, e.ID, e.DueAt, it.data, e.Route, fingerprint(e.ID))
 				queues = append(queues, s.queueOf(shards[gi], e))
+				latest = max(latest, e.DueAt)
+			}
+			if h >= 0 && latest < now+h {
+				// None of the batch is due a horizon ahead, so none can go cold: the
+				// call says so, and park.lua neither converts each due time nor reads
+				// the cold tier's watermark.
+				args[1] = int64(-1)
 			}
 			sc := s.park
 			if s.anyOrdered(envs, ch) {
