@@ -179,7 +179,7 @@ func (s *Store) ackCalls(shard int, ids, routes []string, now int64) []call {
 			if routes != nil {
 				args = append(args, routes[start+i])
 			}
-			args = append(args, fingerprint(id))
+			args = append(args, ackFingerprint(id))
 		}
 		// ordered_ack: an acked head lets its key's next message be claimed.
 		calls = append(calls, call{sc: s.oAck, keys: keys, args: args})

@@ -17,18 +17,39 @@ import (
 // below N^2/2^97 (10^9: 6.3*10^-12).
 const fpBytes = 12
 
+// zeroFP stands for the index key of a Kafka default id in an ack (ackFingerprint).
+var zeroFP [fpBytes]byte
+
 // fingerprint is the id's key in the id index: its first fpBytes of SHA-256. An id of
 // the Kafka default form (storeapi.KafkaOffset) also carries where its block remembers
 // it delivered (lua/includes/index.lua): its slot in the block (2 bytes big endian), its
 // record hash (6 bytes) and the block's name "<topic>/<partition>/<offset / ShardBlock>".
 func fingerprint(id string) string {
-	sum := sha256.Sum256([]byte(id))
+	return fingerprintOf(id, true)
+}
+
+// ackFingerprint is what ack.lua gets for id: the fingerprint, except that a Kafka
+// default id's first fpBytes are zero rather than its SHA-256. Ack records such an id
+// in its block's slot alone (kbdone), never under the index key those bytes name (a
+// delivered slot wins over a tombstone there), so the bridge does not hash each id it
+// acknowledges.
+func ackFingerprint(id string) string {
+	return fingerprintOf(id, false)
+}
+
+func fingerprintOf(id string, kafkaIndexKey bool) string {
 	prefix, offset, hash, ok := storeapi.KafkaOffset(id)
 	if !ok {
+		sum := sha256.Sum256([]byte(id))
 		return string(sum[:fpBytes])
 	}
 	b := make([]byte, 0, fpBytes+8+len(prefix)+20)
-	b = append(b, sum[:fpBytes]...)
+	if kafkaIndexKey {
+		sum := sha256.Sum256([]byte(id))
+		b = append(b, sum[:fpBytes]...)
+	} else {
+		b = append(b, zeroFP[:]...)
+	}
 	b = binary.BigEndian.AppendUint16(b, uint16(offset%storeapi.ShardBlock))
 	b, _ = hex.AppendDecode(b, []byte(hash)) // 12 lowercase hex digits: KafkaOffset checked
 	b = append(b, prefix...)
