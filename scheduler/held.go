@@ -27,33 +27,41 @@ type heldCopy struct {
 // this process was frozen past its lease, or a copy superseded by a re-claim after this
 // instance lost and re-acquired the shard: whoever owns the shard recovers and fires
 // those from `inflight`, so a frozen instance waking up does not publish a second copy.
+//
+// The copy's claim mark (track) answers the first two without a lookup in the held
+// set: a copy is the latest claim of its id until a later claim supersedes it, and
+// leaves the held set otherwise only when it finished or when it was taken out of the
+// wheel (never fired).
 func (s *Scheduler) Owns(env *envelope.Envelope) bool {
-	shard := s.store.ShardOfEnv(env)
-	st := s.state(shard)
-	if st == nil || !s.leaseValid(st) {
+	c := env.Claim
+	if c == nil || c.Superseded() {
 		return false
 	}
-	h := &s.held[shard]
-	h.mu.Lock()
-	c, ok := h.byID[env.ID]
-	h.mu.Unlock()
-	return ok && c.env == env && c.token == st.token
+	st := s.state(s.store.ShardOfEnv(env))
+	return st != nil && s.leaseValid(st) && c.Token == st.token
 }
 
-// track records claimed messages as held under st's token before they enter the wheel.
-// A message already held (claimed again after a recovery) supersedes the older copy:
-// if that copy is still in the wheel it is taken out, otherwise it is on its way to
-// egress, where Owns drops it.
+// track records claimed messages as held under st's token before they enter the wheel,
+// and marks each copy with that token (Owns). A message already held (claimed again
+// after a recovery) supersedes the older copy: if that copy is still in the wheel it is
+// taken out, otherwise it is on its way to egress, where Owns drops it.
 func (s *Scheduler) track(st *shardState, items []*envelope.Envelope) {
 	h := &s.held[st.shard]
 	replaced, replacedBytes := 0, int64(0)
+	marks := make([]envelope.ClaimMark, len(items))
 	h.mu.Lock()
-	for _, env := range items {
-		if old, ok := h.byID[env.ID]; ok && s.wheel.Cancel(env.ID) {
+	for i, env := range items {
+		old, ok := h.byID[env.ID]
+		if ok {
+			old.env.Claim.Supersede()
+		}
+		if ok && s.wheel.Cancel(env.ID) {
 			h.n--
 			replaced++
 			replacedBytes += old.env.ClaimedBytes
 		}
+		marks[i].Token = st.token
+		env.Claim = &marks[i]
 		h.byID[env.ID] = heldCopy{env: env, token: st.token}
 		h.n++
 	}

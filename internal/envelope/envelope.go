@@ -13,6 +13,7 @@ package envelope
 
 import (
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
@@ -87,12 +88,28 @@ type Envelope struct {
 	// (its encoded length plus storeapi.MemOverhead), set by Claim; it is given back
 	// when the copy leaves memory. Not encoded.
 	ClaimedBytes int64
+	// Claim is the scheduler's mark on a claimed copy: the lease token it was claimed
+	// under, and whether a later claim of its id superseded it. Set before the copy is
+	// shared; not encoded. A copy of the envelope shares its mark.
+	Claim *ClaimMark
 
 	// Placed is where the Kafka sink's broker appended the message (partition and
 	// offset), set when the broker confirmed it; nil otherwise (AMQP, not yet published,
 	// or a sink that does not know). Not encoded: the delivery receipt reads it.
 	Placed *Placement
 }
+
+// ClaimMark is the scheduler's mark on one claimed copy of a message (Envelope.Claim).
+type ClaimMark struct {
+	Token      int64       // the shard's lease token when the copy was claimed
+	superseded atomic.Bool // a later claim of the same id replaced this copy
+}
+
+// Supersede marks the copy as replaced by a later claim of its id.
+func (c *ClaimMark) Supersede() { c.superseded.Store(true) }
+
+// Superseded reports whether a later claim of the copy's id replaced it.
+func (c *ClaimMark) Superseded() bool { return c.superseded.Load() }
 
 // Placement is a Kafka record's position: its partition and the offset the broker
 // assigned.

@@ -1,0 +1,70 @@
+package scheduler
+
+import (
+	"testing"
+	"time"
+
+	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/store/memstore"
+)
+
+// TestOwnsOnlyTheLatestCopyUnderTheHeldToken: of two claimed copies of one id, only the
+// later may be published (a re-claim after a recovery supersedes the copy already on
+// its way to egress), and a copy claimed under an older lease token may not be after
+// the shard was taken again, nor a copy that was never claimed, nor any once the
+// lease is no longer surely valid.
+func TestOwnsOnlyTheLatestCopyUnderTheHeldToken(t *testing.T) {
+	ms, err := memstore.New(memstore.Options{Shards: 4, DoneWindow: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Options{Store: ms, Instance: "i1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const shard = 2
+	claimed := func(id string) *envelope.Envelope {
+		return &envelope.Envelope{ID: id, Route: "r", ClaimedFrom: shard + 1, ClaimedBytes: 100}
+	}
+	st := &shardState{shard: shard, token: 7}
+	st.leaseUntil.Store(s.mono() + time.Hour.Milliseconds())
+	s.mu.Lock()
+	s.shards[shard] = st
+	s.mu.Unlock()
+
+	first := claimed("m")
+	s.track(st, []*envelope.Envelope{first})
+	if !s.Owns(first) {
+		t.Fatal("the only claimed copy is not owned")
+	}
+	if s.Owns(claimed("m")) {
+		t.Error("a copy never claimed (tracked) is owned")
+	}
+	second := claimed("m")
+	s.track(st, []*envelope.Envelope{second})
+	if s.Owns(first) {
+		t.Error("a copy superseded by a later claim of its id is still owned")
+	}
+	if !s.Owns(second) {
+		t.Error("the latest copy is not owned")
+	}
+
+	// The shard taken again under a new token: copies of the old one are not owned.
+	again := &shardState{shard: shard, token: 8}
+	again.leaseUntil.Store(s.mono() + time.Hour.Milliseconds())
+	s.mu.Lock()
+	s.shards[shard] = again
+	s.mu.Unlock()
+	if s.Owns(second) {
+		t.Error("a copy claimed under an older lease token is owned")
+	}
+	third := claimed("n")
+	s.track(again, []*envelope.Envelope{third})
+	if !s.Owns(third) {
+		t.Error("a copy claimed under the current token is not owned")
+	}
+	again.leaseUntil.Store(s.mono() - 1)
+	if s.Owns(third) {
+		t.Error("a copy is owned after the lease stopped being surely valid")
+	}
+}
