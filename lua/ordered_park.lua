@@ -17,10 +17,11 @@ local refused = {}
 for r = 1, #out, 2 do
   refused[out[r]] = true
 end
-for j = 1, (#ARGV - 2) / 5 do
+local first = 4 + 3 * tonumber(ARGV[3])
+for j = 1, (#ARGV - first + 1) / 5 do
   local kz = KEYS[9 + j]
   if kz ~= KEYS[8] and not refused[j] then
-    local i = (j - 1) * 5 + 3
+    local i = (j - 1) * 5 + first
     oadd(o, ARGV[i], tonumber(ARGV[i + 1]), kz)
   end
 end

@@ -17,7 +17,12 @@
 --         before the cold tier's watermark) is parked in the cold tier (cold.lua); -1
 --         parks every message in due (the cold tier is off, or the batch holds ordered
 --         messages)
--- ARGV[3..] quintuples: id, due (integer unix ms), envelope bytes, route, fp (12 bytes
+-- ARGV[3] k: how many block spans follow (0: none). k > 0 is the caller's word that
+--         every id of the batch is of the Kafka default form, no two the same, and that
+--         the spans below cover the slots of all of them (parkquick)
+-- ARGV[4..3+3k] spans: block name, first byte, last byte (text) of the block's slots
+--         (index.lua's "kb" strings) that the batch's ids occupy
+-- ARGV[4+3k..] quintuples: id, due (integer unix ms), envelope bytes, route, fp (12 bytes
 --         of SHA-256(id)); the caller bounds the batch (at most a few hundred: ZADD gets
 --         them in one unpack).
 -- Returns the refused quintuples only, a flat array of position (1-based) and why:
@@ -41,6 +46,66 @@
 -- doneOf from index.lua, co* from cold.lua, which this script includes.
 local cs = cstart(KEYS[5])
 local ix = ixstart(KEYS[6], KEYS[7])
+local first = 4 + 3 * tonumber(ARGV[3])
+-- parkquick parks the whole batch at once and returns true when no id of it can be
+-- refused, which it proves without looking at any id alone: none has an envelope (one
+-- HMGET, as below), none is delivered (every slot the spans cover is empty: one GETRANGE
+-- per block, scanned in C), none has an index entry (no block is marked: kbmark.lua),
+-- none is twice in the batch and none goes cold (the caller's word: k > 0, horizon -1).
+-- Otherwise it writes nothing and the full path below decides id by id. It saves the
+-- per-id work of that path (the block slots compared one by one, the seen and state
+-- tables): about a third of park's instructions (docs/ARCHITECTURE.md).
+local function parkquick()
+  local k = tonumber(ARGV[3])
+  if k == 0 or ARGV[2] ~= '-1' then
+    return false
+  end
+  local names = {}
+  for b = 1, k do
+    local at = 1 + 3 * b
+    names[b] = ARGV[at]
+    local r = redis.call('GETRANGE', kbkey(ix, ARGV[at]), ARGV[at + 1], ARGV[at + 2])
+    if string.find(r, '[^%z]') then
+      return false
+    end
+  end
+  ixload(ix)
+  if ix.n > 0 then
+    for _, live in ipairs(kmlive(ix, names)) do
+      if live then
+        return false
+      end
+    end
+  end
+  local ids, hset, zadd, pend, n = {}, {}, {}, {}, 0
+  for i = first, #ARGV, 5 do
+    n = n + 1
+    local id, route = ARGV[i], ARGV[i + 3]
+    ids[n] = id
+    hset[2 * n - 1], hset[2 * n] = id, ARGV[i + 2]
+    zadd[2 * n - 1], zadd[2 * n] = ARGV[i + 1], id
+    pend[route] = (pend[route] or 0) + 1
+  end
+  if n == 0 then
+    return false
+  end
+  local held = redis.call('HMGET', KEYS[2], unpack(ids))
+  for j = 1, n do
+    if held[j] then
+      return false
+    end
+  end
+  redis.call('HSET', KEYS[2], unpack(hset))
+  redis.call('ZADD', KEYS[1], unpack(zadd))
+  for route, c in pairs(pend) do
+    cadd(cs, 'pending', route, c)
+  end
+  cflush(cs)
+  return true
+end
+if parkquick() then
+  return {}
+end
 local co = costart(KEYS[1])
 local now, horizon = tonumber(ARGV[1]), tonumber(ARGV[2])
 -- One HMGET says which ids already have an envelope (pending in due, in flight or
@@ -48,7 +113,7 @@ local now, horizon = tonumber(ARGV[1]), tonumber(ARGV[2])
 -- one HSETNX (and, for the cold tier, one HEXISTS) per message.
 local fps, ids = {}, {}
 local n = 0
-for i = 3, #ARGV, 5 do
+for i = first, #ARGV, 5 do
   n = n + 1
   ids[n] = ARGV[i]
   fps[n] = ARGV[i + 4]
@@ -66,7 +131,7 @@ local zadd, hset, nz = {}, {}, 0
 local seen = {}
 local pend = {} -- per route: messages parked (one cadd per route, not per message)
 n = 0
-for i = 3, #ARGV, 5 do
+for i = first, #ARGV, 5 do
   n = n + 1
   local id, route, s = ARGV[i], ARGV[i + 3], states[n]
   local was = seen[id]

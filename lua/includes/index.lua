@@ -81,6 +81,11 @@ local function ixshort(fp)
   return fp
 end
 
+-- kbkey is the key of the Kafka block named name ("<topic>/<partition>/<n>").
+local function kbkey(ix, name)
+  return ix.kb .. ':' .. name
+end
+
 -- kbgroup groups the Kafka-form fps among fps by block: { {key, name, at, off, hash,
 -- lo, hi, n}, ... }, at being positions in fps, off byte offsets of the slots, lo and
 -- hi the first and last slot's offsets, n how many. The string functions are locals of
@@ -94,7 +99,7 @@ local function kbgroup(ix, fps)
       local name = sub(fp, FP + 9)
       local g = by[name]
       if not g then
-        g = { key = ix.kb .. ':' .. name, name = name, at = {}, off = {}, hash = {}, lo = math.huge, hi = -1, n = 0 }
+        g = { key = kbkey(ix, name), name = name, at = {}, off = {}, hash = {}, lo = math.huge, hi = -1, n = 0 }
         by[name] = g
         order[#order + 1] = g
       end
@@ -274,7 +279,7 @@ local function kbtrim(ix, before)
   end
   local keys = {}
   for i = 1, #old do
-    keys[i] = ix.kb .. ':' .. old[i]
+    keys[i] = kbkey(ix, old[i])
   end
   redis.call('DEL', unpack(keys))
   redis.call('ZREM', ix.kb, unpack(old))

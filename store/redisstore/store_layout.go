@@ -17,6 +17,10 @@ import (
 // below N^2/2^97 (10^9: 6.3*10^-12).
 const fpBytes = 12
 
+// kbSlot is the bytes of one offset's slot in a Kafka block's string (KB_SLOT in
+// lua/includes/index.lua): the record hash (6) and the time delivered (4).
+const kbSlot = 10
+
 // zeroFP stands for the index key of a Kafka default id in an ack (ackFingerprint).
 var zeroFP [fpBytes]byte
 

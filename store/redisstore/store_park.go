@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strconv"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/store/storeapi"
 )
 
 // Park and bury: storing what ingress consumed.
@@ -119,23 +121,31 @@ func (s *Store) ParkEach(ctx context.Context, envs []*envelope.Envelope) (prior 
 				// replace finds a route's stored ids in other shards by msg.
 				h = -1
 			}
-			args = append(args, now, h)
-			keys, queues := parkKeys(k), []string(nil)
 			latest := int64(math.MinInt64)
 			for _, it := range ch {
-				e := envs[it.idx]
-				args = append(args, e.ID, e.DueAt, it.data, e.Route, fingerprint(e.ID))
-				queues = append(queues, s.queueOf(shards[gi], e))
-				latest = max(latest, e.DueAt)
+				latest = max(latest, envs[it.idx].DueAt)
 			}
 			if h >= 0 && latest < now+h {
 				// None of the batch is due a horizon ahead, so none can go cold: the
 				// call says so, and park.lua neither converts each due time nor reads
 				// the cold tier's watermark.
-				args[1] = int64(-1)
+				h = -1
+			}
+			args = append(args, now, h, 0)
+			ordered := s.anyOrdered(envs, ch)
+			if h < 0 && !ordered {
+				args = appendSpans(args, envs, ch)
+			}
+			keys, queues := parkKeys(k), []string(nil)
+			for _, it := range ch {
+				e := envs[it.idx]
+				args = append(args, e.ID, e.DueAt, it.data, e.Route, fingerprint(e.ID))
+				if ordered {
+					queues = append(queues, s.queueOf(shards[gi], e))
+				}
 			}
 			sc := s.park
-			if s.anyOrdered(envs, ch) {
+			if ordered {
 				// Ordered keys in the batch: park them in their keys' queues too.
 				// The guard moves to the end, after the queues (slotguard.go).
 				keys = append(append(keys[:len(keys)-1:len(keys)-1], k.ko, k.ki), queues...)
@@ -155,6 +165,44 @@ func (s *Store) ParkEach(ctx context.Context, envs []*envelope.Envelope) (prior 
 		}
 	}
 	return prior, minDue, err
+}
+
+// appendSpans appends park.lua's block spans for the batch ch and sets their count
+// (args[2]): the block name and the first and last byte of the slots its ids occupy.
+// It appends none, leaving the count 0, unless every id is of the Kafka default form and
+// each block's offsets rise through the batch (so no id is there twice), as a fetch's do:
+// only then may park take its quick path.
+func appendSpans(args []any, envs []*envelope.Envelope, ch []encoded) []any {
+	type span struct {
+		prefix        string // "<topic>/<partition>/"
+		block, lo, hi uint64
+		last          uint64 // the latest offset seen
+	}
+	var spans []span
+	for _, it := range ch {
+		prefix, offset, _, ok := storeapi.KafkaOffset(envs[it.idx].ID)
+		if !ok {
+			return args
+		}
+		block, slot := offset/storeapi.ShardBlock, offset%storeapi.ShardBlock
+		j := len(spans) - 1
+		for j >= 0 && (spans[j].block != block || spans[j].prefix != prefix) {
+			j--
+		}
+		switch {
+		case j < 0:
+			spans = append(spans, span{prefix: prefix, block: block, lo: slot, hi: slot, last: offset})
+		case offset <= spans[j].last:
+			return args
+		default:
+			spans[j].hi, spans[j].last = slot, offset
+		}
+	}
+	args[2] = len(spans)
+	for _, sp := range spans {
+		args = append(args, sp.prefix+strconv.FormatUint(sp.block, 10), sp.lo*kbSlot, sp.hi*kbSlot+kbSlot-1)
+	}
+	return args
 }
 
 // parkReply reads the reply of one park call of the messages ch: the refused ones
