@@ -58,6 +58,9 @@ local FP = 12
 local KB_SLOT = 10
 -- Slots per block: storeapi.ShardBlock offsets.
 local KB_BLOCK = 1024
+-- kbpatch reads a span to patch it only where it is shorter than this many bytes for
+-- each run of slots beyond two.
+local KB_PATCH = 250
 -- At most this many blocks are forgotten per trim call (each one DEL).
 local KB_TRIM = 16
 -- The last byte of a block's string, KB_BLOCK * KB_SLOT - 1, as text (num.lua; a
@@ -156,46 +159,53 @@ local function kbget(ix, fps, out)
   return groups
 end
 
--- kbpatch writes the slots of group g (each its hash and tb) with one SETRANGE of the
--- span they cover, instead of one SETRANGE per slot. Slots of consecutive offsets in
--- ascending order (an ack of a fetch's run of offsets) cover the whole span: it is
--- their bytes alone. Otherwise the span is read first (one GETRANGE) and patched.
+-- kbpatch writes the slots of group g (each its hash and tb): one SETRANGE per run of
+-- consecutive slots (an ack of a fetch's run of offsets is one), or, when the runs are
+-- many and close together, one GETRANGE of the span they cover and one SETRANGE of it
+-- patched. Every string that enters Lua is hashed byte by byte (Redis's Lua), so a span
+-- read and written back costs about ten cycles a byte, and a command about 2,500: the
+-- span is patched only where it is shorter than KB_PATCH bytes for each run beyond two.
+-- (Acks of messages with scattered delays touch a few slots of a block each, far apart:
+-- read whole, their spans were most of the string hashing at a steady 20k msgs/s.)
 local function kbpatch(g, tb)
   local off, hash, n = g.off, g.hash, #g.at
-  local run, up = true, true
-  for j = 2, n do
-    if off[j] ~= off[j - 1] + KB_SLOT then
-      run = false
-      if off[j] <= off[j - 1] then
-        up = false
-        break
-      end
-    end
-  end
-  local parts = {}
-  if run then
-    for j = 1, n do
-      parts[2 * j - 1] = hash[j]
-      parts[2 * j] = tb
-    end
-    redis.call('SETRANGE', g.key, itoa(g.lo), table.concat(parts))
-    return
-  end
-  local order = {}
+  local order, up = {}, true
   for j = 1, n do
     order[j] = j
+    if j > 1 and off[j] <= off[j - 1] then
+      up = false
+    end
   end
   if not up then
     table.sort(order, function(x, y)
       return off[x] < off[y]
     end)
   end
+  local starts, runs = {}, 0
+  for k = 1, n do
+    if k == 1 or off[order[k]] ~= off[order[k - 1]] + KB_SLOT then
+      runs = runs + 1
+      starts[runs] = k
+    end
+  end
   local span = g.hi + KB_SLOT - g.lo
+  if runs <= 2 or span >= (runs - 2) * KB_PATCH then
+    starts[runs + 1] = n + 1
+    for r = 1, runs do
+      local parts = {}
+      for k = starts[r], starts[r + 1] - 1 do
+        parts[#parts + 1] = hash[order[k]]
+        parts[#parts + 1] = tb
+      end
+      redis.call('SETRANGE', g.key, itoa(off[order[starts[r]]]), table.concat(parts))
+    end
+    return
+  end
   local r = redis.call('GETRANGE', g.key, itoa(g.lo), itoa(g.hi + KB_SLOT - 1))
   if #r < span then
     r = r .. string.rep('\0', span - #r)
   end
-  local from = 1
+  local parts, from = {}, 1
   for _, j in ipairs(order) do
     local s = off[j] - g.lo + 1
     if s >= from then

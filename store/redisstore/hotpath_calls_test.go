@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -143,4 +144,59 @@ func callsOf(t *testing.T, c *redis.Client, name string) int64 {
 		}
 	}
 	return 0
+}
+
+// TestAckWritesFarApartSlotsWithoutReadingTheSpan: an ack of Kafka default ids far
+// apart in their block (messages of one fetch with scattered delays) writes each run
+// of slots with its own SETRANGE instead of reading the span between them into Lua
+// (every string there is hashed byte by byte); ids close together are still patched
+// with one GETRANGE and one SETRANGE of their span. Both are remembered as delivered.
+func TestAckWritesFarApartSlotsWithoutReadingTheSpan(t *testing.T) {
+	s, _, c := newTestStore(t, Options{Shards: 1})
+	ctx := storeCtx(t)
+	tok, err := s.AcquireLease(ctx, 0, "i1", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UnixMilli()
+	idsAt := func(partition int, offsets ...int) []*envelope.Envelope {
+		var out []*envelope.Envelope
+		for _, o := range offsets {
+			out = append(out, env(fmt.Sprintf("orders.delay/%d/%d/%012x", partition, o, 0xbeef00+o), now))
+		}
+		return out
+	}
+	far := idsAt(6, 0, 1, 200, 400, 600, 1000) // 5 runs over a 10,010-byte span
+	var close []*envelope.Envelope
+	for o := 0; o <= 40; o += 2 {
+		close = append(close, idsAt(5, o)...) // 21 runs over 410 bytes
+	}
+	all := append(append([]*envelope.Envelope{}, far...), close...)
+	if parked := mustPark(t, s, all...); len(parked) != len(all) {
+		t.Fatalf("parked %v", parked)
+	}
+	if items, _, err := s.Claim(ctx, 0, "i1", tok, now, now+30_000, 100); err != nil || len(items) != len(all) {
+		t.Fatalf("claim: %d items, %v", len(items), err)
+	}
+	for _, tc := range []struct {
+		name               string
+		envs               []*envelope.Envelope
+		getrange, setrange int64
+	}{
+		{"far apart", far, 0, 1 + 5}, // the new block's string, then one per run
+		{"close together", close, 1, 1 + 1},
+	} {
+		resetStats(t, c)
+		if err := s.AckEnvelopes(ctx, tc.envs, now); err != nil {
+			t.Fatal(err)
+		}
+		if g, st := callsOf(t, c, "getrange"), callsOf(t, c, "setrange"); g != tc.getrange || st != tc.setrange {
+			t.Errorf("%s: ack ran GETRANGE %d and SETRANGE %d times, want %d and %d", tc.name, g, st, tc.getrange, tc.setrange)
+		}
+		for _, e := range tc.envs {
+			if st, _, _, err := s.Get(ctx, e.ID); err != nil || st != StateDelivered {
+				t.Errorf("%s: %s: %s, %v; want delivered", tc.name, e.ID, st, err)
+			}
+		}
+	}
 }
