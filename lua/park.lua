@@ -15,8 +15,8 @@
 -- ARGV[1] now (integer unix ms)
 -- ARGV[2] the cold horizon (ms): a message due at least this far ahead (and not
 --         before the cold tier's watermark) is parked in the cold tier (cold.lua); -1
---         parks every message in due (the cold tier is off, or the batch holds ordered
---         messages)
+--         parks every message in due (the cold tier is off, the batch holds ordered
+--         messages, or none of it is due a horizon ahead)
 -- ARGV[3] k: how many block spans follow (0: none). k > 0 is the caller's word that
 --         every id of the batch is of the Kafka default form, no two the same, and that
 --         the spans below cover the slots of all of them (parkquick)

@@ -7,6 +7,7 @@
 //	cd bench && go run ./instr                       # calls of 30 Kafka default ids
 //	cd bench && go run ./instr -batch 10 -ids short  # calls of 10 user-given ids
 //	cd bench && go run ./instr -top 25               # and the top functions of the full run
+//	cd bench && go run ./instr -spread 32            # each fetch due over 32 claims
 //
 // Each stage runs on a fresh redis-server under callgrind (no persistence), prefilled
 // so that the shard's sorted sets have a live shard's encoding (2,000 messages due in
@@ -17,6 +18,11 @@
 // differences between the stages' totals, divided by the messages, are each script's
 // instructions per message, the fixed cost of its calls included (startup, library
 // load and prefill cancel out against the prefill-only stage).
+//
+// With -spread N each parked batch is due over the next N rounds (100 ms apart) and
+// each round claims what is due by then, as at a steady rate with scattered delays: a
+// claim and an ack then hold offsets of many fetches, far apart in their blocks. The
+// rounds go on without parks until everything parked was acknowledged.
 //
 // It needs valgrind (callgrind) and redis-server on PATH (-redis-server picks
 // another build: one built from source with symbols names Lua's and Redis's functions
@@ -52,6 +58,7 @@ type options struct {
 	top           int
 	prefillCold   bool
 	keep          string
+	spread        int
 }
 
 // stages are cumulative: each runs what the one before ran and one more script.
@@ -65,6 +72,7 @@ func main() {
 	flag.StringVar(&o.server, "redis-server", "redis-server", "the redis-server binary")
 	flag.BoolVar(&o.prefillCold, "prefill-cold", false, "park the prefill an hour ahead (the cold tier) instead of two minutes")
 	flag.IntVar(&o.top, "top", 0, "print the N functions with the most instructions of the full run (callgrind_annotate)")
+	flag.IntVar(&o.spread, "spread", 1, "due times of a parked batch spread over this many rounds (1: all due at once, claimed in the same round)")
 	flag.StringVar(&o.keep, "keep", "", "write each stage's callgrind file into this directory and keep it (compare two stages with callgrind_annotate)")
 	flag.Parse()
 	o.kafkaIDs = *ids == "kafka"
@@ -101,8 +109,9 @@ func run(o options) error {
 		}
 	}
 	msgs := float64(o.batch * o.rounds)
-	fmt.Printf("redis-server instructions per message, calls of %d, %s ids, %d rounds (cd bench && go run ./instr -batch %d -ids %s):\n\n",
-		o.batch, map[bool]string{true: "kafka", false: "short"}[o.kafkaIDs], o.rounds, o.batch, map[bool]string{true: "kafka", false: "short"}[o.kafkaIDs])
+	ids := map[bool]string{true: "kafka", false: "short"}[o.kafkaIDs]
+	fmt.Printf("redis-server instructions per message, calls of %d, %s ids, %d rounds (cd bench && go run ./instr -batch %d -ids %s -spread %d):\n\n",
+		o.batch, ids, o.rounds, o.batch, ids, o.spread)
 	fmt.Println("| script | instructions per message |")
 	fmt.Println("|---|---|")
 	for i := 1; i < len(stages); i++ {
@@ -176,26 +185,24 @@ func workload(ctx context.Context, rdb *redis.Client, o options, upto int) error
 	if _, _, err := s.Claim(ctx, 0, "instr", tok, t0-1000, t0+30_000, 600); err != nil {
 		return err
 	}
-	for i := 0; upto > 0 && i < o.rounds; i++ {
-		envs := make([]*envelope.Envelope, o.batch)
-		for j := range envs {
-			id := fmt.Sprintf("c%d-%d", i, j)
-			if o.kafkaIDs {
-				id = fmt.Sprintf("orders.delay/3/%d/%012x", i*o.batch+j, i*o.batch+j)
+	for i := 0; upto > 0 && i < o.rounds+o.spread-1; i++ {
+		if i < o.rounds {
+			if err := parkRound(ctx, s, o, i); err != nil {
+				return err
 			}
-			envs[j] = message(id, t0)
-		}
-		if _, _, err := s.Park(ctx, envs); err != nil {
-			return err
 		}
 		if upto < 2 {
 			continue
 		}
-		items, _, err := s.Claim(ctx, 0, "instr", tok, t0, t0+30_000, o.batch)
+		upTo := t0 + int64(i)*100 + 99 // round i's window (-spread: rounds are 100 ms apart)
+		if o.spread <= 1 {
+			upTo = t0
+		}
+		items, _, err := s.Claim(ctx, 0, "instr", tok, upTo, t0+30_000, 10*o.batch)
 		if err != nil {
 			return err
 		}
-		if upto < 3 {
+		if upto < 3 || len(items) == 0 {
 			continue
 		}
 		if err := s.AckEnvelopes(ctx, items, t0); err != nil {
@@ -203,6 +210,27 @@ func workload(ctx context.Context, rdb *redis.Client, o options, upto int) error
 		}
 	}
 	return nil
+}
+
+// parkRound parks round i's batch: consecutive offsets of one partition (a fetch), due
+// at t0, or with -spread in one of the next o.spread rounds' windows (a fixed
+// pseudo-random pick, the same in every stage).
+func parkRound(ctx context.Context, s *redisstore.Store, o options, i int) error {
+	envs := make([]*envelope.Envelope, o.batch)
+	for j := range envs {
+		id := fmt.Sprintf("c%d-%d", i, j)
+		if o.kafkaIDs {
+			id = fmt.Sprintf("orders.delay/3/%d/%012x", i*o.batch+j, i*o.batch+j)
+		}
+		due := t0
+		if o.spread > 1 {
+			k := int64((uint32(j)*2654435761 + uint32(i)*40503) % uint32(o.spread))
+			due = t0 + (int64(i)+k)*100 + 50
+		}
+		envs[j] = message(id, due)
+	}
+	_, _, err := s.Park(ctx, envs)
+	return err
 }
 
 // message is a typical small Kafka message: a 100-byte payload, a key, two headers.
