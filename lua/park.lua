@@ -86,9 +86,6 @@ local function parkquick()
     zadd[2 * n - 1], zadd[2 * n] = ARGV[i + 1], id
     pend[route] = (pend[route] or 0) + 1
   end
-  if n == 0 then
-    return false
-  end
   local held = redis.call('HMGET', KEYS[2], unpack(ids))
   for j = 1, n do
     if held[j] then

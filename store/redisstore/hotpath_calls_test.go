@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,12 +19,8 @@ import (
 // cold tier's earliest bucket once (copromote keeps it for conext), and the due set's
 // head once.
 func TestClaimReadsColdHeadOnce(t *testing.T) {
-	s, _, c := newTestStore(t, Options{Shards: 1})
+	s, c, tok := newLeasedStore(t)
 	ctx := storeCtx(t)
-	tok, err := s.AcquireLease(ctx, 0, "i1", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
 	now := time.Now().UnixMilli() // park reads the store's clock to pick the cold tier
 	envs := []*envelope.Envelope{env("a", now), env("b", now), env("far", now+48*3600_000)}
 	if _, _, err := s.Park(ctx, envs); err != nil {
@@ -83,12 +78,8 @@ func TestParkDecidesColdByTheBatchsLatest(t *testing.T) {
 // TestAckAddsDoneSliceOnce: acks whose done-window ids fall in one slice add that
 // slice to dn once, when its list starts.
 func TestAckAddsDoneSliceOnce(t *testing.T) {
-	s, _, c := newTestStore(t, Options{Shards: 1})
+	s, c, tok := newLeasedStore(t)
 	ctx := storeCtx(t)
-	tok, err := s.AcquireLease(ctx, 0, "i1", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const now = int64(1_700_000_000_000)
 	if _, _, err := s.Park(ctx, []*envelope.Envelope{env("a", now), env("b", now), env("c", now)}); err != nil {
 		t.Fatal(err)
@@ -115,6 +106,18 @@ func TestAckAddsDoneSliceOnce(t *testing.T) {
 			t.Errorf("%s: %s, %v; want delivered", id, st, err)
 		}
 	}
+}
+
+// newLeasedStore is a one-shard store on its own redis-server and a lease of its shard
+// held by instance "i1".
+func newLeasedStore(t *testing.T) (*Store, *redis.Client, int64) {
+	t.Helper()
+	s, _, c := newTestStore(t, Options{Shards: 1})
+	tok, err := s.AcquireLease(storeCtx(t), 0, "i1", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, c, tok
 }
 
 func resetStats(t *testing.T, c *redis.Client) {
@@ -152,17 +155,13 @@ func callsOf(t *testing.T, c *redis.Client, name string) int64 {
 // (every string there is hashed byte by byte); ids close together are still patched
 // with one GETRANGE and one SETRANGE of their span. Both are remembered as delivered.
 func TestAckWritesFarApartSlotsWithoutReadingTheSpan(t *testing.T) {
-	s, _, c := newTestStore(t, Options{Shards: 1})
+	s, c, tok := newLeasedStore(t)
 	ctx := storeCtx(t)
-	tok, err := s.AcquireLease(ctx, 0, "i1", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
 	now := time.Now().UnixMilli()
 	idsAt := func(partition int, offsets ...int) []*envelope.Envelope {
 		var out []*envelope.Envelope
 		for _, o := range offsets {
-			out = append(out, env(fmt.Sprintf("orders.delay/%d/%d/%012x", partition, o, 0xbeef00+o), now))
+			out = append(out, env(kafkaID(partition, o), now))
 		}
 		return out
 	}

@@ -19,9 +19,14 @@ import (
 func blockIDs(partition, from, n int) []string {
 	out := make([]string, n)
 	for i := range out {
-		out[i] = fmt.Sprintf("orders.delay/%d/%d/%012x", partition, from+i, 0xbeef00+from+i)
+		out[i] = kafkaID(partition, from+i)
 	}
 	return out
+}
+
+// kafkaID is the Kafka default id of offset of partition of orders.delay.
+func kafkaID(partition, offset int) string {
+	return fmt.Sprintf("orders.delay/%d/%d/%012x", partition, offset, 0xbeef00+offset)
 }
 
 // marksOf returns the block marks of shard keys k: kind "p" (cold places) or "c"

@@ -56,9 +56,15 @@ func fingerprintOf(id string, kafkaIndexKey bool) string {
 	}
 	b = binary.BigEndian.AppendUint16(b, uint16(offset%storeapi.ShardBlock))
 	b, _ = hex.AppendDecode(b, []byte(hash)) // 12 lowercase hex digits: KafkaOffset checked
+	return string(appendBlockName(b, prefix, offset))
+}
+
+// appendBlockName appends the name of the block holding offset of the partition that
+// prefix ("<topic>/<partition>/") names: "<topic>/<partition>/<offset / ShardBlock>",
+// as index.lua keys the block's slots.
+func appendBlockName(b []byte, prefix string, offset uint64) []byte {
 	b = append(b, prefix...)
-	b = strconv.AppendUint(b, offset/storeapi.ShardBlock, 10)
-	return string(b)
+	return strconv.AppendUint(b, offset/storeapi.ShardBlock, 10)
 }
 
 // doneSliceMs is the width of a done slice: the least 1000*2^k ms at or above

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"sort"
-	"strconv"
 
 	"github.com/redis/go-redis/v9"
 
@@ -200,7 +199,8 @@ func appendSpans(args []any, envs []*envelope.Envelope, ch []encoded) []any {
 	}
 	args[2] = len(spans)
 	for _, sp := range spans {
-		args = append(args, sp.prefix+strconv.FormatUint(sp.block, 10), sp.lo*kbSlot, sp.hi*kbSlot+kbSlot-1)
+		name := string(appendBlockName(nil, sp.prefix, sp.block*storeapi.ShardBlock))
+		args = append(args, name, sp.lo*kbSlot, sp.hi*kbSlot+kbSlot-1)
 	}
 	return args
 }
