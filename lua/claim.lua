@@ -157,7 +157,9 @@ while first <= #ids and not full do
     end
   end
   if took > 0 then
-    redis.call('ZREM', KEYS[1], unpack(members, 1, took))
+    -- The ids taken are the head of due (read from -inf in rank order, each step
+    -- after the last removed its own): one range removal, no search per id.
+    redis.call('ZREMRANGEBYRANK', KEYS[1], '0', itoa(took - 1))
     avg = math.max(1, math.floor(sizes / took))
     if lostHere then
       zadd = {}
