@@ -2,6 +2,7 @@
 --- @include "counts"
 --- @include "index"
 --- @include "successor"
+--- @include "kbruns"
 -- ack: claimed messages were published; forget them and remember their ids in the done
 -- window.
 --
@@ -26,8 +27,12 @@
 --         envelopes: no envelope is read here), 0 when only ids follow (their routes
 --         are read from the envelopes, one HMGET)
 -- ARGV[6] the done slice width (ms)
--- ARGV[7..] id, fp pairs (or id, route, fp triples); the caller bounds the batch (a few
---         hundred: they are unpacked at once)
+-- ARGV[7] R: how many of the next arguments are the done runs of the batch's Kafka
+--         default ids (kbruns.lua), built by the caller: when every id of the call was
+--         in flight and none has a successor (the steady case), these are written and
+--         the Kafka fps below are not read
+-- ARGV[8+R..] id, fp pairs (or id, route, fp triples); the caller bounds the batch (a
+--         few hundred: they are unpacked at once)
 -- Returns { acked, trimmed }.
 --
 -- Only an id still in inflight is acked: if it was recovered, cancelled or acked already,
@@ -41,8 +46,9 @@ local now = ARGV[1]
 local dat = doneAt(now) -- every id of the call is delivered at the same second
 -- The batch's distinct ids (an id twice is acked once), looked up in inflight with one
 -- command and removed with one.
+local runs = tonumber(ARGV[7])
 local ids, at, seen, m = {}, {}, {}, 0
-for i = 7, #ARGV, step do
+for i = 8 + runs, #ARGV, step do
   local id = ARGV[i]
   if not seen[id] then
     seen[id] = true
@@ -95,9 +101,15 @@ if k > 0 then
   fps = nxacked(cs, KEYS[6], KEYS[7], KEYS[1], acked, fps)
   cflush(cs)
   if ARGV[2] == '1' and #fps > 0 then
-    -- Kafka-form ids go to their blocks' slots; the others (all delivered at dat) to
-    -- the index and the done slice.
-    fps = kbdone(ix, fps, dat, now)
+    -- Kafka-form ids go to their blocks' slots, through the caller's runs when every id
+    -- of the call is delivered (m fps left: all were in flight, none had a successor);
+    -- the others (all delivered at dat) to the index and the done slice.
+    if runs > 0 and #fps == m then
+      kbruns(ix, ARGV, 8, 7 + runs, now)
+      fps = kbrest(fps)
+    else
+      fps = kbdone(ix, fps, dat, now)
+    end
     if #fps > 0 then
       local vals = {}
       for j = 1, #fps do

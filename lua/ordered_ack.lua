@@ -10,7 +10,7 @@ local o = ostart(KEYS[8], KEYS[9], KEYS[7], KEYS[1])
 local ids = {}
 if o.on then -- a shard without keyed messages needs no list of the ids
   local step = ARGV[5] == '1' and 3 or 2
-  for i = 7, #ARGV, step do
+  for i = 8 + tonumber(ARGV[7]), #ARGV, step do
     ids[#ids + 1] = ARGV[i]
   end
 end

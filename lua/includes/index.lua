@@ -219,16 +219,22 @@ local function kbpatch(g, tb)
   redis.call('SETRANGE', g.key, itoa(g.lo), table.concat(parts))
 end
 
--- kbdone remembers the Kafka-form fps among fps as delivered at sec (unix seconds, a
--- string) in their blocks, noting each block's latest delivery at now (unix ms), and
--- returns the other fps (for the index).
-local function kbdone(ix, fps, sec, now)
+-- kbrest is the fps among fps that are not of Kafka form (they go to the index).
+local function kbrest(fps)
   local rest = {}
   for i = 1, #fps do
     if #fps[i] <= FP then
       rest[#rest + 1] = fps[i]
     end
   end
+  return rest
+end
+
+-- kbdone remembers the Kafka-form fps among fps as delivered at sec (unix seconds, a
+-- string) in their blocks, noting each block's latest delivery at now (unix ms), and
+-- returns the other fps (for the index).
+local function kbdone(ix, fps, sec, now)
+  local rest = kbrest(fps)
   if #rest == #fps then
     return rest
   end

@@ -170,9 +170,14 @@ func (s *Store) ackCalls(shard int, ids, routes []string, now int64) []call {
 		if routes != nil {
 			withRoutes = 1
 		}
-		args := make([]any, 0, 6+3*len(part))
+		args := make([]any, 0, 7+3*len(part))
 		args = append(args, now, remember, trimBefore, trimLimit, withRoutes)
-		args = append(args, s.doneSliceMs())
+		args = append(args, s.doneSliceMs(), 0)
+		if remember == 1 {
+			var n int
+			args, n = appendAckRuns(args, part, now)
+			args[6] = n
+		}
 		keys := withGuard(k, []string{k.msg, k.inflight, k.counts, k.ix, k.dn, k.nx, k.due, k.ko, k.ki, k.dead})
 		for i, id := range part {
 			args = append(args, id)
