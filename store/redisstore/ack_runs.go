@@ -3,7 +3,6 @@ package redisstore
 import (
 	"cmp"
 	"encoding/binary"
-	"encoding/hex"
 	"slices"
 	"strconv"
 
@@ -20,51 +19,93 @@ import (
 // due together were parked apart), and taking each fingerprint apart in Lua, sorting
 // the slots and joining them cost about as much as the SETRANGEs themselves
 // (`cd bench && go run ./instr -spread 32`). Two ids at one slot (a recreated topic's
-// offsets) keep the later's bytes, as kbdone's last write does.
+// offsets) keep the later's bytes, as kbdone's last write does. Blocks come in the
+// order their partitions first appear in ids; the names, offsets and slot bytes share
+// one buffer, each argument a slice of it.
 func appendAckRuns(args []any, ids []string, now int64) ([]any, int) {
+	// Each Kafka default id gets a sort key: its partition's rank among the call's
+	// partitions and its offset, packed into one integer (ties keep ids' order).
 	type slot struct {
-		block string
-		off   uint64 // the slot's byte offset in its block
-		at    int    // position in ids
-		hash  string
+		key uint64
+		at  int
 	}
-	var slots []slot
+	var (
+		prefixes []string // the call's partitions ("<topic>/<partition>/"), in order met
+		slots    = make([]slot, 0, len(ids))
+		hashes   = make([]string, len(ids)) // the record hash of ids[i]
+		size     int
+	)
 	for i, id := range ids {
 		prefix, offset, hash, ok := storeapi.KafkaOffset(id)
 		if !ok {
 			continue
 		}
-		name := string(appendBlockName(nil, prefix, offset))
-		slots = append(slots, slot{block: name, off: offset % storeapi.ShardBlock * kbSlot, at: i, hash: hash})
+		p := slices.Index(prefixes, prefix)
+		if p < 0 {
+			p = len(prefixes)
+			prefixes = append(prefixes, prefix)
+		}
+		if p >= 1<<keyPartBits || offset >= 1<<(64-keyPartBits) {
+			return args, 0 // beyond the key (never for real offsets): ack.lua takes the ids apart
+		}
+		slots = append(slots, slot{key: uint64(p)<<(64-keyPartBits) | offset, at: i})
+		hashes[i] = hash
+		size += kbSlot + 8 + len(prefix) + 20
 	}
 	if len(slots) == 0 {
 		return args, 0
 	}
-	slices.SortFunc(slots, func(a, b slot) int {
-		return cmp.Or(cmp.Compare(a.block, b.block), cmp.Compare(a.off, b.off), cmp.Compare(a.at, b.at))
-	})
+	slices.SortFunc(slots, func(a, b slot) int { return cmp.Or(cmp.Compare(a.key, b.key), cmp.Compare(a.at, b.at)) })
 	var sec [4]byte
 	binary.BigEndian.PutUint32(sec[:], uint32(now/1000))
+	buf := make([]byte, 0, size)
 	start := len(args)
 	for i := 0; i < len(slots); {
-		block := slots[i].block
+		blockKey := slots[i].key / storeapi.ShardBlock
+		same := func(j int) bool { return j < len(slots) && slots[j].key/storeapi.ShardBlock == blockKey }
+		slotOff := func(j int) uint64 { return slots[j].key % storeapi.ShardBlock * kbSlot }
+		from := len(buf)
+		buf = appendBlockName(buf, prefixes[slots[i].key>>(64-keyPartBits)], slots[i].key&(1<<(64-keyPartBits)-1))
 		nAt := len(args) + 1
-		args = append(args, block, 0)
+		args = append(args, buf[from:len(buf):len(buf)], 0)
 		runs := 0
-		for i < len(slots) && slots[i].block == block {
-			first := slots[i].off
-			var b []byte
-			for ; i < len(slots) && slots[i].block == block && slots[i].off <= first+uint64(len(b)); i++ {
-				if slots[i].off < first+uint64(len(b)) { // the same slot again: the later wins
-					b = b[:len(b)-kbSlot]
+		for same(i) {
+			first := slotOff(i)
+			from := len(buf)
+			buf = strconv.AppendUint(buf, first, 10)
+			args = append(args, buf[from:len(buf):len(buf)])
+			from = len(buf)
+			for ; same(i) && slotOff(i) <= first+uint64(len(buf)-from); i++ {
+				if slotOff(i) < first+uint64(len(buf)-from) { // the same slot again: the later wins
+					buf = buf[:len(buf)-kbSlot]
 				}
-				b, _ = hex.AppendDecode(b, []byte(slots[i].hash)) // 12 lowercase hex digits: KafkaOffset checked
-				b = append(b, sec[:]...)
+				buf = appendHexHash(buf, hashes[slots[i].at])
+				buf = append(buf, sec[:]...)
 			}
-			args = append(args, strconv.FormatUint(first, 10), string(b))
+			args = append(args, buf[from:len(buf):len(buf)])
 			runs++
 		}
 		args[nAt] = runs
 	}
 	return args, len(args) - start
+}
+
+// keyPartBits is the bits of appendAckRuns' sort key that rank a partition; the rest
+// hold the offset.
+const keyPartBits = 10
+
+// appendHexHash appends the 6 bytes that a Kafka default id's 12 lowercase hex digits
+// (storeapi.KafkaOffset checked them) spell.
+func appendHexHash(b []byte, hex string) []byte {
+	for i := 0; i+1 < len(hex); i += 2 {
+		b = append(b, unhex(hex[i])<<4|unhex(hex[i+1]))
+	}
+	return b
+}
+
+func unhex(c byte) byte {
+	if c <= '9' {
+		return c - '0'
+	}
+	return c - 'a' + 10
 }

@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -61,5 +62,68 @@ func TestAckRunsOnlyForIdsItDelivers(t *testing.T) {
 		if st, _, _, err := s.Get(ctx, id); err != nil || st != StateCancelled {
 			t.Errorf("%s cancelled while pending: %s, %v; want cancelled (its ack must not have marked it delivered)", id, st, err)
 		}
+	}
+}
+
+// BenchmarkAckRuns measures what an ack's done runs cost the bridge per call of 100
+// Kafka default ids spread over six partitions' blocks (as at a steady rate), beside
+// the fingerprints the call sends anyway ("fingerprints"): the runs move work from
+// Redis, a shared core, to the bridge.
+func BenchmarkAckRuns(b *testing.B) {
+	var ids []string
+	for i := range 100 {
+		ids = append(ids, fmt.Sprintf("orders.delay/%d/%d/%012x", i%6, 100_000+i*37, i))
+	}
+	b.Run("runs", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, n := appendAckRuns(make([]any, 0, 512), ids, 1_795_956_257_123); n == 0 {
+				b.Fatal("no runs")
+			}
+		}
+	})
+	b.Run("fingerprints", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			for _, id := range ids {
+				_ = ackFingerprint(id)
+			}
+		}
+	})
+}
+
+// The runs group a call's Kafka default ids by block and consecutive slots, whatever
+// their order in the call; an id of another form is left to the fingerprints; two ids
+// at one slot (a recreated topic's offset) keep the later's hash, as a later SETRANGE
+// would.
+func TestAckRunsGroupBlocksAndSlots(t *testing.T) {
+	sec := func(now int64) string { return string([]byte{0, 0, byte(now / 1000 >> 8), byte(now / 1000)}) }
+	const now = 300_000
+	ids := []string{
+		"t/1/1025/00000000000b", // block 1 of partition 1, slot 1
+		"user-given",
+		"t/0/3/000000000003", // block 0 of partition 0, slots 2-3 with the next
+		"t/1/1024/00000000000a",
+		"t/0/2/000000000002",
+		"t/0/9/000000000009",
+		"t/0/3/0000000000ff", // slot 3 again: the later wins
+	}
+	args, n := appendAckRuns(nil, ids, now)
+	var got []string
+	for _, a := range args {
+		switch v := a.(type) {
+		case []byte:
+			got = append(got, fmt.Sprintf("%q", v))
+		default:
+			got = append(got, fmt.Sprint(v))
+		}
+	}
+	slot := func(h byte) string { return string([]byte{0, 0, 0, 0, 0, h}) + sec(now) }
+	want := []string{ // partitions in the order met, blocks and slots rising
+		`"t/1/1"`, "1", `"0"`, fmt.Sprintf("%q", slot(0x0a)+slot(0x0b)),
+		`"t/0/0"`, "2", `"20"`, fmt.Sprintf("%q", slot(2)+slot(0xff)), `"90"`, fmt.Sprintf("%q", slot(9)),
+	}
+	if n != len(args) || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("runs (%d) = %v\nwant %v", n, got, want)
 	}
 }
