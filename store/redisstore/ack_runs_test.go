@@ -127,3 +127,27 @@ func TestAckRunsGroupBlocksAndSlots(t *testing.T) {
 		t.Fatalf("runs (%d) = %v\nwant %v", n, got, want)
 	}
 }
+
+// A call that mixes Kafka default ids with others writes the runs for the first and
+// the index for the rest: both read delivered.
+func TestAckRunsBesideOtherIds(t *testing.T) {
+	s, _, tok := newLeasedStore(t)
+	ctx := storeCtx(t)
+	now := time.Now().UnixMilli()
+	var envs []*envelope.Envelope
+	for _, id := range append(idsOnShard(s, 0, 2, "user"), kafkaID(7, 5), kafkaID(7, 6)) {
+		envs = append(envs, env(id, now))
+	}
+	mustPark(t, s, envs...)
+	if items, _, err := s.Claim(ctx, 0, "i1", tok, now, now+30_000, 10); err != nil || len(items) != len(envs) {
+		t.Fatalf("claim: %d items, %v", len(items), err)
+	}
+	if err := s.AckEnvelopes(ctx, envs, now); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range envs {
+		if st, _, _, err := s.Get(ctx, e.ID); err != nil || st != StateDelivered {
+			t.Errorf("%s: %s, %v; want delivered", e.ID, st, err)
+		}
+	}
+}
