@@ -58,7 +58,7 @@ local FP = 12
 local KB_SLOT = 10
 -- Slots per block: storeapi.ShardBlock offsets.
 local KB_BLOCK = 1024
--- kbpatch reads a span to patch it only where it is shorter than this many bytes for
+-- kbwrite reads a span to patch it only where it is shorter than this many bytes for
 -- each run of slots beyond two.
 local KB_PATCH = 250
 -- At most this many blocks are forgotten per trim call (each one DEL).
@@ -159,64 +159,90 @@ local function kbget(ix, fps, out)
   return groups
 end
 
--- kbpatch writes the slots of group g (each its hash and tb): one SETRANGE per run of
--- consecutive slots (an ack of a fetch's run of offsets is one), or, when the runs are
--- many and close together, one GETRANGE of the span they cover and one SETRANGE of it
--- patched. Every string that enters Lua is hashed byte by byte (Redis's Lua), so a span
--- read and written back costs about ten cycles a byte, and a command about 2,500: the
--- span is patched only where it is shorter than KB_PATCH bytes for each run beyond two.
--- (Acks of messages with scattered delays touch a few slots of a block each, far apart:
--- read whole, their spans were most of the string hashing at a steady 20k msgs/s.)
-local function kbpatch(g, tb)
-  local off, hash, n = g.off, g.hash, #g.at
-  local order, up = {}, true
-  for j = 1, n do
-    order[j] = j
-    if j > 1 and off[j] <= off[j - 1] then
-      up = false
-    end
-  end
-  if not up then
-    table.sort(order, function(x, y)
-      return off[x] < off[y]
-    end)
-  end
-  local starts, runs = {}, 0
-  for k = 1, n do
-    if k == 1 or off[order[k]] ~= off[order[k - 1]] + KB_SLOT then
-      runs = runs + 1
-      starts[runs] = k
-    end
-  end
-  local span = g.hi + KB_SLOT - g.lo
-  if runs <= 2 or span >= (runs - 2) * KB_PATCH then
-    starts[runs + 1] = n + 1
-    for r = 1, runs do
-      local parts = {}
-      for k = starts[r], starts[r + 1] - 1 do
-        parts[#parts + 1] = hash[order[k]]
-        parts[#parts + 1] = tb
-      end
-      redis.call('SETRANGE', g.key, itoa(off[order[starts[r]]]), table.concat(parts))
+-- kbwrite writes a block's runs of consecutive slots, in offset order: a[from],
+-- a[from + 2], ... the byte offsets (text) of their first slots, a[from + 1], ... their
+-- bytes. One SETRANGE per run, or, when the runs are many and close together, one
+-- GETRANGE of the span they cover and one SETRANGE of it patched. Every string that
+-- enters Lua is hashed byte by byte (Redis's Lua), so a span read and written back
+-- costs about ten cycles a byte, and a command about 2,500: the span is patched only
+-- where it is shorter than KB_PATCH bytes for each run beyond two. (Acks of messages
+-- with scattered delays touch a few slots of a block each, far apart: read whole, their
+-- spans were most of the string hashing at a steady 20k msgs/s.)
+local function kbwrite(key, a, from, to)
+  local n = (to - from + 1) / 2
+  local lo = tonumber(a[from])
+  local hi = tonumber(a[to - 1]) + #a[to]
+  if n <= 2 or hi - lo >= (n - 2) * KB_PATCH then
+    for r = from, to, 2 do
+      redis.call('SETRANGE', key, a[r], a[r + 1])
     end
     return
   end
-  local r = redis.call('GETRANGE', g.key, itoa(g.lo), itoa(g.hi + KB_SLOT - 1))
-  if #r < span then
-    r = r .. string.rep('\0', span - #r)
+  local span = redis.call('GETRANGE', key, a[from], itoa(hi - 1))
+  if #span < hi - lo then
+    span = span .. string.rep('\0', hi - lo - #span)
   end
-  local parts, from = {}, 1
-  for _, j in ipairs(order) do
-    local s = off[j] - g.lo + 1
-    if s >= from then
-      parts[#parts + 1] = string.sub(r, from, s - 1)
-      parts[#parts + 1] = hash[j]
-      parts[#parts + 1] = tb
-      from = s + KB_SLOT
+  local parts, at = {}, 1
+  for r = from, to, 2 do
+    local s = tonumber(a[r]) - lo + 1
+    parts[#parts + 1] = string.sub(span, at, s - 1)
+    parts[#parts + 1] = a[r + 1]
+    at = s + #a[r + 1]
+  end
+  redis.call('SETRANGE', key, a[from], table.concat(parts))
+end
+
+-- kbnote notes the latest delivery (now, unix ms) of the blocks names (their keys
+-- keys) with one ZADD; when that added any, each new block's string is allocated whole,
+-- so that the slots written later do not grow it step by step (Redis grows a string to
+-- twice what it needs).
+local function kbnote(ix, names, keys, now)
+  local zadd = {}
+  for k = 1, #names do
+    zadd[2 * k - 1], zadd[2 * k] = now, names[k]
+  end
+  if redis.call('ZADD', ix.kb, unpack(zadd)) > 0 then
+    for _, key in ipairs(keys) do
+      if redis.call('EXISTS', key) == 0 then
+        redis.call('SETRANGE', key, KB_LAST, '\0')
+      end
     end
   end
-  parts[#parts + 1] = string.sub(r, from)
-  redis.call('SETRANGE', g.key, itoa(g.lo), table.concat(parts))
+end
+
+-- kbrunsof is the slots of group g (each its hash and tb) as kbwrite's runs, in offset
+-- order; of two ids at one slot the later in fps wins.
+local function kbrunsof(g, tb)
+  local off, hash = g.off, g.hash
+  local order = {}
+  for j = 1, g.n do
+    order[j] = j
+  end
+  table.sort(order, function(x, y)
+    if off[x] ~= off[y] then
+      return off[x] < off[y]
+    end
+    return x < y
+  end)
+  local a, parts, first, last = {}, nil, 0, 0
+  for _, j in ipairs(order) do
+    if parts and off[j] == last then -- the same slot again
+      parts[#parts - 1] = hash[j]
+    elseif parts and off[j] == last + KB_SLOT then
+      parts[#parts + 1] = hash[j]
+      parts[#parts + 1] = tb
+      last = off[j]
+    else
+      if parts then
+        a[#a + 1] = itoa(first)
+        a[#a + 1] = table.concat(parts)
+      end
+      parts, first, last = { hash[j], tb }, off[j], off[j]
+    end
+  end
+  a[#a + 1] = itoa(first)
+  a[#a + 1] = table.concat(parts)
+  return a
 end
 
 -- kbrest is the fps among fps that are not of Kafka form (they go to the index).
@@ -241,34 +267,14 @@ local function kbdone(ix, fps, sec, now)
   local t = tonumber(sec)
   local tb = string.char(math.floor(t / 16777216) % 256, math.floor(t / 65536) % 256, math.floor(t / 256) % 256, t % 256)
   local groups = kbgroup(ix, fps)
-  -- Which blocks are new, and every block's latest delivery: one ZADD when the call
-  -- touches one block (it says whether it added it), else one ZMSCORE and one ZADD for
-  -- all (an ack of messages due together often touches a block per id or two).
-  local known = {}
-  if #groups == 1 then
-    known[1] = redis.call('ZADD', ix.kb, now, groups[1].name) == 0
-  else
-    local names, zadd = {}, {}
-    for k, g in ipairs(groups) do
-      names[k] = g.name
-      zadd[2 * k - 1], zadd[2 * k] = now, g.name
-    end
-    known = zpresent(ix.kb, names)
-    redis.call('ZADD', ix.kb, unpack(zadd))
-  end
+  local names, keys = {}, {}
   for k, g in ipairs(groups) do
-    if not known[k] then
-      -- A new block: its whole string at once, so that the slots written later do not
-      -- grow it step by step (Redis grows a string to twice what it needs).
-      redis.call('SETRANGE', g.key, KB_LAST, '\0')
-    end
-    if #g.at < 3 then
-      for j = 1, #g.at do
-        redis.call('SETRANGE', g.key, itoa(g.off[j]), g.hash[j] .. tb)
-      end
-    else
-      kbpatch(g, tb)
-    end
+    names[k], keys[k] = g.name, g.key
+  end
+  kbnote(ix, names, keys, now)
+  for _, g in ipairs(groups) do
+    local a = kbrunsof(g, tb)
+    kbwrite(g.key, a, 1, #a)
   end
   return rest
 end
