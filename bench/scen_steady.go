@@ -116,6 +116,12 @@ func steadyStep(e *env, rate float64, dur, minD, maxD time.Duration) (SteadyStep
 			} else {
 				logf("bridge CPU profile at %.0f/s: %s (go tool pprof -top %s)", rate, path, path)
 			}
+			// Allocations since the bridge started (the profile is cumulative): with
+			// -sample_index=alloc_space, what each message costs the garbage collector.
+			ap := filepath.Join(e.outDir, fmt.Sprintf("%s-bridge-allocs-%d.pprof", e.stamp, int(rate)))
+			if err := fetchURL("http://"+b.pprof+"/debug/pprof/allocs", ap); err != nil {
+				logf("allocs profile: %v", err)
+			}
 		}()
 	} else {
 		close(profDone)

@@ -49,8 +49,8 @@ local ix = ixstart(KEYS[6], KEYS[7])
 local first = 4 + 3 * tonumber(ARGV[3])
 -- parkquick parks the whole batch at once and returns true when no id of it can be
 -- refused, which it proves without looking at any id alone: none has an envelope (one
--- HMGET, as below), none is delivered (every slot the spans cover is empty: one GETRANGE
--- per block, scanned in C), none has an index entry (no block is marked: kbmark.lua),
+-- HMGET, as below), none is delivered (every slot the spans cover is empty: one BITCOUNT
+-- per block, counted in C; no string of the slots enters Lua), none has an index entry (no block is marked: kbmark.lua),
 -- none is twice in the batch and none goes cold (the caller's word: k > 0, horizon -1).
 -- Otherwise it writes nothing and the full path below decides id by id. It saves the
 -- per-id work of that path (the block slots compared one by one, the seen and state
@@ -64,8 +64,7 @@ local function parkquick()
   for b = 1, k do
     local at = 1 + 3 * b
     names[b] = ARGV[at]
-    local r = redis.call('GETRANGE', kbkey(ix, ARGV[at]), ARGV[at + 1], ARGV[at + 2])
-    if string.find(r, '[^%z]') then
+    if redis.call('BITCOUNT', kbkey(ix, ARGV[at]), ARGV[at + 1], ARGV[at + 2]) > 0 then
       return false
     end
   end

@@ -32,10 +32,10 @@ const (
 	// ids hashed whole, 0.80–0.90 at 64 shards and 2.2–2.7 at 1,024.
 	budgetScriptCallsPerMsg = 0.05
 	// budgetCommandsPerMsg bounds every other command per message (the data commands
-	// the scripts run — ZADD, HMGET, HSET, ZREM, ZMSCORE, ZRANGEBYSCORE, HDEL, GETRANGE,
-	// SETRANGE, ... — and the wake-up PUBLISH). Measured 0.27–0.28 on the shapes below:
-	// none per message (a park reads the done window of its Kafka default ids with one
-	// GETRANGE per block, an ack writes their slots with one GETRANGE and one SETRANGE
+	// the scripts run — ZADD, HMGET, HSET, ZREM, ZMSCORE, ZRANGEBYSCORE, HDEL, BITCOUNT,
+	// GETRANGE, SETRANGE, ... — and the wake-up PUBLISH). Measured 0.27–0.28 on the shapes
+	// below: none per message (a park tests the done window of its Kafka default ids with
+	// one BITCOUNT per block, an ack writes their slots with one GETRANGE and one SETRANGE
 	// per block, lua/includes/index.lua; it looks its batch up with one ZMSCORE and
 	// removes it with one ZREM), only each call's own reads and writes spread over its
 	// messages. With one index entry per id (an HSET each) it was 1.25–1.56; with ids
