@@ -8,6 +8,7 @@
 //	cd bench && go run ./instr -batch 10 -ids short  # calls of 10 user-given ids
 //	cd bench && go run ./instr -top 25               # and the top functions of the full run
 //	cd bench && go run ./instr -spread 32            # each fetch due over 32 claims
+//	cd bench && go run ./instr -payload 4096         # messages of 4 KiB
 //
 // Each stage runs on a fresh redis-server under callgrind (no persistence), prefilled
 // so that the shard's sorted sets have a live shard's encoding (2,000 messages due in
@@ -61,6 +62,9 @@ type options struct {
 	spread        int
 }
 
+// payloadBytes is every message's payload size (-payload).
+var payloadBytes = 100
+
 // stages are cumulative: each runs what the one before ran and one more script.
 var stages = []string{"prefill", "park", "claim", "ack"}
 
@@ -73,6 +77,7 @@ func main() {
 	flag.BoolVar(&o.prefillCold, "prefill-cold", false, "park the prefill an hour ahead (the cold tier) instead of two minutes")
 	flag.IntVar(&o.top, "top", 0, "print the N functions with the most instructions of the full run (callgrind_annotate)")
 	flag.IntVar(&o.spread, "spread", 1, "due times of a parked batch spread over this many rounds (1: all due at once, claimed in the same round)")
+	flag.IntVar(&payloadBytes, "payload", 100, "payload bytes of every message")
 	flag.StringVar(&o.keep, "keep", "", "write each stage's callgrind file into this directory and keep it (compare two stages with callgrind_annotate)")
 	flag.Parse()
 	o.kafkaIDs = *ids == "kafka"
@@ -233,11 +238,12 @@ func parkRound(ctx context.Context, s *redisstore.Store, o options, i int) error
 	return err
 }
 
-// message is a typical small Kafka message: a 100-byte payload, a key, two headers.
+// message is a typical small Kafka message: a 100-byte payload (-payload), a key, two
+// headers.
 func message(id string, due int64) *envelope.Envelope {
 	return &envelope.Envelope{
 		ID: id, Route: "orders", SourceBroker: envelope.BrokerKafka, Source: "orders.delay",
-		DueAt: due, ReceivedAt: due, Key: []byte("customer-42"), Payload: make([]byte, 100),
+		DueAt: due, ReceivedAt: due, Key: []byte("customer-42"), Payload: make([]byte, payloadBytes),
 		Headers: []envelope.Header{{Key: "traceparent", Value: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}, {Key: "x-delay", Value: "60000"}},
 	}
 }
