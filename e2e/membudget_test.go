@@ -95,7 +95,7 @@ func TestMemoryBoundedBurst(t *testing.T) {
 			// A publish whose outcome stayed unknown (a produce of a batch of large records
 			// timed out against a slow broker, as the race-instrumented in-process kfake can
 			// be) is fired again after its in-flight lease: at least once, so each such
-			// message may arrive twice; any other duplicate fails.
+			// publish may add one copy of its message; any other duplicate fails.
 			unknown := 0.0
 			for _, v := range p.series("publish_failures_total", `reason="timeout"`) {
 				unknown += v
@@ -369,19 +369,24 @@ func (c *sumCollector) check(t *testing.T, want map[string]burstMsg, unknown int
 	dups := 0
 	for _, a := range c.got {
 		w, ok := want[a.id]
-		seen[a.id]++
-		switch {
-		case !ok:
+		if !ok {
 			t.Errorf("unexpected message %q arrived", a.id)
-		case seen[a.id] > 2 || (seen[a.id] == 2 && dups >= unknown):
-			t.Errorf("%s arrived %d times (%d publishes had an unknown outcome, %d duplicates before it)", a.id, seen[a.id], unknown, dups)
-		case seen[a.id] == 2:
-			dups++
+			continue
+		}
+		// Each publish whose outcome stayed unknown may have been written and is fired
+		// again, so it may add one copy of its message; a message whose publishes timed
+		// out twice may arrive three times. More copies in all than such publishes fail.
+		if seen[a.id]++; seen[a.id] > 1 {
+			if dups++; dups > unknown {
+				t.Errorf("%s arrived %d times (%d publishes had an unknown outcome, %d duplicates in all so far)", a.id, seen[a.id], unknown, dups)
+			}
+		}
+		switch {
 		case a.crc != w.crc || a.size != w.size || a.due != w.due:
 			t.Errorf("%s: %d B crc %x due %d, want %d B crc %x due %d", a.id, a.size, a.crc, a.due, w.size, w.crc, w.due)
 		case a.at.UnixMilli() < w.due:
 			t.Errorf("%s arrived %d ms early", a.id, w.due-a.at.UnixMilli())
-		default:
+		case seen[a.id] == 1:
 			late = append(late, a.at.Sub(time.UnixMilli(w.due)))
 		}
 	}
