@@ -6,9 +6,9 @@ import (
 	"github.com/segmentio/kafka-go"
 )
 
-// TestReuseBatchHoldsNoRecord: a record slice put back in the pool between fetches
-// must not keep the last batch's payloads alive, and a slice past the bound is not
-// pooled at all.
+// TestReuseBatchHoldsNoRecord: the slice a partition's reader keeps between fetches
+// must not keep the last batch's payloads alive, and must not keep a burst's large
+// slice at all.
 func TestReuseBatchHoldsNoRecord(t *testing.T) {
 	msgs := make([]kafka.Message, 0, 64)
 	for i := range 3 {

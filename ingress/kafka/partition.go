@@ -151,8 +151,9 @@ func (s *Source) read(ctx context.Context, p *partition, client *kafka.Client, h
 		Backoff: clock.BackoffPolicy{Initial: minBackoff, Max: maxBackoff}})
 	bo := clock.NewBackoff(s.cfg.Clock, clock.BackoffPolicy{Initial: minBackoff, Max: maxBackoff})
 	failing := false
+	var buf []kafka.Message
 	for {
-		msgs, err := s.fetch(rctx, r, getBatch())
+		msgs, err := s.fetch(rctx, r, buf)
 		switch {
 		case ctx.Err() != nil:
 			return 0, ctx.Err() // what was fetched is not committed: the next owner reads it again
@@ -184,7 +185,7 @@ func (s *Source) read(ctx context.Context, p *partition, client *kafka.Client, h
 			return 0, errFenced
 		}
 		items := s.convert(msgs)
-		putBatch(msgs)
+		buf = reuseBatch(msgs)
 		out, err := loop.Deliver(ctx, ingress.Batch{Items: items,
 			Ack: func() error { return s.commit(ctx, p, client, next, log) },
 			// A fenced owner parks nothing more: a failed batch is not handed again.

@@ -3,7 +3,6 @@ package kafka
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -62,32 +61,10 @@ func (s *Source) preflight(ctx context.Context) error {
 // than this still goes, alone.
 const maxBatchBytes = 4 << 20
 
-// batchPool holds emptied record slices between fetches (getBatch, putBatch): a fetch
-// grows its slice up to BatchSize records (152 B each), and without the pool every
-// fetch of every partition grew a new one. A sync.Pool keeps about as many as are in
-// use and lets the rest go at the next collections, so what it holds follows the
-// fetches in progress, not the partitions owned.
-var batchPool sync.Pool
-
-// keptBatchCap bounds the capacity of a slice put back in the pool: a batch size
-// configured far above the default does not leave slices of that size behind.
-const keptBatchCap = 4096
-
-// getBatch returns an empty slice from the pool, or nil (fetch makes one).
-func getBatch() []kafka.Message {
-	if p, ok := batchPool.Get().(*[]kafka.Message); ok {
-		return *p
-	}
-	return nil
-}
-
-// putBatch puts msgs back in the pool once convert has copied what it needs (items
-// hold the records' byte slices, never the slice itself).
-func putBatch(msgs []kafka.Message) {
-	if kept := reuseBatch(msgs); cap(kept) > 0 {
-		batchPool.Put(&kept)
-	}
-}
+// keptBatchCap bounds the capacity of the record slice a partition's reader keeps
+// between fetches (reuseBatch): a steady partition's fetches reuse one slice instead
+// of growing a new one each time, and a burst's large batch is not held afterwards.
+const keptBatchCap = 256
 
 // fetch blocks for one record, then collects more until BatchSize records,
 // maxBatchBytes or BatchWait (on the clock), appending to buf[:0] (nil: a new slice).
@@ -122,8 +99,9 @@ func (s *Source) fetch(ctx context.Context, r *kafka.Reader, buf []kafka.Message
 	return msgs, nil
 }
 
-// reuseBatch returns msgs emptied for the next fetch: its elements are zeroed so that
-// it holds no payload alive, and a slice grown past keptBatchCap is let go (nil).
+// reuseBatch returns msgs emptied for the next fetch, once convert has copied what it
+// needs (items hold the records' byte slices, never the slice itself): its elements are
+// zeroed so that it holds no payload alive, and a slice grown past keptBatchCap is let go.
 func reuseBatch(msgs []kafka.Message) []kafka.Message {
 	if cap(msgs) > keptBatchCap {
 		return nil
