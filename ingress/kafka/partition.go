@@ -151,9 +151,8 @@ func (s *Source) read(ctx context.Context, p *partition, client *kafka.Client, h
 		Backoff: clock.BackoffPolicy{Initial: minBackoff, Max: maxBackoff}})
 	bo := clock.NewBackoff(s.cfg.Clock, clock.BackoffPolicy{Initial: minBackoff, Max: maxBackoff})
 	failing := false
-	var buf []kafka.Message
 	for {
-		msgs, err := s.fetch(rctx, r, buf)
+		msgs, err := s.fetch(rctx, r)
 		switch {
 		case ctx.Err() != nil:
 			return 0, ctx.Err() // what was fetched is not committed: the next owner reads it again
@@ -184,9 +183,7 @@ func (s *Source) read(ctx context.Context, p *partition, client *kafka.Client, h
 			log.Warn("partition lease lost; stopped reading it (the new owner resumes from the committed offset)")
 			return 0, errFenced
 		}
-		items := s.convert(msgs)
-		buf = reuseBatch(msgs)
-		out, err := loop.Deliver(ctx, ingress.Batch{Items: items,
+		out, err := loop.Deliver(ctx, ingress.Batch{Items: s.convert(msgs),
 			Ack: func() error { return s.commit(ctx, p, client, next, log) },
 			// A fenced owner parks nothing more: a failed batch is not handed again.
 			BeforeRetry: func() error {

@@ -61,24 +61,16 @@ func (s *Source) preflight(ctx context.Context) error {
 // than this still goes, alone.
 const maxBatchBytes = 4 << 20
 
-// keptBatchCap bounds the capacity of the record slice a partition's reader keeps
-// between fetches (reuseBatch): a steady partition's fetches reuse one slice instead
-// of growing a new one each time, and a burst's large batch is not held afterwards.
-const keptBatchCap = 256
-
 // fetch blocks for one record, then collects more until BatchSize records,
-// maxBatchBytes or BatchWait (on the clock), appending to buf[:0] (nil: a new slice).
-// It returns what it has together with the error that stopped it early.
-func (s *Source) fetch(ctx context.Context, r *kafka.Reader, buf []kafka.Message) ([]kafka.Message, error) {
+// maxBatchBytes or BatchWait (on the clock). It returns what it has together with the
+// error that stopped it early.
+func (s *Source) fetch(ctx context.Context, r *kafka.Reader) ([]kafka.Message, error) {
 	m, err := r.FetchMessage(ctx)
 	if err != nil {
-		return buf[:0], fmt.Errorf("fetch: %w", err)
+		return nil, fmt.Errorf("fetch: %w", err)
 	}
-	msgs := buf[:0]
-	if msgs == nil {
-		msgs = make([]kafka.Message, 0, min(s.cfg.BatchSize, 64))
-	}
-	msgs = append(msgs, m)
+	msgs := make([]kafka.Message, 1, min(s.cfg.BatchSize, 64))
+	msgs[0] = m
 	if s.cfg.BatchSize == 1 {
 		return msgs, nil
 	}
@@ -97,17 +89,6 @@ func (s *Source) fetch(ctx context.Context, r *kafka.Reader, buf []kafka.Message
 		size += len(m.Value) + len(m.Key)
 	}
 	return msgs, nil
-}
-
-// reuseBatch returns msgs emptied for the next fetch, once convert has copied what it
-// needs (items hold the records' byte slices, never the slice itself): its elements are
-// zeroed so that it holds no payload alive, and a slice grown past keptBatchCap is let go.
-func reuseBatch(msgs []kafka.Message) []kafka.Message {
-	if cap(msgs) > keptBatchCap {
-		return nil
-	}
-	clear(msgs)
-	return msgs[:0]
 }
 
 // windowContext returns a context that ends when d has passed on clk, or parent ends.
