@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/scheduler/wheel"
 	"github.com/delaybridge/delay-bridge/store/storeapi"
 )
 
@@ -15,10 +16,13 @@ type heldSet struct {
 }
 
 // heldCopy is one claimed copy of a message: the envelope the claim returned (its
-// pointer identifies the copy) and the lease token it was claimed under.
+// pointer identifies the copy), the lease token it was claimed under and its handle in
+// the wheel (written by Wheel.ScheduleBatch; read only through Wheel.Cancel). The held
+// set is the one index of claimed messages by id: the wheel keeps none.
 type heldCopy struct {
 	env   *envelope.Envelope
 	token int64
+	wh    *wheel.Handle
 }
 
 // Owns reports whether env may be published: it is the latest claim of its id, its
@@ -44,29 +48,32 @@ func (s *Scheduler) Owns(env *envelope.Envelope) bool {
 // track records claimed messages as held under st's token before they enter the wheel,
 // and marks each copy with that token (Owns). A message already held (claimed again
 // after a recovery) supersedes the older copy: if that copy is still in the wheel it is
-// taken out, otherwise it is on its way to egress, where Owns drops it.
-func (s *Scheduler) track(st *shardState, items []*envelope.Envelope) {
+// taken out, otherwise it is on its way to egress, where Owns drops it. It returns the
+// items' wheel handles for Wheel.ScheduleBatch to fill in.
+func (s *Scheduler) track(st *shardState, items []*envelope.Envelope) []wheel.Handle {
 	h := &s.held[st.shard]
 	replaced, replacedBytes := 0, int64(0)
 	marks := make([]envelope.ClaimMark, len(items))
+	handles := make([]wheel.Handle, len(items))
 	h.mu.Lock()
 	for i, env := range items {
 		old, ok := h.byID[env.ID]
 		if ok {
 			old.env.Claim.Supersede()
 		}
-		if ok && s.wheel.Cancel(env.ID) {
+		if ok && s.wheel.Cancel(old.wh) {
 			h.n--
 			replaced++
 			replacedBytes += old.env.ClaimedBytes
 		}
 		marks[i].Token = st.token
 		env.Claim = &marks[i]
-		h.byID[env.ID] = heldCopy{env: env, token: st.token}
+		h.byID[env.ID] = heldCopy{env: env, token: st.token, wh: &handles[i]}
 		h.n++
 	}
 	h.mu.Unlock()
 	s.credits.release(replaced, replacedBytes)
+	return handles
 }
 
 // untrack forgets one copy that left memory (published, failed, dropped, put back) and
@@ -90,7 +97,7 @@ func (s *Scheduler) takeFromWheel(st *shardState) []*envelope.Envelope {
 	var out []*envelope.Envelope
 	h.mu.Lock()
 	for id, c := range h.byID {
-		if c.token == st.token && s.wheel.Cancel(id) {
+		if c.token == st.token && s.wheel.Cancel(c.wh) {
 			delete(h.byID, id)
 			h.n--
 			out = append(out, c.env)
@@ -107,32 +114,34 @@ func (s *Scheduler) heldCount(shard int) int {
 	return h.n
 }
 
-// CancelLocal removes id from the wheel if this instance holds it, returning whether it
-// did. The store's cancel has already removed it from Redis.
+// CancelLocal removes id from the wheel if this instance holds it there, returning
+// whether it did. The store's cancel has already removed it from Redis.
+//
+// The wheel only ever holds the latest claim of an id (track takes older copies out),
+// held under its shard: ShardOf(id), looked in first, or for a message of an ordered key
+// its key's shard, which the id does not tell. So an id this instance does not hold is
+// looked for in every shard's held set: a cancel of a message in flight is rare, and
+// what it costs (one map lookup per shard) is not paid per message fired.
 func (s *Scheduler) CancelLocal(id string) bool {
-	if !s.wheel.Cancel(id) {
-		return false
-	}
-	// The wheel only ever holds the latest claim of an id (track takes older copies out).
-	// It is held under its shard: ShardOf(id), or for a message of an ordered key its
-	// key's shard, which the id does not tell (looked for then: cancels are rare).
-	var size int64
 	for i, n := s.store.ShardOf(id), 0; n < len(s.held); i, n = (i+1)%len(s.held), n+1 {
 		h := &s.held[i]
 		h.mu.Lock()
 		c, ok := h.byID[id]
-		if ok {
-			h.n--
-			delete(h.byID, id)
-			size = c.env.ClaimedBytes
+		if !ok {
+			h.mu.Unlock()
+			continue
 		}
+		if !s.wheel.Cancel(c.wh) {
+			h.mu.Unlock()
+			return false // fired already: on its way to egress
+		}
+		h.n--
+		delete(h.byID, id)
 		h.mu.Unlock()
-		if ok {
-			break
-		}
+		s.credits.release(1, c.env.ClaimedBytes)
+		return true
 	}
-	s.credits.release(1, size)
-	return true
+	return false
 }
 
 // ReleaseLocal takes id out of the wheel if this instance holds it there (claimed,
@@ -147,7 +156,7 @@ func (s *Scheduler) ReleaseLocal(id string) bool {
 	h := &s.held[shard]
 	h.mu.Lock()
 	c, ok := h.byID[id]
-	if !ok || !s.wheel.Cancel(id) {
+	if !ok || !s.wheel.Cancel(c.wh) {
 		h.mu.Unlock()
 		return false
 	}

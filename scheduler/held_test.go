@@ -68,3 +68,51 @@ func TestOwnsOnlyTheLatestCopyUnderTheHeldToken(t *testing.T) {
 		t.Error("a copy is owned after the lease stopped being surely valid")
 	}
 }
+
+// TestReclaimedCopyReplacesTheOneInTheWheel: a message claimed again while its older
+// copy still waits in the wheel (recovered meanwhile) fires once, as the newer copy,
+// and the older copy's credits come back; the held set is the only index by id the
+// wheel has (wheel.Handle), so the rule is track's. CancelLocal then finds the newer
+// copy through it, also when it is held under another shard than ShardOf(id) (a
+// message of an ordered key is held under its key's shard).
+func TestReclaimedCopyReplacesTheOneInTheWheel(t *testing.T) {
+	ms, err := memstore.New(memstore.Options{Shards: 4, DoneWindow: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Options{Store: ms, Instance: "i1", MaxInMemory: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	due := time.Now().Add(time.Hour).UnixMilli()
+	claimed := func(id string, shard int) *envelope.Envelope {
+		return &envelope.Envelope{ID: id, Route: "r", DueAt: due, ClaimedFrom: shard + 1, ClaimedBytes: 100}
+	}
+	other := (ms.ShardOf("m") + 1) % 4
+	st := &shardState{shard: other, token: 7}
+	take := func(n int) {
+		t.Helper()
+		if _, err := s.credits.acquire(t.Context(), n, 0, 0, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	take(1)
+	s.schedule(st, []*envelope.Envelope{claimed("m", other)})
+	take(1)
+	s.schedule(st, []*envelope.Envelope{claimed("m", other)})
+	if got := s.InMemory(); got.Wheel != 1 || got.Held[other] != 1 || got.FreeCredits != 9 {
+		t.Fatalf("after a re-claim: wheel %d, held %d, free credits %d; want 1, 1, 9", got.Wheel, got.Held[other], got.FreeCredits)
+	}
+	if s.CancelLocal("absent") {
+		t.Error("CancelLocal of an id held nowhere reported true")
+	}
+	if !s.CancelLocal("m") {
+		t.Fatal("CancelLocal did not find the copy held under another shard than ShardOf(id)")
+	}
+	if got := s.InMemory(); got.Wheel != 0 || got.Held[other] != 0 || got.FreeCredits != 10 {
+		t.Fatalf("after CancelLocal: wheel %d, held %d, free credits %d; want 0, 0, 10", got.Wheel, got.Held[other], got.FreeCredits)
+	}
+	if s.CancelLocal("m") {
+		t.Error("a second CancelLocal reported true")
+	}
+}

@@ -223,8 +223,7 @@ func (s *Scheduler) nextClaimIn(nextDue, now int64) time.Duration {
 // schedule hands claimed messages to the wheel, remembering their claim.
 func (s *Scheduler) schedule(st *shardState, items []*envelope.Envelope) {
 	if len(items) > 0 {
-		s.track(st, items)
-		s.wheel.ScheduleBatch(items)
+		s.wheel.ScheduleBatch(items, s.track(st, items))
 	}
 }
 

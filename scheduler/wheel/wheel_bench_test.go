@@ -154,8 +154,8 @@ func BenchmarkWheelScheduleCancelParallel(b *testing.B) {
 		i := 0
 		for pb.Next() {
 			env := ring[i%len(ring)]
-			w.Schedule(env)
-			w.Cancel(env.ID)
+			h := w.Schedule(env)
+			w.Cancel(&h)
 			i++
 		}
 	})

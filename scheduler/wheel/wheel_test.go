@@ -212,7 +212,7 @@ func TestWheelBatchesPerTick(t *testing.T) {
 			envs = append(envs, wheelEnv(fmt.Sprint("a", i), wheelT0.Add(wheelMs(5))))
 			want = append(want, fmt.Sprint("a", i))
 		}
-		h.w.ScheduleBatch(envs)
+		h.w.ScheduleBatch(envs, nil)
 		h.w.Schedule(wheelEnv("b", wheelT0.Add(wheelMs(6))))
 		h.park(true, wheelMs(5))
 		h.fc.Advance(wheelMs(5))
@@ -256,7 +256,7 @@ func TestWheelCatchesUpMissedTicks(t *testing.T) {
 		wheelEnv("a", wheelT0.Add(wheelMs(1))),
 		wheelEnv("b", wheelT0.Add(wheelMs(2))),
 		wheelEnv("d", wheelT0.Add(wheelMs(50))),
-	})
+	}, nil)
 	h.park(true, wheelMs(1))
 	h.fc.Advance(wheelMs(10))
 	h.park(true, wheelMs(40))
@@ -337,19 +337,22 @@ func TestWheelCancel(t *testing.T) {
 	h := newWheelHarness(t, time.Millisecond, 64)
 	h.start()
 	h.park(false, 0)
+	hs := make([]Handle, 4)
 	h.w.ScheduleBatch([]*envelope.Envelope{
 		wheelEnv("a", wheelT0.Add(wheelMs(5))),
 		wheelEnv("b", wheelT0.Add(wheelMs(5))),
 		wheelEnv("c", wheelT0.Add(wheelMs(5))),
 		wheelEnv("past", wheelT0.Add(-wheelMs(5))),
-	})
+	}, hs)
 	h.park(true, wheelMs(1))
+	b := hs[1] // a copy: Cancel clears the handle it is given, not its copies
 	for _, c := range []struct {
-		id   string
+		name string
+		h    *Handle
 		want bool
-	}{{"b", true}, {"b", false}, {"nope", false}, {"past", true}} {
-		if got := h.w.Cancel(c.id); got != c.want {
-			t.Fatalf("Cancel(%q) = %v, want %v", c.id, got, c.want)
+	}{{"b", &hs[1], true}, {"b again", &hs[1], false}, {"b's copy", &b, false}, {"zero", &Handle{}, false}, {"nil", nil, false}, {"past", &hs[3], true}} {
+		if got := h.w.Cancel(c.h); got != c.want {
+			t.Fatalf("Cancel(%s) = %v, want %v", c.name, got, c.want)
 		}
 	}
 	if h.w.Len() != 2 {
@@ -361,14 +364,14 @@ func TestWheelCancel(t *testing.T) {
 	h.fc.Advance(wheelMs(4))
 	h.park(false, 0)
 	h.expectFired(wheelFiring{[]string{"a", "c"}, wheelT0.Add(wheelMs(5))})
-	if h.w.Cancel("a") {
+	if h.w.Cancel(&hs[0]) {
 		t.Fatal("Cancel of a fired entry reported true")
 	}
 
 	// Cancelling the only entry: the loop wakes once at the old deadline, then idles.
-	h.w.Schedule(wheelEnv("x", wheelT0.Add(time.Second)))
+	x := h.w.Schedule(wheelEnv("x", wheelT0.Add(time.Second)))
 	h.park(true, wheelMs(995))
-	if !h.w.Cancel("x") || h.w.Len() != 0 {
+	if !h.w.Cancel(&x) || h.w.Len() != 0 {
 		t.Fatal("Cancel(x) failed")
 	}
 	h.fc.Advance(wheelMs(995))
@@ -376,23 +379,37 @@ func TestWheelCancel(t *testing.T) {
 	h.expectFired()
 }
 
-// Scheduling an id that is already pending moves it: it fires once, at the new time.
-func TestWheelScheduleSameIDReplaces(t *testing.T) {
+// The wheel does not look at ids: the same id scheduled twice fires twice (the
+// scheduler cancels an older copy itself). A handle whose envelope fired cancels
+// nothing, even once its entry is recycled for the next envelope scheduled.
+func TestWheelHandleOutlivesItsEntry(t *testing.T) {
 	h := newWheelHarness(t, time.Millisecond, 64)
 	h.start()
 	h.park(false, 0)
-	h.w.Schedule(wheelEnv("m", wheelT0.Add(wheelMs(2))))
+	first := h.w.Schedule(wheelEnv("m", wheelT0.Add(wheelMs(2))))
 	h.park(true, wheelMs(2))
-	h.w.Schedule(wheelEnv("m", wheelT0.Add(wheelMs(7))))
-	if h.w.Len() != 1 {
-		t.Fatalf("Len = %d, want 1", h.w.Len())
+	second := h.w.Schedule(wheelEnv("m", wheelT0.Add(wheelMs(2))))
+	if h.w.Len() != 2 {
+		t.Fatalf("Len = %d, want 2", h.w.Len())
 	}
 	h.fc.Advance(wheelMs(2))
-	h.park(true, wheelMs(5))
-	h.expectFired()
-	h.fc.Advance(wheelMs(5))
 	h.park(false, 0)
-	h.expectFired(wheelFiring{[]string{"m"}, wheelT0.Add(wheelMs(7))})
+	h.expectFired(wheelFiring{[]string{"m", "m"}, wheelT0.Add(wheelMs(2))})
+
+	// Both entries are on the free list, the last released first: the next two
+	// Schedules take them back.
+	n := h.w.Schedule(wheelEnv("n", wheelT0.Add(wheelMs(10))))
+	h.park(true, wheelMs(8))
+	o := h.w.Schedule(wheelEnv("o", wheelT0.Add(wheelMs(10))))
+	if (n.e != first.e && o.e != first.e) || (n.e != second.e && o.e != second.e) {
+		t.Fatal("the fired entries were not recycled: the test cannot reach its case")
+	}
+	if h.w.Cancel(&first) || h.w.Cancel(&second) {
+		t.Fatal("the handle of a fired envelope cancelled the envelope its entry now holds")
+	}
+	if h.w.Len() != 2 || !h.w.Cancel(&n) || !h.w.Cancel(&o) {
+		t.Fatal("Cancel(n), Cancel(o) failed")
+	}
 }
 
 func TestWheelIdleArmsNoTimer(t *testing.T) {
@@ -426,12 +443,13 @@ func TestWheelRunStopsAndDrain(t *testing.T) {
 	h := newWheelHarness(t, time.Millisecond, 64)
 	h.start()
 	h.park(false, 0)
+	hs := make([]Handle, 4)
 	h.w.ScheduleBatch([]*envelope.Envelope{
 		wheelEnv("a", wheelT0.Add(wheelMs(1))),
 		wheelEnv("b", wheelT0.Add(wheelMs(5))),
 		wheelEnv("c", wheelT0.Add(time.Minute)),
 		wheelEnv("d", wheelT0.Add(-time.Second)),
-	})
+	}, hs)
 	h.park(true, wheelMs(1))
 	h.fc.Advance(wheelMs(1))
 	h.park(true, wheelMs(4))
@@ -454,7 +472,7 @@ func TestWheelRunStopsAndDrain(t *testing.T) {
 	if !slices.Equal(got, []string{"b", "c"}) {
 		t.Fatalf("Drain = %v, want [b c]", got)
 	}
-	if h.w.Len() != 0 || len(h.w.Drain()) != 0 || h.w.Cancel("b") {
+	if h.w.Len() != 0 || len(h.w.Drain()) != 0 || h.w.Cancel(&hs[1]) {
 		t.Fatal("wheel not empty after Drain")
 	}
 
@@ -512,27 +530,36 @@ func TestWheelConcurrent(t *testing.T) {
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(g), 7))
 			var batch []*envelope.Envelope
+			handles := map[string]*Handle{}
+			flush := func() {
+				hs := make([]Handle, len(batch))
+				w.ScheduleBatch(batch, hs)
+				for j, e := range batch {
+					handles[e.ID] = &hs[j]
+				}
+				batch = nil
+			}
 			for i := range per {
 				id := fmt.Sprintf("g%d-%d", g, i)
 				env := wheelEnv(id, wheelT0.Add(time.Duration(rng.Int64N(300)-20)*time.Millisecond))
 				if i%3 == 0 {
 					batch = append(batch, env)
 					if len(batch) == 10 {
-						w.ScheduleBatch(batch)
-						batch = nil
+						flush()
 					}
 				} else {
-					w.Schedule(env)
+					h := w.Schedule(env)
+					handles[id] = &h
 				}
 				if i%7 == 0 && i > 0 {
 					victim := fmt.Sprintf("g%d-%d", g, i-1)
-					if w.Cancel(victim) {
+					if w.Cancel(handles[victim]) {
 						cancelled[g] = append(cancelled[g], victim)
 					}
 				}
 				_ = w.Len()
 			}
-			w.ScheduleBatch(batch)
+			flush()
 		})
 	}
 	wg.Go(func() {
@@ -631,11 +658,11 @@ func TestWheelNewDefaults(t *testing.T) {
 	fc := clock.NewFake(wheelT0)
 	n := 0
 	w := mustNew(fc, time.Millisecond, 1, func(b []*envelope.Envelope, _ time.Time) { n += len(b) })
-	w.Schedule(&envelope.Envelope{ID: "max", DueAt: math.MaxInt64})
+	hmax := w.Schedule(&envelope.Envelope{ID: "max", DueAt: math.MaxInt64})
 	w.Schedule(&envelope.Envelope{ID: "min", DueAt: math.MinInt64})
-	w.Schedule(&envelope.Envelope{DueAt: 0}) // no id: fires, cannot be cancelled
+	w.Schedule(&envelope.Envelope{DueAt: 0}) // no id: fires like any other
 	wheelDrive(w, fc.Now().Add(wheelMs(1)))
-	if n != 2 || w.Len() != 1 || !w.Cancel("max") {
+	if n != 2 || w.Len() != 1 || !w.Cancel(&hmax) {
 		t.Fatalf("fired %d, Len %d", n, w.Len())
 	}
 }
@@ -653,16 +680,20 @@ func TestWheelNextTickMatchesMinimum(t *testing.T) {
 		fc := clock.NewFake(wheelT0)
 		w := mustNew(fc, time.Millisecond, slots, func([]*envelope.Envelope, time.Time) {})
 		pending := map[string]int64{}
+		handles := map[string]Handle{}
 		for round := range 300 {
 			for range rng.IntN(20) {
 				id := fmt.Sprint(round, "-", rng.Int())
 				due := fc.Now().UnixMilli() + rng.Int64N(int64(3*slots)) + 1
-				w.Schedule(&envelope.Envelope{ID: id, DueAt: due})
+				handles[id] = w.Schedule(&envelope.Envelope{ID: id, DueAt: due})
 				pending[id] = due
 			}
 			if c.cancels && round%5 == 0 {
 				for id := range pending {
-					w.Cancel(id)
+					h := handles[id]
+					if !w.Cancel(&h) {
+						t.Fatalf("%+v round %d: Cancel of pending %s failed", c, round, id)
+					}
 					delete(pending, id)
 					break
 				}
@@ -705,8 +736,8 @@ func TestWheelOrdersBatchByDueThenReceived(t *testing.T) {
 		return e
 	}
 	// Claimed in the order two shards' pumps ran, not in receive order.
-	h.w.ScheduleBatch([]*envelope.Envelope{env("r3", 10, 3), env("r1", 10, 1), env("tie-a", 10, 5), env("early", 9, 9)})
-	h.w.ScheduleBatch([]*envelope.Envelope{env("r2", 10, 2), env("tie-b", 10, 5), env("r0", 10, 0)})
+	h.w.ScheduleBatch([]*envelope.Envelope{env("r3", 10, 3), env("r1", 10, 1), env("tie-a", 10, 5), env("early", 9, 9)}, nil)
+	h.w.ScheduleBatch([]*envelope.Envelope{env("r2", 10, 2), env("tie-b", 10, 5), env("r0", 10, 0)}, nil)
 	h.park(true, wheelMs(10))
 	h.fc.Advance(wheelMs(10))
 	h.park(false, 0)
