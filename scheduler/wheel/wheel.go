@@ -61,10 +61,9 @@ type entry struct {
 //
 // The wheel keeps no index of its own: the caller keeps each envelope's handle where it
 // already looks the message up (the scheduler's held set, by id), so a scheduled and
-// fired message costs no map insertion, lookup or deletion here. An id-keyed index
-// was ~6 % of the bridge's CPU at a steady 20k msgs/s (`cd bench && go run . -scenario
-// steady -rates 20000 -profile`): each lookup touched a map grown to the messages held
-// and an id decoded seconds earlier, both out of cache.
+// fired message costs no map insertion, lookup or deletion here: each touched a map of
+// every message held and an id decoded seconds earlier, both out of cache
+// (docs/ARCHITECTURE.md "The scheduler", Wheel).
 type Handle struct {
 	e   *entry
 	gen uint64
