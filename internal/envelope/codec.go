@@ -277,16 +277,32 @@ func (d *decoder) raw() []byte {
 	return p
 }
 
-func (d *decoder) string() string {
-	if d.src == "" {
-		return string(d.raw())
+func (d *decoder) string() string { return d.stringOf(d.raw()) }
+
+// stringOf is p, which raw just read, as a string: a substring of src when decoding a
+// string (DecodeString), else a copy.
+func (d *decoder) stringOf(p []byte) string {
+	if len(p) == 0 {
+		return ""
 	}
+	if d.src == "" {
+		return string(p)
+	}
+	off := len(d.src) - len(d.buf) - len(p) // raw has moved buf past p
+	return d.src[off : off+len(p)]
+}
+
+// internedString is string for a field with few distinct values (route, target): the
+// interned copy (interner), or string's when the interner is full.
+func (d *decoder) internedString() string {
 	p := d.raw()
 	if len(p) == 0 {
 		return ""
 	}
-	off := len(d.src) - len(d.buf) - len(p) // raw has moved buf past p
-	return d.src[off : off+len(p)]
+	if s, ok := interned.get(p); ok {
+		return s
+	}
+	return d.stringOf(p)
 }
 
 func (d *decoder) bytes() []byte {

@@ -205,7 +205,7 @@ func decodeV2(data []byte, src string) (*Envelope, error) {
 	}
 	flags := d.byte()
 	e := &Envelope{}
-	e.Route = d.string()
+	e.Route = d.internedString()
 	switch flags >> v2BrokerShift {
 	case v2BrokerText:
 		e.SourceBroker = d.string()
@@ -218,7 +218,7 @@ func decodeV2(data []byte, src string) (*Envelope, error) {
 	}
 	e.Source = d.string()
 	if flags&v2FlagTarget != 0 {
-		e.Target = d.string()
+		e.Target = d.internedString()
 	}
 	e.DueAt = d.varint()
 	d.ref = d.varint()
