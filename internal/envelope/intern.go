@@ -1,6 +1,7 @@
 package envelope
 
 import (
+	"maps"
 	"sync"
 	"sync/atomic"
 )
@@ -28,29 +29,20 @@ type interner struct {
 var interned interner
 
 // get returns the interned copy of b, adding it when there is room; ok is false when b
-// was not interned (the table is full).
+// was not interned (the table is full). A full table is seen without the lock, so a
+// value past the bound costs a lookup, not the mutex, on every decode.
 func (in *interner) get(b []byte) (s string, ok bool) {
-	if m := in.m.Load(); m != nil {
-		if s, ok := (*m)[string(b)]; ok {
-			return s, true
-		}
+	if s, ok, done := in.lookup(b); done {
+		return s, ok
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	old := in.m.Load()
-	if old != nil {
-		if s, ok := (*old)[string(b)]; ok {
-			return s, true
-		}
-		if len(*old) >= maxInterned {
-			return "", false
-		}
+	if s, ok, done := in.lookup(b); done {
+		return s, ok
 	}
-	next := make(map[string]string, 1+lenOf(old))
-	if old != nil {
-		for k, v := range *old {
-			next[k] = v
-		}
+	next := maps.Clone(in.load())
+	if next == nil {
+		next = make(map[string]string, 1)
 	}
 	s = string(b)
 	next[s] = s
@@ -58,9 +50,19 @@ func (in *interner) get(b []byte) (s string, ok bool) {
 	return s, true
 }
 
-func lenOf(m *map[string]string) int {
-	if m == nil {
-		return 0
+// lookup answers b from the current table: done is false only when b is not there and
+// there is room to add it.
+func (in *interner) lookup(b []byte) (s string, ok, done bool) {
+	m := in.load()
+	if s, ok := m[string(b)]; ok {
+		return s, true, true
 	}
-	return len(*m)
+	return "", false, len(m) >= maxInterned
+}
+
+func (in *interner) load() map[string]string {
+	if p := in.m.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
