@@ -12,6 +12,8 @@
 -- KEYS[6] ix         HASH the id index's state (index.lua); its sub-hashes hold the
 --                    done window: fp -> delivered or cancelled state
 -- KEYS[7] dn         ZSET the done slices (index.lua)
+-- KEYS[8] owner      STRING "instance|token", the shard's lease (read only when ARGV[6]
+--                    > 0; ordered_park, which never claims, passes its own keys from 8 on)
 -- ARGV[1] now (integer unix ms)
 -- ARGV[2] the cold horizon (ms): a message due at least this far ahead (and not
 --         before the cold tier's watermark) is parked in the cold tier (cold.lua); -1
@@ -20,15 +22,22 @@
 -- ARGV[3] k: how many block spans follow (0: none). k > 0 is the caller's word that
 --         every id of the batch is of the Kafka default form, no two the same, and that
 --         the spans below cover the slots of all of them (parkquick)
--- ARGV[4..3+3k] spans: block name, first byte, last byte (text) of the block's slots
+-- ARGV[4] the owner value "instance|token" the caller holds the shard's lease with
+-- ARGV[5] a lease deadline (unix ms) that identifies this call among the shard's claims
+-- ARGV[6] c: the first c quintuples are claimed as they are parked, when KEYS[8] holds
+--         ARGV[4]: a new one goes in flight under ARGV[5] instead of due (the caller
+--         was about to claim it: it is due within the lookahead, never cold); 0: none
+-- ARGV[7..6+3k] spans: block name, first byte, last byte (text) of the block's slots
 --         (index.lua's "kb" strings) that the batch's ids occupy
--- ARGV[4+3k..] quintuples: id, due (integer unix ms), envelope bytes, route, fp (12 bytes
+-- ARGV[7+3k..] quintuples: id, due (integer unix ms), envelope bytes, route, fp (12 bytes
 --         of SHA-256(id)); the caller bounds the batch (at most a few hundred: ZADD gets
 --         them in one unpack).
 -- Returns the refused quintuples only, a flat array of position (1-based) and why:
 -- the state the id is already in, "pending", "inflight", "dead", "delivered" or
 -- "cancelled"; every quintuple it does not name was parked (an empty array: all were).
--- A short reply: most calls refuse nothing.
+-- A short reply: most calls refuse nothing. When the first c were claimed (the lease
+-- is held), one more element follows the pairs: 1; each of the c not named went in
+-- flight. Without it none did: the lease moved on, they are pending.
 --
 -- An id already pending, in flight, dead or remembered in the done window is skipped,
 -- so an ingress replay after a crash (or a producer retry) never duplicates or
@@ -46,7 +55,20 @@
 -- doneOf from index.lua, co* from cold.lua, which this script includes.
 local cs = cstart(KEYS[5])
 local ix = ixstart(KEYS[6], KEYS[7])
-local first = 4 + 3 * tonumber(ARGV[3])
+local first = 7 + 3 * tonumber(ARGV[3])
+-- claimUpTo: quintuples at positions up to this one go in flight (0: none)
+local claimUpTo = tonumber(ARGV[6])
+if claimUpTo > 0 and redis.call('GET', KEYS[8]) ~= ARGV[4] then
+  claimUpTo = 0
+end
+local deadline = ARGV[5]
+-- reply ends a reply of refused pairs with the mark of a claim made.
+local function reply(out)
+  if claimUpTo > 0 then
+    out[#out + 1] = 1
+  end
+  return out
+end
 -- parkquick parks the whole batch at once and returns true when no id of it can be
 -- refused, which it proves without looking at any id alone: none has an envelope (one
 -- HMGET, as below), none is delivered (every slot the spans cover is empty: one BITCOUNT
@@ -62,7 +84,7 @@ local function parkquick()
   end
   local names = {}
   for b = 1, k do
-    local at = 1 + 3 * b
+    local at = 4 + 3 * b
     names[b] = ARGV[at]
     if redis.call('BITCOUNT', kbkey(ix, ARGV[at]), ARGV[at + 1], ARGV[at + 2]) > 0 then
       return false
@@ -76,14 +98,22 @@ local function parkquick()
       end
     end
   end
-  local ids, hset, zadd, pend, n = {}, {}, {}, {}, 0
+  local ids, hset, zadd, zin, pend, fly, n = {}, {}, {}, {}, {}, {}, 0
+  local nz, ni = 0, 0
   for i = first, #ARGV, 5 do
     n = n + 1
     local id, route = ARGV[i], ARGV[i + 3]
     ids[n] = id
     hset[2 * n - 1], hset[2 * n] = id, ARGV[i + 2]
-    zadd[2 * n - 1], zadd[2 * n] = ARGV[i + 1], id
-    pend[route] = (pend[route] or 0) + 1
+    if n <= claimUpTo then
+      zin[ni + 1], zin[ni + 2] = deadline, id
+      ni = ni + 2
+      fly[route] = (fly[route] or 0) + 1
+    else
+      zadd[nz + 1], zadd[nz + 2] = ARGV[i + 1], id
+      nz = nz + 2
+      pend[route] = (pend[route] or 0) + 1
+    end
   end
   local held = redis.call('HMGET', KEYS[2], unpack(ids))
   for j = 1, n do
@@ -92,15 +122,23 @@ local function parkquick()
     end
   end
   redis.call('HSET', KEYS[2], unpack(hset))
-  redis.call('ZADD', KEYS[1], unpack(zadd))
+  if nz > 0 then
+    redis.call('ZADD', KEYS[1], unpack(zadd))
+  end
+  if ni > 0 then
+    redis.call('ZADD', KEYS[3], unpack(zin))
+  end
   for route, c in pairs(pend) do
     cadd(cs, 'pending', route, c)
+  end
+  for route, c in pairs(fly) do
+    cadd(cs, 'inflight', route, c)
   end
   cflush(cs)
   return true
 end
 if parkquick() then
-  return {}
+  return reply({})
 end
 local co = costart(KEYS[1])
 local now, horizon = tonumber(ARGV[1]), tonumber(ARGV[2])
@@ -122,8 +160,11 @@ if n > 0 then
   held = redis.call('HMGET', KEYS[2], unpack(ids))
 end
 local out, no = {}, 0
-local zadd, hset, nz = {}, {}, 0
--- seen: the ids parked by this call so far, true in due, 'c' in the cold tier
+local zadd, hset, nz, nh = {}, {}, 0, 0
+local zin, ni = {}, 0 -- the claimed ones' ZADD arguments into inflight
+local fly = {} -- per route: messages claimed
+-- seen: the ids parked by this call so far, true in due, 'c' in the cold tier, 'f' in
+-- flight (claimed)
 local seen = {}
 local pend = {} -- per route: messages parked (one cadd per route, not per message)
 n = 0
@@ -134,6 +175,8 @@ for i = first, #ARGV, 5 do
   local st
   if was == 'c' then
     st = 'pending'
+  elseif was == 'f' then
+    st = 'inflight'
   elseif s then
     if cofind(co, s, id) then
       st = 'pending'
@@ -152,17 +195,26 @@ for i = first, #ARGV, 5 do
     local h = held[n]
     if not h and not was then
       st = 'parked'
-      pend[route] = (pend[route] or 0) + 1
-      if not s and horizon >= 0 and cocold(co, ARGV[i + 1], now, horizon) then
+      if n <= claimUpTo then
+        seen[id] = 'f'
+        fly[route] = (fly[route] or 0) + 1
+        zin[ni + 1], zin[ni + 2] = deadline, id
+        ni = ni + 2
+        hset[nh + 1], hset[nh + 2] = id, ARGV[i + 2]
+        nh = nh + 2
+      elseif not s and horizon >= 0 and cocold(co, ARGV[i + 1], now, horizon) then
+        pend[route] = (pend[route] or 0) + 1
         seen[id] = 'c'
         coadd(co, id, ARGV[i + 1], ARGV[i + 2], ARGV[i + 4])
       else
+        pend[route] = (pend[route] or 0) + 1
         seen[id] = true
         zadd[nz + 1] = ARGV[i + 1]
         zadd[nz + 2] = id
-        hset[nz + 1] = id
-        hset[nz + 2] = ARGV[i + 2]
         nz = nz + 2
+        hset[nh + 1] = id
+        hset[nh + 2] = ARGV[i + 2]
+        nh = nh + 2
       end
     elseif not h then
       st = 'pending' -- parked earlier in this batch
@@ -180,9 +232,14 @@ for i = first, #ARGV, 5 do
     no = no + 2
   end
 end
-if nz > 0 then
+if nh > 0 then
   redis.call('HSET', KEYS[2], unpack(hset))
+end
+if nz > 0 then
   redis.call('ZADD', KEYS[1], unpack(zadd))
+end
+if ni > 0 then
+  redis.call('ZADD', KEYS[3], unpack(zin))
 end
 local cfps, cmarks = coflush(co)
 if #cfps > 0 then
@@ -192,5 +249,8 @@ end
 for route, k in pairs(pend) do
   cadd(cs, 'pending', route, k)
 end
+for route, k in pairs(fly) do
+  cadd(cs, 'inflight', route, k)
+end
 cflush(cs)
-return out
+return reply(out)

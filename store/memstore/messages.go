@@ -62,21 +62,29 @@ func (s *Store) Park(ctx context.Context, envs []*envelope.Envelope) (parked []b
 // StateUnknown for a message parked now, else the state that refused it (see
 // storeapi.Intake.ParkEach). minDue: per shard, the earliest due time parked now.
 func (s *Store) ParkEach(ctx context.Context, envs []*envelope.Envelope) (prior []storeapi.State, minDue map[int]int64, err error) {
+	prior, _, minDue, err = s.ParkClaimEach(ctx, envs, storeapi.ParkClaim{})
+	return prior, minDue, err
+}
+
+// ParkClaimEach is ParkEach that claims, as it parks, the new messages claim wants of
+// shards claim.Instance holds (storeapi.Intake.ParkClaimEach).
+func (s *Store) ParkClaimEach(ctx context.Context, envs []*envelope.Envelope, claim storeapi.ParkClaim) (prior []storeapi.State, claimed []bool, minDue map[int]int64, err error) {
 	prior = make([]storeapi.State, len(envs))
+	claimed = make([]bool, len(envs))
 	minDue = make(map[int]int64)
 	if len(envs) == 0 {
-		return prior, minDue, nil
+		return prior, claimed, minDue, nil
 	}
 	data, err := encodeAll(envs)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	after, err := s.begin(ctx, OpPark)
 	if err != nil {
 		for i := range prior {
 			prior[i] = storeapi.StateNotStored
 		}
-		return prior, minDue, err
+		return prior, claimed, minDue, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -84,20 +92,32 @@ func (s *Store) ParkEach(ctx context.Context, envs []*envelope.Envelope) (prior 
 		n := s.ShardOfEnv(e)
 		sh := s.shards[n]
 		st := doneState(sh, e.ID, e.Route)
+		k := ""
 		if st == storeapi.StateUnknown {
 			st = parkOne(sh, e.ID, e.DueAt, data[i])
-			if k := s.keyOf(e); k != "" && st == storeapi.StateUnknown {
+			if k = s.keyOf(e); k != "" && st == storeapi.StateUnknown {
 				s.oadd(n, e.ID, e.DueAt, k)
 			}
 		}
 		prior[i] = st
-		if st == storeapi.StateUnknown {
-			if old, ok := minDue[n]; !ok || e.DueAt < old {
-				minDue[n] = e.DueAt
-			}
+		if st != storeapi.StateUnknown {
+			continue
+		}
+		if l, ok := claim.Leases[n]; ok && k == "" && len(claim.Want) > i && claim.Want[i] &&
+			s.ownerNow(sh) == holder(claim.Instance, l.Token) {
+			delete(sh.due, e.ID)
+			sh.inflight[e.ID] = l.LeaseDeadline
+			e.FireAt = e.DueAt
+			e.ClaimedFrom = n + 1
+			e.ClaimedBytes = int64(len(data[i])) + storeapi.MemOverhead
+			claimed[i] = true
+			continue
+		}
+		if old, ok := minDue[n]; !ok || e.DueAt < old {
+			minDue[n] = e.DueAt
 		}
 	}
-	return prior, minDue, after
+	return prior, claimed, minDue, after
 }
 
 // parkOne stores one message not refused by done: StateUnknown when parked now.

@@ -4,7 +4,7 @@ package redisstore
 // the keys and arguments Park and AckEnvelopes give them.
 
 func (s *Store) parkCall(shard int, _ []encoded) (*script, []string, []any) {
-	return s.park, parkKeys(s.keys[shard]), []any{t0, s.coldHorizon()}
+	return s.park, parkKeys(s.keys[shard]), []any{t0, s.coldHorizon(), 0, "", 0, 0}
 }
 
 func (s *Store) ackCall(shard int, now int64) call {

@@ -2,6 +2,8 @@ package redisstore
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -10,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/store/storeapi"
 )
 
 // The hot path's scripts run no Redis command they can do without: counts from INFO
@@ -197,5 +200,29 @@ func TestAckWritesFarApartSlotsWithoutReadingTheSpan(t *testing.T) {
 				t.Errorf("%s: %s: %s, %v; want delivered", tc.name, e.ID, st, err)
 			}
 		}
+	}
+}
+
+// TestParkClaimKeepsTheQuickPath: a fetch of Kafka default ids parked with half of it
+// claimed (ParkClaimEach reorders the call's messages, wanted ones first) still takes
+// park's quick path: its block is tested with one BITCOUNT, not read with GETRANGE,
+// and the pending and the claimed messages are written with one ZADD each.
+func TestParkClaimKeepsTheQuickPath(t *testing.T) {
+	s, c, tok := newLeasedStore(t)
+	ctx := storeCtx(t)
+	now := time.Now().UnixMilli()
+	cl := storeapi.ParkClaim{Instance: "i1", Leases: map[int]storeapi.ParkLease{0: {Token: tok, LeaseDeadline: now + 30_000}}}
+	var envs []*envelope.Envelope
+	for off := range 30 {
+		envs = append(envs, env(fmt.Sprintf("orders.delay/2/%d/%012x", 2*storeapi.ShardBlock+off, off), now+int64(off%3)*1000))
+		cl.Want = append(cl.Want, off%3 == 0)
+	}
+	resetStats(t, c)
+	_, claimed, _, err := s.ParkClaimEach(ctx, envs, cl)
+	if err != nil || !slices.Equal(claimed, cl.Want) {
+		t.Fatalf("ParkClaimEach: claimed %v, %v; want %v", claimed, err, cl.Want)
+	}
+	if b, g, z := callsOf(t, c, "bitcount"), callsOf(t, c, "getrange"), callsOf(t, c, "zadd"); b != 1 || g != 0 || z != 2 {
+		t.Errorf("park ran BITCOUNT %d, GETRANGE %d, ZADD %d times; want 1, 0, 2 (the quick path)", b, g, z)
 	}
 }

@@ -113,7 +113,7 @@ func (s *Store) rescheduleCall(sh int, id string, due int64, kz string, rest ...
 
 // parkKeys are the keys of park and bury on shard k.
 func parkKeys(k shardKeys) []string {
-	return withGuard(k, []string{k.due, k.msg, k.inflight, k.dead, k.counts, k.ix, k.dn})
+	return withGuard(k, []string{k.due, k.msg, k.inflight, k.dead, k.counts, k.ix, k.dn, k.owner})
 }
 
 // coldHorizon is the park scripts' cold horizon argument (ms): -1 while the cold tier

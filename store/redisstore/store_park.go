@@ -95,25 +95,36 @@ func (s *Store) Park(ctx context.Context, envs []*envelope.Envelope) (parked []b
 // and minDue are still filled in for the calls that succeeded (all of them with
 // ErrNotReplicated); the others read StateNotStored.
 func (s *Store) ParkEach(ctx context.Context, envs []*envelope.Envelope) (prior []State, minDue map[int]int64, err error) {
+	prior, _, minDue, err = s.ParkClaimEach(ctx, envs, storeapi.ParkClaim{})
+	return prior, minDue, err
+}
+
+// ParkClaimEach is ParkEach that claims, as it parks, the new messages claim wants in
+// shards claim.Instance holds (storeapi.Intake.ParkClaimEach): park.lua checks the
+// shard's owner key and puts them in flight instead of due, so they skip the claim
+// script (the envelope read back, the due entry added and removed) entirely.
+func (s *Store) ParkClaimEach(ctx context.Context, envs []*envelope.Envelope, claim storeapi.ParkClaim) (prior []State, claimed []bool, minDue map[int]int64, err error) {
 	prior = make([]State, len(envs))
 	for i := range prior {
 		prior[i] = StateNotStored
 	}
+	claimed = make([]bool, len(envs))
 	minDue = make(map[int]int64)
 	if len(envs) == 0 {
-		return prior, minDue, nil
+		return prior, claimed, minDue, nil
 	}
 	groups, shards, err := s.encodeGrouped(envs)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	var calls []call
-	var chunks [][]encoded
+	var chunks []parkChunk
 	now, horizon := clock.NowMs(s.opt.Clock), s.coldHorizon()
 	for gi, g := range groups {
 		k := s.keys[shards[gi]]
+		lease, claims := claim.Leases[shards[gi]]
 		for _, ch := range chunk(g) {
-			args := make([]any, 0, 2+5*len(ch))
+			args := make([]any, 0, 6+5*len(ch))
 			h := horizon
 			if s.onOrdered(envs, ch) {
 				// Messages of order: key routes stay in due, keyed or not: a
@@ -130,10 +141,15 @@ func (s *Store) ParkEach(ctx context.Context, envs []*envelope.Envelope) (prior 
 				// the cold tier's watermark.
 				h = -1
 			}
-			args = append(args, now, h, 0)
 			ordered := s.anyOrdered(envs, ch)
+			args = append(args, now, h, 0, OwnerValue(claim.Instance, lease.Token), lease.LeaseDeadline, 0)
 			if h < 0 && !ordered {
-				args = appendSpans(args, envs, ch)
+				args = appendSpans(args, envs, ch) // in fetch order: the spans need offsets rising
+			}
+			c := 0
+			if claims && !ordered {
+				ch, c = wantedFirst(ch, claim.Want)
+				args[5] = c
 			}
 			keys, queues := parkKeys(k), []string(nil)
 			for _, it := range ch {
@@ -146,12 +162,13 @@ func (s *Store) ParkEach(ctx context.Context, envs []*envelope.Envelope) (prior 
 			sc := s.park
 			if ordered {
 				// Ordered keys in the batch: park them in their keys' queues too.
-				// The guard moves to the end, after the queues (slotguard.go).
-				keys = append(append(keys[:len(keys)-1:len(keys)-1], k.ko, k.ki), queues...)
+				// The owner and the guard give way to ordered_park's keys, the guard
+				// moving to the end, after the queues (slotguard.go).
+				keys = append(append(keys[:7:7], k.ko, k.ki), queues...)
 				sc, keys = s.oPark, withGuard(k, keys)
 			}
 			calls = append(calls, call{sc: sc, keys: keys, args: args})
-			chunks = append(chunks, ch)
+			chunks = append(chunks, parkChunk{items: ch, claim: c})
 		}
 	}
 	cmds, err := s.evalPipelined(ctx, calls, s.opt.MinReplicas > 0)
@@ -159,11 +176,44 @@ func (s *Store) ParkEach(ctx context.Context, envs []*envelope.Envelope) (prior 
 		if cmd == nil || cmd.Err() != nil {
 			continue
 		}
-		if perr := parkReply(cmd, chunks[ci], envs, prior, minDue); perr != nil {
-			return prior, minDue, perr
+		if perr := parkReply(cmd, chunks[ci], envs, prior, claimed, minDue); perr != nil {
+			return prior, claimed, minDue, perr
 		}
 	}
-	return prior, minDue, err
+	return prior, claimed, minDue, err
+}
+
+// parkChunk is one park call's messages, the first claim of which it asked to claim.
+type parkChunk struct {
+	items []encoded
+	claim int
+}
+
+// wantedFirst reorders one call's messages so that those want marks come first (in
+// their order, then the others in theirs) and counts them: park.lua claims the first
+// c of its batch.
+func wantedFirst(ch []encoded, want []bool) ([]encoded, int) {
+	c := 0
+	for _, it := range ch {
+		if it.idx < len(want) && want[it.idx] {
+			c++
+		}
+	}
+	if c == 0 || c == len(ch) {
+		return ch, c
+	}
+	out := make([]encoded, 0, len(ch))
+	for _, it := range ch {
+		if it.idx < len(want) && want[it.idx] {
+			out = append(out, it)
+		}
+	}
+	for _, it := range ch {
+		if it.idx >= len(want) || !want[it.idx] {
+			out = append(out, it)
+		}
+	}
+	return out, c
 }
 
 // appendSpans appends park.lua's block spans for the batch ch and sets their count
@@ -206,31 +256,48 @@ func appendSpans(args []any, envs []*envelope.Envelope, ch []encoded) []any {
 }
 
 // parkReply reads the reply of one park call of the messages ch: the refused ones
-// only, as position (1-based, in ch) and state pairs; every other message was parked.
-// It sets their prior states and lowers minDue to the parked ones' due times.
-func parkReply(cmd *redis.Cmd, ch []encoded, envs []*envelope.Envelope, prior []State, minDue map[int]int64) error {
+// only, as position (1-based, in ch) and state pairs, every other message parked,
+// and, when the call claimed, a last element 1: the first ch.claim not refused went
+// in flight. It sets their prior states and claimed flags (and each claimed
+// envelope's FireAt and ClaimedBytes, as a claim does) and lowers minDue to the
+// pending ones' due times.
+func parkReply(cmd *redis.Cmd, ch parkChunk, envs []*envelope.Envelope, prior []State, claimed []bool, minDue map[int]int64) error {
 	res, err := cmd.Slice()
-	if err != nil || len(res)%2 != 0 {
+	if err != nil {
 		return fmt.Errorf("scheduler: park: unexpected reply %v: %v", cmd.Val(), err)
 	}
-	for _, it := range ch {
+	took := len(res)%2 == 1
+	if took {
+		if v, ok := res[len(res)-1].(int64); !ok || v != 1 || ch.claim == 0 {
+			return fmt.Errorf("scheduler: park: unexpected reply %v", res)
+		}
+		res = res[:len(res)-1]
+	}
+	for _, it := range ch.items {
 		prior[it.idx] = StateUnknown
 	}
 	for r := 0; r < len(res); r += 2 {
 		pos, ok := res[r].(int64)
 		st, ok2 := res[r+1].(string)
-		if !ok || !ok2 || pos < 1 || pos > int64(len(ch)) {
+		if !ok || !ok2 || pos < 1 || pos > int64(len(ch.items)) {
 			return fmt.Errorf("scheduler: park: unexpected reply %v", res)
 		}
-		prior[ch[pos-1].idx] = State(st)
+		prior[ch.items[pos-1].idx] = State(st)
 	}
-	for _, it := range ch {
+	for j, it := range ch.items {
 		if prior[it.idx] != StateUnknown {
 			continue
 		}
-		due := envs[it.idx].DueAt
-		if old, ok := minDue[it.shard]; !ok || due < old {
-			minDue[it.shard] = due
+		e := envs[it.idx]
+		if took && j < ch.claim {
+			claimed[it.idx] = true
+			e.FireAt = e.DueAt
+			e.ClaimedFrom = it.shard + 1
+			e.ClaimedBytes = int64(len(it.data)) + storeapi.MemOverhead
+			continue
+		}
+		if old, ok := minDue[it.shard]; !ok || e.DueAt < old {
+			minDue[it.shard] = e.DueAt
 		}
 	}
 	return nil
@@ -260,7 +327,7 @@ func (s *Store) Bury(ctx context.Context, envs []*envelope.Envelope, now int64) 
 			for _, it := range ch {
 				args = append(args, envs[it.idx].ID, it.data, envs[it.idx].Route, fingerprint(envs[it.idx].ID))
 			}
-			calls = append(calls, call{sc: s.bury, keys: parkKeys(k), args: args})
+			calls = append(calls, call{sc: s.bury, keys: withGuard(k, []string{k.due, k.msg, k.inflight, k.dead, k.counts, k.ix, k.dn}), args: args})
 			chunks = append(chunks, ch)
 		}
 	}

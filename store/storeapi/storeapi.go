@@ -142,6 +142,23 @@ type Intake interface {
 	// with ErrNotReplicated), the others reading StateNotStored; prior is nil when
 	// nothing could be tried (an envelope that does not encode: ErrInvalid).
 	ParkEach(ctx context.Context, envs []*envelope.Envelope) (prior []State, minDue map[int]int64, err error)
+	// ParkClaimEach is ParkEach that claims, in the same atomic step, the new messages
+	// the caller is about to claim anyway: envs[i] with claim.Want[i], new (prior
+	// StateUnknown), of a route without `order: key`, in a shard of claim.Leases that
+	// claim.Instance holds with that lease's token at the call, goes in flight under
+	// the lease's LeaseDeadline instead of pending, exactly as a Claim would have left
+	// it (Get reads it in flight, the counts move it to inflight, Ack, Retry and Recover
+	// treat it as claimed), and claimed[i] is true; its envelope's FireAt becomes its
+	// DueAt and its ClaimedBytes the size a claim's byte budget counts (so the caller
+	// passes envelopes of its own for those it wants). Every other message is parked as
+	// ParkEach parks it: a shard whose lease the caller no longer holds is not an
+	// error, its messages are only not claimed. minDue counts pending ones only.
+	//
+	// A LeaseDeadline identifies a claim of its shard as ClaimRequest.Idempotent's does:
+	// the caller gives each call its own, never one a claim of that shard uses. The
+	// error contract is ParkEach's; a call that failed claimed nothing the caller can
+	// know of, and what it may have claimed is recovered at its lease deadline.
+	ParkClaimEach(ctx context.Context, envs []*envelope.Envelope, claim ParkClaim) (prior []State, claimed []bool, minDue map[int]int64, err error)
 	// Park is ParkEach with the refusal reasons folded into a bool: parked[i] is false
 	// for a duplicate.
 	Park(ctx context.Context, envs []*envelope.Envelope) (parked []bool, minDue map[int]int64, err error)
@@ -405,6 +422,24 @@ type ClaimRequest struct {
 	// Alone takes the first due message whatever its size: the caller holds nothing
 	// else, so a message larger than the whole budget still goes through, alone.
 	Alone bool
+}
+
+// ParkClaim is what Intake.ParkClaimEach claims as it parks.
+type ParkClaim struct {
+	// Instance is the lease holder's name, as for Claim.
+	Instance string
+	// Want[i]: claim envs[i] if it is new and its shard is one of Leases (len(Want) is
+	// len(envs), or 0: claim nothing).
+	Want []bool
+	// Leases: per shard, the lease the caller holds and the deadline of this call's
+	// claims in it.
+	Leases map[int]ParkLease
+}
+
+// ParkLease is one shard's lease in a ParkClaim: the token it is held with and the
+// lease deadline its claimed messages get (unique per claim of the shard).
+type ParkLease struct {
+	Token, LeaseDeadline int64
 }
 
 // ClaimResult is one outcome of Store.ClaimMany (what Claim returns). Each item's
