@@ -95,6 +95,25 @@ func (c *credits) acquire(ctx context.Context, most int, need, want int64, onWai
 	}
 }
 
+// takeNow takes, without waiting, a credit and its bytes for each of sizes in turn
+// while they last (under a byte budget, up to budget/claimShares in all, as a claim's
+// share), and returns how many it took and their bytes. A park claims with them what
+// it can hold without holding anything up (parkclaim.go).
+func (c *credits) takeNow(sizes []int64) (n int, bytes int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, sz := range sizes {
+		if c.avail == 0 || (c.budget > 0 && (sz > c.bytes || bytes+sz > c.budget/claimShares)) {
+			break
+		}
+		c.avail--
+		c.bytes -= sz
+		n++
+		bytes += sz
+	}
+	return n, bytes
+}
+
 // release gives back n credits and b bytes (b may be negative: a claim that took more
 // than it was granted, its first message going through alone).
 func (c *credits) release(n int, b int64) {

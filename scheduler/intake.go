@@ -99,10 +99,14 @@ func (s *Scheduler) Park(ctx context.Context, envs []*envelope.Envelope, invalid
 	if len(envs) == 0 {
 		return nil, nil
 	}
-	prior, minDue, err := s.parks.park(ctx, envs, s.store.ParkEach) // merged with concurrent parks (parkgroup.go)
+	toStore, want, g := s.parkClaims(envs)                              // claimed as they are parked where they can be (parkclaim.go)
+	out := s.parks.park(ctx, parkBatch{toStore, want}, s.parkClaimEach) // merged with concurrent parks (parkgroup.go)
+	prior, minDue, err := out.prior, out.minDue, out.err
 	if prior == nil {
+		s.credits.settle(g, 0, 0)
 		return nil, err
 	}
+	s.scheduleParkClaimed(toStore, out, g)
 	parked := map[string]int{}
 	var dups []int
 	for i, st := range prior {

@@ -31,6 +31,10 @@ type Options struct {
 	// their number (credits.go); 0 (the default here) bounds them by number only.
 	MaxInMemoryBytes int64
 
+	// ParkOnly: Park never claims what it parks (parkclaim.go); everything parked
+	// waits for its shard's pump. For tests of the pumps' wake rule.
+	ParkOnly bool
+
 	// MaxClockOffset bounds how far this instance's clock may disagree with the
 	// store's (Redis TIME) before it stops claiming (clockcheck.go). 0 (the default
 	// here; the configuration's default is 500 ms) turns the check off: tests that

@@ -8,79 +8,107 @@ import (
 )
 
 // parkGroup merges the parks that arrive while one is under way into the next
-// Store.ParkEach — the group commit of commitgroup.go, as for the claims, no waiting added:
+// Store.ParkClaimEach — the group commit of commitgroup.go, as for the claims, no waiting added:
 // a park that finds none under way goes at once; parks that arrive meanwhile are
 // queued, and when it returns the first of them sends them all. The Kafka ingress parks
 // each partition's batch from its own goroutine, and spread over 64 shards such a batch
 // was one or two messages per shard script call, each paying a fixed cost in Redis far
 // above a message's own (bench, 20k msgs/s: 0.58 park calls per message).
 //
-// Each caller gets its own messages' prior states and the call's error. The call's
+// Each caller gets its own messages' prior states and claimed flags, and the call's
+// leases and error. The call's
 // minDue goes to the caller that led it, whose Wake covers every shard concerned. A
 // combined call that could try nothing (prior nil: an envelope that does not encode)
 // is made again caller by caller, so one caller's bad message fails only that caller.
 // Like claimGroup's, the call runs without the leader's cancellation (it answers other
 // callers too), as bounded as any store call.
 type parkGroup struct {
-	commitGroup[[]*envelope.Envelope, parkOutcome]
+	commitGroup[parkBatch, parkOutcome]
+}
+
+// parkBatch is one caller's messages and which of them it wants claimed (nil: none).
+type parkBatch struct {
+	envs []*envelope.Envelope
+	want []bool
 }
 
 // maxParksPerCall bounds the messages of one combined call; more wait for the next
 // (a single caller's batch always goes whole).
 const maxParksPerCall = 4096
 
-// parkFunc is Intake.ParkEach.
-type parkFunc func(ctx context.Context, envs []*envelope.Envelope) ([]storeapi.State, map[int]int64, error)
+// parkFunc parks envs, claiming those want marks where it can (parkClaimEach).
+type parkFunc func(ctx context.Context, envs []*envelope.Envelope, want []bool) parkOutcome
 
+// parkOutcome is one caller's part of a call: the prior states of its messages, which
+// were claimed, under which leases (the call's, per shard), the call's minDue (for
+// its leader only) and error.
 type parkOutcome struct {
-	prior  []storeapi.State
-	minDue map[int]int64
-	err    error
+	prior   []storeapi.State
+	claimed []bool
+	leases  map[int]storeapi.ParkLease
+	minDue  map[int]int64
+	err     error
 }
 
-// park parks envs through fn together with the parks queued meanwhile.
-func (g *parkGroup) park(ctx context.Context, envs []*envelope.Envelope, fn parkFunc) ([]storeapi.State, map[int]int64, error) {
-	out := g.do(envs, takeParks, func(batch [][]*envelope.Envelope) []parkOutcome {
+// park parks b through fn together with the parks queued meanwhile.
+func (g *parkGroup) park(ctx context.Context, b parkBatch, fn parkFunc) parkOutcome {
+	return g.do(b, takeParks, func(batch []parkBatch) []parkOutcome {
 		return runParks(context.WithoutCancel(ctx), batch, fn)
 	})
-	return out.prior, out.minDue, out.err
 }
 
 // takeParks is how many of the queued batches one call takes: the first whole, then
 // as many as fit in maxParksPerCall messages.
-func takeParks(q [][]*envelope.Envelope) int {
-	n, msgs := 1, len(q[0])
-	for n < len(q) && msgs+len(q[n]) <= maxParksPerCall {
-		msgs += len(q[n])
+func takeParks(q []parkBatch) int {
+	n, msgs := 1, len(q[0].envs)
+	for n < len(q) && msgs+len(q[n].envs) <= maxParksPerCall {
+		msgs += len(q[n].envs)
 		n++
 	}
 	return n
 }
 
 // runParks makes one call for batch and splits its answer.
-func runParks(ctx context.Context, batch [][]*envelope.Envelope, fn parkFunc) []parkOutcome {
+func runParks(ctx context.Context, batch []parkBatch, fn parkFunc) []parkOutcome {
 	out := make([]parkOutcome, len(batch))
 	if len(batch) == 1 {
-		out[0].prior, out[0].minDue, out[0].err = fn(ctx, batch[0])
+		out[0] = fn(ctx, batch[0].envs, batch[0].want)
 		return out
 	}
 	var all []*envelope.Envelope
-	for _, envs := range batch {
-		all = append(all, envs...)
+	var want []bool
+	for _, b := range batch {
+		all = append(all, b.envs...)
 	}
-	prior, minDue, err := fn(ctx, all)
-	if prior == nil { // nothing was tried: each caller on its own
-		for i, envs := range batch {
-			out[i].prior, out[i].minDue, out[i].err = fn(ctx, envs)
+	for _, b := range batch {
+		if b.want != nil {
+			want = make([]bool, 0, len(all))
+			for _, b := range batch {
+				if b.want != nil {
+					want = append(want, b.want...)
+				} else {
+					want = append(want, make([]bool, len(b.envs))...)
+				}
+			}
+			break
+		}
+	}
+	res := fn(ctx, all, want)
+	if res.prior == nil { // nothing was tried: each caller on its own
+		for i, b := range batch {
+			out[i] = fn(ctx, b.envs, b.want)
 		}
 		return out
 	}
 	off := 0
-	for i, envs := range batch {
-		end := off + len(envs)
-		out[i].prior, out[i].err = prior[off:end:end], err
+	for i, b := range batch {
+		end := off + len(b.envs)
+		out[i] = parkOutcome{prior: res.prior[off:end:end], leases: res.leases, err: res.err}
+		if res.claimed != nil {
+			out[i].claimed = res.claimed[off:end:end]
+		}
 		off = end
 	}
-	out[0].minDue = minDue // the leader's Wake covers every shard of the call
+	out[0].minDue = res.minDue // the leader's Wake covers every shard of the call
 	return out
 }

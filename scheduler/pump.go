@@ -101,14 +101,12 @@ func (s *Scheduler) claimHealed(st *shardState, n int) {
 		"shard", st.shard, "n", n)
 }
 
-// claimState is what a pump's claims carry from one to the next: the lease deadline of
-// the last (each claim's is later: it identifies the claim, ClaimRequest.Idempotent),
-// and a claim whose outcome is unknown, to send again.
+// claimState is what a pump's claims carry from one to the next: a claim whose
+// outcome is unknown, to send again, and the credits taken.
 type claimState struct {
-	lastDeadline int64
-	resend       *storeapi.ClaimRequest
-	grant        grant // the credits the claim in hand (or to send again) took
-	last         grant // what the last claim that answered took (claimSize)
+	resend *storeapi.ClaimRequest
+	grant  grant // the credits the claim in hand (or to send again) took
+	last   grant // what the last claim that answered took (claimSize)
 }
 
 // drop gives back the credits of a claim no longer to be sent again.
@@ -150,9 +148,8 @@ func (s *Scheduler) claimRequest(ctx context.Context, st *shardState, c *claimSt
 	}
 	c.grant = g
 	now := clock.NowMs(s.clk)
-	c.lastDeadline = max(now+lease, c.lastDeadline+1)
 	return storeapi.ClaimRequest{Shard: st.shard, Instance: s.holder, Token: st.token, UpTo: now + lookahead,
-		LeaseDeadline: c.lastDeadline, Limit: g.n, MaxBytes: g.bytes, Alone: g.alone, Idempotent: true}, now, true
+		LeaseDeadline: st.nextDeadline(now, lease), Limit: g.n, MaxBytes: g.bytes, Alone: g.alone, Idempotent: true}, now, true
 }
 
 // Claim sizing: a claim holds the credits it asks for (messages and bytes) until its

@@ -103,12 +103,28 @@ type shardState struct {
 	cancel       context.CancelFunc
 	done         chan struct{}
 	leaving      bool // guarded by Scheduler.mu: handing over, pump stopped
+	// lastDeadline is the lease deadline of the shard's latest claim, its pump's or a
+	// park's (parkclaim.go): each claim gets a later one, which identifies it
+	// (storeapi.ClaimRequest.Idempotent).
+	lastDeadline atomic.Int64
 
 	// orphans are outcomes that could not be written while the lease was not surely
 	// valid (see Dropped); they are written after the next successful renewal, or
 	// forgotten when the lease turns out lost (the next owner recovers them).
 	omu     sync.Mutex
 	orphans []storeapi.RetryItem
+}
+
+// nextDeadline is the lease deadline of a new claim of the shard made at now: now +
+// lease, or just after the shard's latest claim's.
+func (st *shardState) nextDeadline(now, lease int64) int64 {
+	for {
+		last := st.lastDeadline.Load()
+		d := max(now+lease, last+1)
+		if st.lastDeadline.CompareAndSwap(last, d) {
+			return d
+		}
+	}
 }
 
 // New fills opt's defaults, validates it and builds a scheduler. Run starts it.

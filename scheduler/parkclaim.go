@@ -1,0 +1,146 @@
+package scheduler
+
+import (
+	"context"
+
+	"github.com/delaybridge/delay-bridge/internal/clock"
+	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/store/storeapi"
+)
+
+// Claiming at park. A message parked due within the lookahead, in a shard this
+// instance holds, is one its shard's next claim would take (a claim takes everything
+// due within the lookahead): parked pending, it costs Redis a due entry written and
+// removed and its envelope read back out, and the bridge a claim round trip and a
+// decode, for nothing. Park claims such messages in the same step instead
+// (Intake.ParkClaimEach): they go in flight under the shard's lease and, from the
+// envelopes in hand, into the wheel. It takes only the credits free at once (a park
+// never waits for memory; what it cannot hold is parked pending as before), and a
+// message it could not place in the wheel (the lease moved on during the call) stays
+// in flight for the shard's owner to recover, as a claimed message of a lost shard
+// does.
+
+// parkClaims is which of envs (one Park call's) to claim as they are parked: those
+// due within the lookahead in a shard this instance holds with a lease surely valid,
+// while credits are free at once. It returns the envelopes to hand the store, a copy
+// in place of each wanted one (the store and the wheel write to it; the caller's
+// envelopes stay as they were), the want flags (nil: none) and the credits taken.
+func (s *Scheduler) parkClaims(envs []*envelope.Envelope) ([]*envelope.Envelope, []bool, grant) {
+	if s.opt.ParkOnly || !s.clockOK() {
+		return envs, nil, grant{}
+	}
+	upTo := clock.NowMs(s.clk) + s.opt.Lookahead.Milliseconds()
+	var idx []int
+	var sizes []int64
+	s.mu.Lock()
+	for i, e := range envs {
+		if e.DueAt > upTo {
+			continue
+		}
+		st := s.shards[s.store.ShardOfEnv(e)]
+		if st == nil || st.leaving || !s.leaseValid(st) {
+			continue
+		}
+		idx = append(idx, i)
+		sizes = append(sizes, sizeEstimate(e))
+	}
+	s.mu.Unlock()
+	if len(idx) == 0 {
+		return envs, nil, grant{}
+	}
+	n, bytes := s.credits.takeNow(sizes)
+	if n == 0 {
+		return envs, nil, grant{}
+	}
+	out := make([]*envelope.Envelope, len(envs))
+	copy(out, envs)
+	want := make([]bool, len(envs))
+	copies := make([]envelope.Envelope, n)
+	for j, i := range idx[:n] {
+		copies[j] = *envs[i]
+		out[i], want[i] = &copies[j], true
+	}
+	return out, want, grant{n: n, bytes: bytes}
+}
+
+// sizeEstimate is a message's credit bytes before the store encodes it: its
+// variable fields plus room for the fixed ones, and storeapi.MemOverhead. The credits
+// are settled to the encoded size (ClaimedBytes) when the call returns.
+func sizeEstimate(e *envelope.Envelope) int64 {
+	n := len(e.ID) + len(e.Route) + len(e.Source) + len(e.Target) + len(e.Key) + len(e.RoutingKey) + len(e.Payload) + 64
+	for _, h := range e.Headers {
+		n += len(h.Key) + 8
+		switch v := h.Value.(type) {
+		case string:
+			n += len(v)
+		case []byte:
+			n += len(v)
+		default:
+			n += 16
+		}
+	}
+	if e.AMQP != nil {
+		n += 128
+	}
+	return int64(n) + storeapi.MemOverhead
+}
+
+// parkClaimEach is the park group's call: it gives the call a lease, with a lease
+// deadline of its own, for each shard a wanted message is in and this instance still
+// holds, and parks through Store.ParkClaimEach.
+func (s *Scheduler) parkClaimEach(ctx context.Context, envs []*envelope.Envelope, want []bool) parkOutcome {
+	c := storeapi.ParkClaim{Instance: s.holder, Want: want}
+	if want != nil {
+		now, lease := clock.NowMs(s.clk), s.opt.InflightLease.Milliseconds()
+		c.Leases = map[int]storeapi.ParkLease{}
+		s.mu.Lock()
+		for i, e := range envs {
+			if !want[i] {
+				continue
+			}
+			sh := s.store.ShardOfEnv(e)
+			if _, ok := c.Leases[sh]; ok {
+				continue
+			}
+			if st := s.shards[sh]; st != nil && !st.leaving {
+				c.Leases[sh] = storeapi.ParkLease{Token: st.token, LeaseDeadline: st.nextDeadline(now, lease)}
+			}
+		}
+		s.mu.Unlock()
+	}
+	var out parkOutcome
+	out.prior, out.claimed, out.minDue, out.err = s.store.ParkClaimEach(ctx, envs, c)
+	out.leases = c.Leases
+	return out
+}
+
+// scheduleParkClaimed puts the messages a park claimed into the wheel, each under its
+// shard's state if that still holds the lease the call claimed it under, and settles
+// the credits the park took (g) with what the wheel now holds.
+func (s *Scheduler) scheduleParkClaimed(envs []*envelope.Envelope, out parkOutcome, g grant) {
+	if g.n == 0 {
+		return
+	}
+	byShard := map[int][]*envelope.Envelope{}
+	for i, ok := range out.claimed {
+		if ok {
+			sh := envs[i].ClaimedFrom - 1
+			byShard[sh] = append(byShard[sh], envs[i])
+		}
+	}
+	held, heldBytes, lost := 0, int64(0), 0
+	for sh, items := range byShard {
+		st := s.state(sh)
+		if st == nil || st.token != out.leases[sh].Token {
+			lost += len(items)
+			continue
+		}
+		s.schedule(st, items)
+		held += len(items)
+		heldBytes += claimedBytes(items)
+	}
+	s.credits.settle(g, held, heldBytes)
+	if lost > 0 {
+		s.log.Warn("messages claimed as they were parked under a shard lease lost meanwhile stay in flight; the shard's owner recovers them", "n", lost)
+	}
+}

@@ -1,0 +1,96 @@
+package scheduler_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/store/memstore"
+	"github.com/delaybridge/delay-bridge/store/storeapi"
+)
+
+// A park through the intake claims, in the same store call, what is due within the
+// lookahead in a shard the scheduler holds: right after Park returns (the clock not
+// moved, no claim made) it is in flight and in the wheel, and it fires at its due
+// time; what is due later is pending for the pump. The caller's envelopes are left as
+// they were. With ParkOnly everything waits for the pump.
+func TestParkClaimsWhatIsDueWithinTheLookahead(t *testing.T) {
+	for _, parkOnly := range []bool{false, true} {
+		w := newWorld(t, 2)
+		opt := w.options("a")
+		opt.Lookahead, opt.SafetyScan, opt.ParkOnly = time.Second, time.Hour, parkOnly
+		// "later" is parked first: the pumps plan their claims for it, so the park of the
+		// others needs no claim, only (under ParkOnly) a wake-up.
+		later := &envelope.Envelope{ID: "later", Route: "r", DueAt: w.fc.Now().Add(20 * time.Second).UnixMilli(), Payload: []byte("p")}
+		a := w.start(opt, nil)
+		w.drive("a owns both shards", 10*time.Second, func() bool { return len(a.s.OwnedShards()) == 2 })
+		if _, err := a.s.Park(context.Background(), []*envelope.Envelope{later}, nil); err != nil {
+			t.Fatal(err)
+		}
+		w.advance(100 * time.Millisecond) // the pumps' claims are made and planned
+		claims := w.ms.Calls(memstore.OpClaim)
+		now := w.fc.Now()
+		soon := []*envelope.Envelope{
+			{ID: "soon-1", Route: "r", DueAt: now.Add(300 * time.Millisecond).UnixMilli(), Payload: []byte("p")},
+			{ID: "soon-2", Route: "r", DueAt: now.UnixMilli(), Payload: []byte("p")},
+		}
+		if _, err := a.s.Park(context.Background(), soon, nil); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range soon {
+			// With ParkOnly the pump, woken by the park, may have claimed it already.
+			if st, _, _ := w.state(e.ID); st != storeapi.StateInflight && st != storeapi.StateDelivered && !parkOnly {
+				t.Fatalf("%s right after Park: %s, want in flight (or, due now, published already)", e.ID, st)
+			}
+			if e.Claim != nil || e.FireAt != 0 || e.ClaimedBytes != 0 {
+				t.Fatalf("Park wrote to the caller's envelope %s: %+v", e.ID, e)
+			}
+		}
+		if st, _, _ := w.state("later"); st != storeapi.StatePending {
+			t.Fatalf("later right after Park: %s, want pending", st)
+		}
+		if !parkOnly {
+			if n := w.ms.Calls(memstore.OpClaim) - claims; n != 0 {
+				t.Fatalf("%d claims made; want none (claimed as parked)", n)
+			}
+		}
+		w.drive("soon published", 5*time.Second, func() bool {
+			p := a.disp.published()
+			return p["soon-1"] == 1 && p["soon-2"] == 1
+		})
+		for _, e := range soon {
+			if at := a.disp.tries(e.ID)[0].at; at.UnixMilli() < e.DueAt {
+				t.Fatalf("%s published %s early", e.ID, time.UnixMilli(e.DueAt).Sub(at))
+			}
+		}
+		if parkOnly && w.ms.Calls(memstore.OpClaim) == claims {
+			t.Fatal("ParkOnly: published without a claim")
+		}
+		a.stop()
+	}
+}
+
+// A park claims only what the free credits take at once: the rest is parked pending,
+// and the credits come back when the claimed message is published.
+func TestParkClaimsOnlyWhatCreditsHold(t *testing.T) {
+	w := newWorld(t, 1)
+	opt := w.options("a")
+	opt.Lookahead, opt.SafetyScan, opt.MaxInMemory = time.Second, time.Hour, 1
+	a := w.start(opt, nil)
+	w.drive("a owns the shard", 10*time.Second, func() bool { return len(a.s.OwnedShards()) == 1 })
+	w.advance(100 * time.Millisecond)
+	due := w.fc.Now().Add(500 * time.Millisecond)
+	var envs []*envelope.Envelope
+	for _, id := range ids("c", 3) {
+		envs = append(envs, &envelope.Envelope{ID: id, Route: "r", DueAt: due.UnixMilli(), Payload: []byte("p")})
+	}
+	if _, err := a.s.Park(context.Background(), envs, nil); err != nil {
+		t.Fatal(err)
+	}
+	if pending, inflight, _ := w.totals(); pending != 2 || inflight != 1 || a.s.InMemory().FreeCredits != 0 {
+		t.Fatalf("pending %d, in flight %d, free credits %d; want 2, 1, 0", pending, inflight, a.s.InMemory().FreeCredits)
+	}
+	w.drive("all published", 10*time.Second, func() bool { return len(a.disp.published()) == 3 })
+	w.drive("credits back", 5*time.Second, func() bool { return a.s.InMemory().FreeCredits == 1 })
+}
