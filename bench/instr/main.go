@@ -9,6 +9,7 @@
 //	cd bench && go run ./instr -top 25               # and the top functions of the full run
 //	cd bench && go run ./instr -spread 32            # each fetch due over 32 claims
 //	cd bench && go run ./instr -payload 4096         # messages of 4 KiB
+//	cd bench && go run ./instr -claim-at-park        # the park claims what is due soon
 //
 // Each stage runs on a fresh redis-server under callgrind (no persistence), prefilled
 // so that the shard's sorted sets have a live shard's encoding (2,000 messages due in
@@ -46,6 +47,7 @@ import (
 
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/store/redisstore"
+	"github.com/delaybridge/delay-bridge/store/storeapi"
 )
 
 // t0 is the due time of the measured messages: now, as the store's clock (the real
@@ -60,6 +62,7 @@ type options struct {
 	prefillCold   bool
 	keep          string
 	spread        int
+	claimAtPark   bool
 }
 
 // payloadBytes is every message's payload size (-payload).
@@ -78,6 +81,7 @@ func main() {
 	flag.IntVar(&o.top, "top", 0, "print the N functions with the most instructions of the full run (callgrind_annotate)")
 	flag.IntVar(&o.spread, "spread", 1, "due times of a parked batch spread over this many rounds (1: all due at once, claimed in the same round)")
 	flag.IntVar(&payloadBytes, "payload", 100, "payload bytes of every message")
+	flag.BoolVar(&o.claimAtPark, "claim-at-park", false, "park as the bridge does: messages due within the lookahead (2 s: 20 rounds) are claimed by the park (ParkClaimEach), not by a claim")
 	flag.StringVar(&o.keep, "keep", "", "write each stage's callgrind file into this directory and keep it (compare two stages with callgrind_annotate)")
 	flag.Parse()
 	o.kafkaIDs = *ids == "kafka"
@@ -115,8 +119,8 @@ func run(o options) error {
 	}
 	msgs := float64(o.batch * o.rounds)
 	ids := map[bool]string{true: "kafka", false: "short"}[o.kafkaIDs]
-	fmt.Printf("redis-server instructions per message, calls of %d, %s ids, %d rounds (cd bench && go run ./instr -batch %d -ids %s -spread %d):\n\n",
-		o.batch, ids, o.rounds, o.batch, ids, o.spread)
+	fmt.Printf("redis-server instructions per message, calls of %d, %s ids, %d rounds (cd bench && go run ./instr -batch %d -ids %s -spread %d -claim-at-park=%v):\n\n",
+		o.batch, ids, o.rounds, o.batch, ids, o.spread, o.claimAtPark)
 	fmt.Println("| script | instructions per message |")
 	fmt.Println("|---|---|")
 	for i := 1; i < len(stages); i++ {
@@ -191,13 +195,22 @@ func workload(ctx context.Context, rdb *redis.Client, o options, upto int) error
 		return err
 	}
 	for i := 0; upto > 0 && i < o.rounds+o.spread-1; i++ {
+		var held []*envelope.Envelope // claimed by the park
 		if i < o.rounds {
-			if err := parkRound(ctx, s, o, i); err != nil {
+			if held, err = parkRound(ctx, s, o, i, tok); err != nil {
 				return err
 			}
 		}
 		if upto < 2 {
 			continue
+		}
+		if upto >= 3 && len(held) > 0 {
+			if err := s.AckEnvelopes(ctx, held, t0); err != nil {
+				return err
+			}
+		}
+		if o.claimAtPark && o.spread <= 1 {
+			continue // everything was claimed by its park: the pump has nothing to claim
 		}
 		upTo := t0 + int64(i)*100 + 99 // round i's window (-spread: rounds are 100 ms apart)
 		if o.spread <= 1 {
@@ -219,9 +232,11 @@ func workload(ctx context.Context, rdb *redis.Client, o options, upto int) error
 
 // parkRound parks round i's batch: consecutive offsets of one partition (a fetch), due
 // at t0, or with -spread in one of the next o.spread rounds' windows (a fixed
-// pseudo-random pick, the same in every stage).
-func parkRound(ctx context.Context, s *redisstore.Store, o options, i int) error {
+// pseudo-random pick, the same in every stage). With -claim-at-park it claims those
+// due within the lookahead and returns them.
+func parkRound(ctx context.Context, s *redisstore.Store, o options, i int, tok int64) ([]*envelope.Envelope, error) {
 	envs := make([]*envelope.Envelope, o.batch)
+	want := make([]bool, o.batch)
 	for j := range envs {
 		id := fmt.Sprintf("c%d-%d", i, j)
 		if o.kafkaIDs {
@@ -233,10 +248,22 @@ func parkRound(ctx context.Context, s *redisstore.Store, o options, i int) error
 			due = t0 + (int64(i)+k)*100 + 50
 		}
 		envs[j] = message(id, due)
+		want[j] = o.claimAtPark && (o.spread <= 1 || due <= t0+int64(i+lookaheadRounds)*100)
 	}
-	_, _, err := s.Park(ctx, envs)
-	return err
+	c := storeapi.ParkClaim{Instance: "instr", Want: want,
+		Leases: map[int]storeapi.ParkLease{0: {Token: tok, LeaseDeadline: t0 + 30_001}}}
+	_, claimed, _, err := s.ParkClaimEach(ctx, envs, c)
+	var held []*envelope.Envelope
+	for j, ok := range claimed {
+		if ok {
+			held = append(held, envs[j])
+		}
+	}
+	return held, err
 }
+
+// lookaheadRounds is the bridge's default lookahead (2 s) in rounds of 100 ms.
+const lookaheadRounds = 20
 
 // message is a typical small Kafka message: a 100-byte payload (-payload), a key, two
 // headers.
