@@ -334,6 +334,7 @@ func (s *Scheduler) acquireAll(ctx context.Context, shards []int) []int64 {
 		go func() {
 			defer close(st.done)
 			if s.recoverAll(pctx, st) {
+				st.recovered.Store(true)
 				s.pump(pctx, st)
 			}
 		}()

@@ -21,7 +21,8 @@ import (
 // does.
 
 // parkClaims is which of envs (one Park call's) to claim as they are parked: those
-// due within the lookahead in a shard this instance holds with a lease surely valid,
+// due within the lookahead in a shard this instance holds with a lease surely valid
+// and whose pump runs (what the previous holder left in flight was recovered),
 // while credits are free at once. It returns the envelopes to hand the store, a copy
 // in place of each wanted one (the store and the wheel write to it; the caller's
 // envelopes stay as they were), the want flags (nil: none) and the credits taken.
@@ -38,7 +39,7 @@ func (s *Scheduler) parkClaims(envs []*envelope.Envelope) ([]*envelope.Envelope,
 			continue
 		}
 		st := s.shards[s.store.ShardOfEnv(e)]
-		if st == nil || st.leaving || !s.leaseValid(st) {
+		if st == nil || st.leaving || !st.recovered.Load() || !s.leaseValid(st) {
 			continue
 		}
 		idx = append(idx, i)
@@ -102,7 +103,7 @@ func (s *Scheduler) parkClaimEach(ctx context.Context, envs []*envelope.Envelope
 			if _, ok := c.Leases[sh]; ok {
 				continue
 			}
-			if st := s.shards[sh]; st != nil && !st.leaving {
+			if st := s.shards[sh]; st != nil && !st.leaving && st.recovered.Load() {
 				c.Leases[sh] = storeapi.ParkLease{Token: st.token, LeaseDeadline: st.nextDeadline(now, lease)}
 			}
 		}

@@ -2,6 +2,7 @@ package scheduler_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -93,4 +94,45 @@ func TestParkClaimsOnlyWhatCreditsHold(t *testing.T) {
 	}
 	w.drive("all published", 10*time.Second, func() bool { return len(a.disp.published()) == 3 })
 	w.drive("credits back", 5*time.Second, func() bool { return a.s.InMemory().FreeCredits == 1 })
+}
+
+// A park claims nothing into a shard whose previous holder's in-flight set is still
+// being recovered: the recovery would move that park's message back to due under the
+// wheel, and the pump would claim and fire it a second time. Parked pending, it fires
+// once.
+func TestParkClaimsNothingBeforeTheShardIsRecovered(t *testing.T) {
+	w := newWorld(t, 1)
+	opt := w.options("a")
+	opt.Lookahead, opt.SafetyScan = time.Second, time.Hour
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	w.ms.SetHook(func(ctx context.Context, op string) error {
+		if op == memstore.OpRecover {
+			once.Do(func() { close(held); <-release })
+		}
+		return nil
+	})
+	a := w.start(opt, nil)
+	var released sync.Once
+	unblock := func() { released.Do(func() { close(release) }) }
+	t.Cleanup(unblock) // before the scheduler stops (cleanups run last first)
+	select {
+	case <-held: // the shard is taken, its recovery under way
+	case <-time.After(10 * time.Second):
+		t.Fatal("the shard was not acquired")
+	}
+	env := &envelope.Envelope{ID: "early", Route: "r", DueAt: w.fc.Now().UnixMilli(), Payload: []byte("p")}
+	if _, err := a.s.Park(context.Background(), []*envelope.Envelope{env}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if st, _, _ := w.state("early"); st != storeapi.StatePending || a.s.InMemory().Wheel != 0 {
+		t.Fatalf("parked while the shard is recovered: %s, %d in the wheel; want pending, none", st, a.s.InMemory().Wheel)
+	}
+	unblock()
+	w.ms.SetHook(nil)
+	w.drive("published", 10*time.Second, func() bool { return a.disp.published()["early"] == 1 })
+	w.advance(time.Second)
+	if n := a.disp.published()["early"]; n != 1 {
+		t.Fatalf("published %d times, want once", n)
+	}
 }

@@ -103,6 +103,10 @@ type shardState struct {
 	cancel       context.CancelFunc
 	done         chan struct{}
 	leaving      bool // guarded by Scheduler.mu: handing over, pump stopped
+	// recovered: the shard's in-flight set left by its previous holder went back to
+	// due (recoverAll) and the pump runs; only then may a park claim into it, or the
+	// recovery would take that park's messages back out of flight under the wheel.
+	recovered atomic.Bool
 	// lastDeadline is the lease deadline of the shard's latest claim, its pump's or a
 	// park's (parkclaim.go): each claim gets a later one, which identifies it
 	// (storeapi.ClaimRequest.Idempotent).
