@@ -107,6 +107,9 @@ func (s *Scheduler) Park(ctx context.Context, envs []*envelope.Envelope, invalid
 		return nil, err
 	}
 	s.scheduleParkClaimed(toStore, out, g)
+	if err != nil {
+		s.parkClaimsUnknown(toStore, want, out)
+	}
 	parked := map[string]int{}
 	var dups []int
 	for i, st := range prior {

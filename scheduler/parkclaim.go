@@ -18,7 +18,10 @@ import (
 // never waits for memory; what it cannot hold is parked pending as before), and a
 // message it could not place in the wheel (the lease moved on during the call) stays
 // in flight for the shard's owner to recover, as a claimed message of a lost shard
-// does.
+// does. A park whose call failed (its reply lost: it may have run) hands its lease
+// deadline to the shard's pump, whose next claim is sent with it as an idempotent
+// claim: what the park claimed, if it ran, is answered again and fired then, not at
+// the in-flight lease's end (ClaimRequest.Idempotent).
 
 // parkClaims is which of envs (one Park call's) to claim as they are parked: those
 // due within the lookahead in a shard this instance holds with a lease surely valid
@@ -144,4 +147,48 @@ func (s *Scheduler) scheduleParkClaimed(envs []*envelope.Envelope, out parkOutco
 	if lost > 0 {
 		s.log.Warn("messages claimed as they were parked under a shard lease lost meanwhile stay in flight; the shard's owner recovers them", "n", lost)
 	}
+}
+
+// parkClaimsUnknown hands the pumps the lease deadlines of a failed park's calls that
+// were to claim wanted messages whose outcome is unknown (StateNotStored): each pump
+// sends its next claim with that deadline, idempotent, and so gets what the call
+// claimed if it ran.
+func (s *Scheduler) parkClaimsUnknown(envs []*envelope.Envelope, want []bool, out parkOutcome) {
+	if want == nil || out.prior == nil {
+		return
+	}
+	done := map[int]bool{}
+	for i, w := range want {
+		if !w || out.prior[i] != storeapi.StateNotStored {
+			continue
+		}
+		sh := s.store.ShardOfEnv(envs[i])
+		l, ok := out.leases[sh]
+		if !ok || done[sh] {
+			continue
+		}
+		done[sh] = true
+		if st := s.state(sh); st != nil && st.token == l.Token {
+			st.omu.Lock()
+			st.lostParks = append(st.lostParks, l.LeaseDeadline)
+			st.omu.Unlock()
+			notify(st.wake)
+		}
+	}
+}
+
+// takeLostPark is the lease deadline of a failed park for the pump's next claim to
+// ask again, 0 if none is at least half a lease (lease, ms) away from now: past that,
+// the deadline recovery takes those messages back soon enough.
+func (st *shardState) takeLostPark(now, lease int64) int64 {
+	st.omu.Lock()
+	defer st.omu.Unlock()
+	for len(st.lostParks) > 0 {
+		d := st.lostParks[0]
+		st.lostParks = st.lostParks[1:]
+		if now < d-lease/2 {
+			return d
+		}
+	}
+	return 0
 }

@@ -136,3 +136,39 @@ func TestParkClaimsNothingBeforeTheShardIsRecovered(t *testing.T) {
 		t.Fatalf("published %d times, want once", n)
 	}
 }
+
+// A park that claimed what it parked and lost its reply (it ran; the caller got an
+// error) is healed by the shard's pump, which sends its next claim with that park's
+// lease deadline: the message fires well before the in-flight lease would have
+// recovered it, and once, though the ingress's replay of the batch is refused.
+func TestParkClaimWithALostReplyIsClaimedAgain(t *testing.T) {
+	w := newWorld(t, 1)
+	opt := w.options("a")
+	opt.Lookahead, opt.SafetyScan = time.Second, time.Hour
+	a := w.start(opt, nil)
+	w.drive("a owns the shard", 10*time.Second, func() bool { return len(a.s.OwnedShards()) == 1 })
+	w.advance(100 * time.Millisecond)
+	due := w.fc.Now().Add(200 * time.Millisecond)
+	env := &envelope.Envelope{ID: "lost", Route: "r", DueAt: due.UnixMilli(), Payload: []byte("p")}
+	w.ms.LoseReplyNext(memstore.OpPark, 1, nil)
+	if _, err := a.s.Park(context.Background(), []*envelope.Envelope{env}, nil); err == nil {
+		t.Fatal("Park with its reply lost: no error")
+	}
+	if st, _, _ := w.state("lost"); st != storeapi.StateInflight {
+		t.Fatalf("after the lost reply: %s, want in flight (the park ran)", st)
+	}
+	if prior, err := a.s.Park(context.Background(), []*envelope.Envelope{env}, nil); err != nil || prior[0] != storeapi.StateInflight {
+		t.Fatalf("the batch replayed: %v, %v; want refused as in flight", prior, err)
+	}
+	took := w.drive("published", opt.InflightLease, func() bool { return a.disp.published()["lost"] == 1 })
+	if took >= opt.InflightLease/2 {
+		t.Fatalf("published %s after the lost reply, want well within half the in-flight lease (%s)", took, opt.InflightLease/2)
+	}
+	if at := a.disp.tries("lost")[0].at; at.Before(due) {
+		t.Fatalf("published %s early", due.Sub(at))
+	}
+	w.advance(time.Second)
+	if n := a.disp.published()["lost"]; n != 1 {
+		t.Fatalf("published %d times, want once", n)
+	}
+}

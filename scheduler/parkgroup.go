@@ -76,24 +76,10 @@ func runParks(ctx context.Context, batch []parkBatch, fn parkFunc) []parkOutcome
 		return out
 	}
 	var all []*envelope.Envelope
-	var want []bool
 	for _, b := range batch {
 		all = append(all, b.envs...)
 	}
-	for _, b := range batch {
-		if b.want != nil {
-			want = make([]bool, 0, len(all))
-			for _, b := range batch {
-				if b.want != nil {
-					want = append(want, b.want...)
-				} else {
-					want = append(want, make([]bool, len(b.envs))...)
-				}
-			}
-			break
-		}
-	}
-	res := fn(ctx, all, want)
+	res := fn(ctx, all, mergeWant(batch, len(all)))
 	if res.prior == nil { // nothing was tried: each caller on its own
 		for i, b := range batch {
 			out[i] = fn(ctx, b.envs, b.want)
@@ -111,4 +97,21 @@ func runParks(ctx context.Context, batch []parkBatch, fn parkFunc) []parkOutcome
 	}
 	out[0].minDue = res.minDue // the leader's Wake covers every shard of the call
 	return out
+}
+
+// mergeWant is the want flags of the batches' messages in one slice (nil when no batch
+// wants any claimed).
+func mergeWant(batch []parkBatch, n int) []bool {
+	var want []bool
+	off := 0
+	for _, b := range batch {
+		if b.want != nil {
+			if want == nil {
+				want = make([]bool, n)
+			}
+			copy(want[off:], b.want)
+		}
+		off += len(b.envs)
+	}
+	return want
 }

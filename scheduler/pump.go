@@ -148,8 +148,12 @@ func (s *Scheduler) claimRequest(ctx context.Context, st *shardState, c *claimSt
 	}
 	c.grant = g
 	now := clock.NowMs(s.clk)
+	deadline := st.takeLostPark(now, lease) // a failed park's, asked again (parkclaim.go)
+	if deadline == 0 {
+		deadline = st.nextDeadline(now, lease)
+	}
 	return storeapi.ClaimRequest{Shard: st.shard, Instance: s.holder, Token: st.token, UpTo: now + lookahead,
-		LeaseDeadline: st.nextDeadline(now, lease), Limit: g.n, MaxBytes: g.bytes, Alone: g.alone, Idempotent: true}, now, true
+		LeaseDeadline: deadline, Limit: g.n, MaxBytes: g.bytes, Alone: g.alone, Idempotent: true}, now, true
 }
 
 // Claim sizing: a claim holds the credits it asks for (messages and bytes) until its

@@ -117,6 +117,10 @@ type shardState struct {
 	// forgotten when the lease turns out lost (the next owner recovers them).
 	omu     sync.Mutex
 	orphans []storeapi.RetryItem
+	// lostParks are the lease deadlines of parks that claimed into the shard and
+	// failed: what they claimed, if they ran, is in flight under that deadline, and the
+	// pump's next claim asks for it again (parkclaim.go). Guarded by omu.
+	lostParks []int64
 }
 
 // nextDeadline is the lease deadline of a new claim of the shard made at now: now +

@@ -117,6 +117,12 @@ func (s *Store) ParkClaimEach(ctx context.Context, envs []*envelope.Envelope, cl
 			minDue[n] = e.DueAt
 		}
 	}
+	if after != nil { // a lost reply: the caller learns nothing of what the call did
+		for i := range prior {
+			prior[i], claimed[i] = storeapi.StateNotStored, false
+		}
+		clear(minDue)
+	}
 	return prior, claimed, minDue, after
 }
 

@@ -67,7 +67,7 @@ func benchCallCost(b *testing.B, batch int) {
 
 // parkNone and ackNone are a park and an ack call of no message on shard 0.
 func parkNone(b *testing.B, s *Store) {
-	sc, keys, args := s.parkCall(0, nil)
+	sc, keys, args := s.parkNoneCall(0)
 	if err := s.eval(context.Background(), sc, keys, args...).Err(); err != nil {
 		b.Fatal(err)
 	}

@@ -3,7 +3,7 @@ package redisstore
 // The calls of BenchmarkStoreCallCost's "batch=0": a park and an ack of no message, with
 // the keys and arguments Park and AckEnvelopes give them.
 
-func (s *Store) parkCall(shard int, _ []encoded) (*script, []string, []any) {
+func (s *Store) parkNoneCall(shard int) (*script, []string, []any) {
 	return s.park, parkKeys(s.keys[shard]), []any{t0, s.coldHorizon(), 0, "", 0, 0}
 }
 

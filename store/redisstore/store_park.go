@@ -121,54 +121,9 @@ func (s *Store) ParkClaimEach(ctx context.Context, envs []*envelope.Envelope, cl
 	var chunks []parkChunk
 	now, horizon := clock.NowMs(s.opt.Clock), s.coldHorizon()
 	for gi, g := range groups {
-		k := s.keys[shards[gi]]
-		lease, claims := claim.Leases[shards[gi]]
 		for _, ch := range chunk(g) {
-			args := make([]any, 0, 6+5*len(ch))
-			h := horizon
-			if s.onOrdered(envs, ch) {
-				// Messages of order: key routes stay in due, keyed or not: a
-				// replace finds a route's stored ids in other shards by msg.
-				h = -1
-			}
-			latest := int64(math.MinInt64)
-			for _, it := range ch {
-				latest = max(latest, envs[it.idx].DueAt)
-			}
-			if h >= 0 && latest < now+h {
-				// None of the batch is due a horizon ahead, so none can go cold: the
-				// call says so, and park.lua neither converts each due time nor reads
-				// the cold tier's watermark.
-				h = -1
-			}
-			ordered := s.anyOrdered(envs, ch)
-			args = append(args, now, h, 0, OwnerValue(claim.Instance, lease.Token), lease.LeaseDeadline, 0)
-			if h < 0 && !ordered {
-				args = appendSpans(args, envs, ch) // in fetch order: the spans need offsets rising
-			}
-			c := 0
-			if claims && !ordered {
-				ch, c = wantedFirst(ch, claim.Want)
-				args[5] = c
-			}
-			keys, queues := parkKeys(k), []string(nil)
-			for _, it := range ch {
-				e := envs[it.idx]
-				args = append(args, e.ID, e.DueAt, it.data, e.Route, fingerprint(e.ID))
-				if ordered {
-					queues = append(queues, s.queueOf(shards[gi], e))
-				}
-			}
-			sc := s.park
-			if ordered {
-				// Ordered keys in the batch: park them in their keys' queues too.
-				// The owner and the guard give way to ordered_park's keys, the guard
-				// moving to the end, after the queues (slotguard.go).
-				keys = append(append(keys[:7:7], k.ko, k.ki), queues...)
-				sc, keys = s.oPark, withGuard(k, keys)
-			}
-			calls = append(calls, call{sc: sc, keys: keys, args: args})
-			chunks = append(chunks, parkChunk{items: ch, claim: c})
+			cl, pc := s.parkCall(envs, shards[gi], ch, now, horizon, claim)
+			calls, chunks = append(calls, cl), append(chunks, pc)
 		}
 	}
 	cmds, err := s.evalPipelined(ctx, calls, s.opt.MinReplicas > 0)
@@ -181,6 +136,62 @@ func (s *Store) ParkClaimEach(ctx context.Context, envs []*envelope.Envelope, cl
 		}
 	}
 	return prior, claimed, minDue, err
+}
+
+// parkCall is the script call that parks ch, messages of shard: park.lua's arguments
+// (the cold horizon it may use, the block spans of a fetch, the lease to claim under
+// and how many of the batch, ordered first, to claim), or ordered_park's for a batch
+// holding messages of `order: key` routes (which claims nothing).
+func (s *Store) parkCall(envs []*envelope.Envelope, shard int, ch []encoded, now, horizon int64, claim storeapi.ParkClaim) (call, parkChunk) {
+	k := s.keys[shard]
+	lease, claims := claim.Leases[shard]
+	owner := ""
+	if claims {
+		owner = OwnerValue(claim.Instance, lease.Token)
+	}
+	args := make([]any, 0, 6+5*len(ch))
+	h := horizon
+	if s.onOrdered(envs, ch) {
+		// Messages of order: key routes stay in due, keyed or not: a replace finds a
+		// route's stored ids in other shards by msg.
+		h = -1
+	}
+	latest := int64(math.MinInt64)
+	for _, it := range ch {
+		latest = max(latest, envs[it.idx].DueAt)
+	}
+	if h >= 0 && latest < now+h {
+		// None of the batch is due a horizon ahead, so none can go cold: the call says
+		// so, and park.lua neither converts each due time nor reads the cold tier's
+		// watermark.
+		h = -1
+	}
+	ordered := s.anyOrdered(envs, ch)
+	args = append(args, now, h, 0, owner, lease.LeaseDeadline, 0)
+	if h < 0 && !ordered {
+		args = appendSpans(args, envs, ch) // in fetch order: the spans need offsets rising
+	}
+	c := 0
+	if claims && !ordered {
+		ch, c = wantedFirst(ch, claim.Want)
+		args[5] = c
+	}
+	keys, queues := parkKeys(k), []string(nil)
+	for _, it := range ch {
+		e := envs[it.idx]
+		args = append(args, e.ID, e.DueAt, it.data, e.Route, fingerprint(e.ID))
+		if ordered {
+			queues = append(queues, s.queueOf(shard, e))
+		}
+	}
+	if !ordered {
+		return call{sc: s.park, keys: keys, args: args}, parkChunk{items: ch, claim: c}
+	}
+	// Ordered keys in the batch: park them in their keys' queues too. The owner and
+	// the guard give way to ordered_park's keys, the guard moving to the end, after
+	// the queues (slotguard.go).
+	keys = append(append(keys[:7:7], k.ko, k.ki), queues...)
+	return call{sc: s.oPark, keys: withGuard(k, keys), args: args}, parkChunk{items: ch}
 }
 
 // parkChunk is one park call's messages, the first claim of which it asked to claim.
