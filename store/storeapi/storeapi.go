@@ -156,8 +156,9 @@ type Intake interface {
 	//
 	// A LeaseDeadline identifies a claim of its shard as ClaimRequest.Idempotent's does:
 	// the caller gives each call its own, never one a claim of that shard uses. The
-	// error contract is ParkEach's; a call that failed claimed nothing the caller can
-	// know of, and what it may have claimed is recovered at its lease deadline.
+	// error contract is ParkEach's; what a failed call may have claimed is in flight
+	// under its lease's deadline, and a Claim marked Idempotent with that deadline
+	// answers it (or, if the call never ran, claims as any claim).
 	ParkClaimEach(ctx context.Context, envs []*envelope.Envelope, claim ParkClaim) (prior []State, claimed []bool, minDue map[int]int64, err error)
 	// Park is ParkEach with the refusal reasons folded into a bool: parked[i] is false
 	// for a duplicate.

@@ -13,6 +13,7 @@ func init() {
 	register("ParkClaimNeedsTheLease", caseParkClaimNeedsTheLease)
 	register("ParkClaimLeavesOrderedKeysPending", caseParkClaimOrdered)
 	register("ParkClaimKafkaIDs", caseParkClaimKafkaIDs)
+	register("ParkClaimAnsweredByAnIdempotentClaim", caseParkClaimAnsweredAgain)
 }
 
 // parkClaim calls ParkClaimEach and fails the test on an error.
@@ -164,5 +165,38 @@ func caseParkClaimKafkaIDs(t *testing.T, newSubject func(Config) Subject) {
 		if prior[i] != want {
 			t.Fatalf("the fetch replayed: %s prior %q, want %q", fetch[i], prior[i], want)
 		}
+	}
+}
+
+// caseParkClaimAnsweredAgain: what a park claimed is answered by a Claim marked
+// Idempotent with that park's lease deadline (the caller lost the park's reply), each
+// message no earlier than its due time; a park that never ran leaves that claim an
+// ordinary one.
+func caseParkClaimAnsweredAgain(t *testing.T, newSubject func(Config) Subject) {
+	s := newSubject(defaults).Store
+	ctx := storeCtx(t)
+	a := idsOnShard(s, 2, 3, "pa")
+	tok := mustLease(t, s, 2, "i1")
+	deadline := t0 + 30_000
+	c := storeapi.ParkClaim{Instance: "i1", Want: []bool{true, true},
+		Leases: map[int]storeapi.ParkLease{2: {Token: tok, LeaseDeadline: deadline}}}
+	if _, claimed, _ := parkClaim(t, s, []*envelope.Envelope{env(a[0], t0+10), env(a[1], t0+20)}, c); !slices.Equal(claimed, []bool{true, true}) {
+		t.Fatalf("claimed %v", claimed)
+	}
+	mustPark(t, s, env(a[2], t0+30))
+	req := storeapi.ClaimRequest{Shard: 2, Instance: "i1", Token: tok, UpTo: t0 + 15, LeaseDeadline: deadline, Limit: 10, Idempotent: true}
+	out := s.ClaimMany(ctx, []storeapi.ClaimRequest{req})
+	if out[0].Err != nil || !out[0].Replayed || !sameIDs(out[0].Items, a[:2]) {
+		t.Fatalf("the idempotent claim with the park's deadline: %v replayed %v, %v; want %v again", ids(out[0].Items), out[0].Replayed, out[0].Err, a[:2])
+	}
+	for _, e := range out[0].Items {
+		if e.FireAt < e.DueAt || e.FireAt < req.UpTo {
+			t.Fatalf("%s answered to fire at %d, due %d", e.ID, e.FireAt, e.DueAt)
+		}
+	}
+	req.LeaseDeadline, req.UpTo = deadline+1, t0+100
+	out = s.ClaimMany(ctx, []storeapi.ClaimRequest{req})
+	if out[0].Err != nil || out[0].Replayed || !slices.Equal(ids(out[0].Items), a[2:]) {
+		t.Fatalf("an idempotent claim of a deadline no park used: %v replayed %v, %v; want %v claimed", ids(out[0].Items), out[0].Replayed, out[0].Err, a[2:])
 	}
 }
