@@ -194,6 +194,7 @@ func workload(ctx context.Context, rdb *redis.Client, o options, upto int) error
 	if _, _, err := s.Claim(ctx, 0, "instr", tok, t0-1000, t0+30_000, 600); err != nil {
 		return err
 	}
+	var waiting []*envelope.Envelope // claimed by their parks, not due yet
 	for i := 0; upto > 0 && i < o.rounds+o.spread-1; i++ {
 		var held []*envelope.Envelope // claimed by the park
 		if i < o.rounds {
@@ -204,22 +205,32 @@ func workload(ctx context.Context, rdb *redis.Client, o options, upto int) error
 		if upto < 2 {
 			continue
 		}
-		if upto >= 3 && len(held) > 0 {
-			if err := s.AckEnvelopes(ctx, held, t0); err != nil {
+		var items []*envelope.Envelope
+		if !o.claimAtPark || o.spread > 1 { // else everything was claimed by its park
+			upTo := t0 + int64(i)*100 + 99 // round i's window (-spread: rounds are 100 ms apart)
+			if o.spread <= 1 {
+				upTo = t0
+			}
+			if items, _, err = s.Claim(ctx, 0, "instr", tok, upTo, t0+30_000, 10*o.batch); err != nil {
 				return err
 			}
 		}
-		if o.claimAtPark && o.spread <= 1 {
-			continue // everything was claimed by its park: the pump has nothing to claim
-		}
-		upTo := t0 + int64(i)*100 + 99 // round i's window (-spread: rounds are 100 ms apart)
+		// One ack a round, of what its claim took and what parks claimed that is due
+		// in its window, as the bridge's completer acknowledges whatever fired together.
+		waiting = append(waiting, held...)
+		due := t0 + int64(i)*100 + 99
 		if o.spread <= 1 {
-			upTo = t0
+			due = t0
 		}
-		items, _, err := s.Claim(ctx, 0, "instr", tok, upTo, t0+30_000, 10*o.batch)
-		if err != nil {
-			return err
+		kept := waiting[:0]
+		for _, e := range waiting {
+			if e.DueAt <= due {
+				items = append(items, e)
+			} else {
+				kept = append(kept, e)
+			}
 		}
+		waiting = kept
 		if upto < 3 || len(items) == 0 {
 			continue
 		}
