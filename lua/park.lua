@@ -37,7 +37,8 @@
 -- "cancelled"; every quintuple it does not name was parked (an empty array: all were).
 -- A short reply: most calls refuse nothing. When the first c were claimed (the lease
 -- is held), one more element follows the pairs: 1; each of the c not named went in
--- flight. Without it none did: the lease moved on, they are pending.
+-- flight (or was in flight under ARGV[5] already: the same call sent again). Without
+-- it none did: the lease moved on, they are pending.
 --
 -- An id already pending, in flight, dead or remembered in the done window is skipped,
 -- so an ingress replay after a crash (or a producer retry) never duplicates or
@@ -218,12 +219,21 @@ for i = first, #ARGV, 5 do
       end
     elseif not h then
       st = 'pending' -- parked earlier in this batch
-    elseif redis.call('ZSCORE', KEYS[3], id) then
-      st = 'inflight'
-    elseif redis.call('ZSCORE', KEYS[4], id) then
-      st = 'dead'
     else
-      st = 'pending'
+      local fs = redis.call('ZSCORE', KEYS[3], id)
+      if fs then
+        st = 'inflight'
+        -- In flight under this call's own lease deadline (unique per claim of the
+        -- shard): this very call ran before, its reply lost (a client re-sending a
+        -- pipeline), and claimed it then. Answered as claimed now, written once.
+        if n <= claimUpTo and tonumber(fs) == tonumber(deadline) then
+          st = 'parked'
+        end
+      elseif redis.call('ZSCORE', KEYS[4], id) then
+        st = 'dead'
+      else
+        st = 'pending'
+      end
     end
   end
   if st ~= 'parked' then

@@ -99,12 +99,16 @@ func (s *Store) ParkClaimEach(ctx context.Context, envs []*envelope.Envelope, cl
 				s.oadd(n, e.ID, e.DueAt, k)
 			}
 		}
+		l, leased := claim.Leases[n]
+		wanted := leased && k == "" && len(claim.Want) > i && claim.Want[i] && s.ownerNow(sh) == holder(claim.Instance, l.Token)
+		if st == storeapi.StateInflight && wanted && sh.inflight[e.ID] == l.LeaseDeadline {
+			st = storeapi.StateUnknown // this call ran before (its reply lost) and claimed it then
+		}
 		prior[i] = st
 		if st != storeapi.StateUnknown {
 			continue
 		}
-		if l, ok := claim.Leases[n]; ok && k == "" && len(claim.Want) > i && claim.Want[i] &&
-			s.ownerNow(sh) == holder(claim.Instance, l.Token) {
+		if wanted {
 			delete(sh.due, e.ID)
 			sh.inflight[e.ID] = l.LeaseDeadline
 			e.FireAt = e.DueAt

@@ -121,7 +121,8 @@ func caseParkClaimOrdered(t *testing.T, newSubject func(Config) Subject) {
 
 // caseParkClaimKafkaIDs: a fetch of Kafka default ids (a store's batch path for them),
 // every other one wanted: the wanted ones go in flight, the others pending, whatever
-// their order in the call; replayed, the whole fetch is refused and none is claimed.
+// their order in the call; replayed under another deadline, the whole fetch is refused
+// and none is claimed; the same call sent again answers its claimed ones as claimed.
 func caseParkClaimKafkaIDs(t *testing.T, newSubject func(Config) Subject) {
 	s := newSubject(defaults).Store
 	fetch := kafkaRange("orders.delay", 3, 0, 11)
@@ -153,7 +154,9 @@ func caseParkClaimKafkaIDs(t *testing.T, newSubject func(Config) Subject) {
 	for i, id := range fetch {
 		again[i] = env(id, t0+int64(i))
 	}
-	prior, claimed, _ = parkClaim(t, s, again, c)
+	replay := c
+	replay.Leases = map[int]storeapi.ParkLease{sh: {Token: tok, LeaseDeadline: deadline + 1}}
+	prior, claimed, _ = parkClaim(t, s, again, replay)
 	if slices.Contains(claimed, true) {
 		t.Fatalf("the fetch replayed claimed %v", claimed)
 	}
@@ -166,6 +169,22 @@ func caseParkClaimKafkaIDs(t *testing.T, newSubject func(Config) Subject) {
 			t.Fatalf("the fetch replayed: %s prior %q, want %q", fetch[i], prior[i], want)
 		}
 	}
+	// The same call sent again (its deadline: a client re-sending it after its reply
+	// was lost) answers what its first run claimed as claimed, and writes nothing.
+	prior, claimed, _ = parkClaim(t, s, again, c)
+	if !slices.Equal(claimed, c.Want) {
+		t.Fatalf("the call sent again: claimed %v, want %v", claimed, c.Want)
+	}
+	for i := range fetch {
+		want := storeapi.StatePending
+		if c.Want[i] {
+			want = storeapi.StateUnknown
+		}
+		if prior[i] != want {
+			t.Fatalf("the call sent again: %s prior %q, want %q", fetch[i], prior[i], want)
+		}
+	}
+	wantCounts(t, s, "after the call sent again", map[string]rc{"orders": {Pending: 6, Inflight: 6}})
 }
 
 // caseParkClaimAnsweredAgain: what a park claimed is answered by a Claim marked
