@@ -101,6 +101,7 @@ func TestPumpClaimsWithinLookaheadSleepsAndIsWoken(t *testing.T) {
 	w.step = 50 * time.Millisecond
 	opt := w.options("a")
 	opt.Lookahead, opt.SafetyScan = time.Second, time.Hour
+	opt.ParkOnly = true // the wake rule: every park waits for a claim
 	start := w.fc.Now()
 	w.park([]string{"soon"}, start.Add(300*time.Millisecond))
 	w.park([]string{"later"}, start.Add(10*time.Second))
@@ -443,6 +444,7 @@ func TestParkWakesThePumpOnlyWhenThePlannedClaimWouldBeLate(t *testing.T) {
 	w.step = 50 * time.Millisecond
 	opt := w.options("a")
 	opt.Lookahead, opt.SafetyScan = time.Second, time.Hour // margin 125 ms
+	opt.ParkOnly = true                                    // the wake rule: every park waits for a claim
 	start := w.fc.Now()
 	w.park([]string{"planned"}, start.Add(10*time.Second)) // the pump plans its claim at 9.5 s
 	a := w.start(opt, nil)
