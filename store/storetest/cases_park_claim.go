@@ -160,30 +160,14 @@ func caseParkClaimKafkaIDs(t *testing.T, newSubject func(Config) Subject) {
 	if slices.Contains(claimed, true) {
 		t.Fatalf("the fetch replayed claimed %v", claimed)
 	}
-	for i := range fetch {
-		want := storeapi.StatePending
-		if c.Want[i] {
-			want = storeapi.StateInflight
-		}
-		if prior[i] != want {
-			t.Fatalf("the fetch replayed: %s prior %q, want %q", fetch[i], prior[i], want)
-		}
-	}
+	wantPriorByWant(t, "the fetch replayed", fetch, prior, c.Want, storeapi.StateInflight)
 	// The same call sent again (its deadline: a client re-sending it after its reply
 	// was lost) answers what its first run claimed as claimed, and writes nothing.
 	prior, claimed, _ = parkClaim(t, s, again, c)
 	if !slices.Equal(claimed, c.Want) {
 		t.Fatalf("the call sent again: claimed %v, want %v", claimed, c.Want)
 	}
-	for i := range fetch {
-		want := storeapi.StatePending
-		if c.Want[i] {
-			want = storeapi.StateUnknown
-		}
-		if prior[i] != want {
-			t.Fatalf("the call sent again: %s prior %q, want %q", fetch[i], prior[i], want)
-		}
-	}
+	wantPriorByWant(t, "the call sent again", fetch, prior, c.Want, storeapi.StateUnknown)
 	wantCounts(t, s, "after the call sent again", map[string]rc{"orders": {Pending: 6, Inflight: 6}})
 }
 
@@ -217,5 +201,20 @@ func caseParkClaimAnsweredAgain(t *testing.T, newSubject func(Config) Subject) {
 	out = s.ClaimMany(ctx, []storeapi.ClaimRequest{req})
 	if out[0].Err != nil || out[0].Replayed || !slices.Equal(ids(out[0].Items), a[2:]) {
 		t.Fatalf("an idempotent claim of a deadline no park used: %v replayed %v, %v; want %v claimed", ids(out[0].Items), out[0].Replayed, out[0].Err, a[2:])
+	}
+}
+
+// wantPriorByWant checks that prior reads wanted for each id want marks and pending
+// for the others.
+func wantPriorByWant(t *testing.T, step string, idList []string, prior []storeapi.State, want []bool, wanted storeapi.State) {
+	t.Helper()
+	for i, id := range idList {
+		w := storeapi.StatePending
+		if want[i] {
+			w = wanted
+		}
+		if prior[i] != w {
+			t.Fatalf("%s: %s prior %q, want %q", step, id, prior[i], w)
+		}
 	}
 }
