@@ -70,6 +70,27 @@ local function reply(out)
   end
   return out
 end
+-- parkwrite stores what the call decided to park: the new envelopes (hset: id and
+-- envelope pairs), their due entries (zadd) or in-flight entries (zin: score and id
+-- pairs), and the per-route counts of what went pending (pend) and in flight (fly).
+-- Both paths below end with it; the caller flushes the counts (cflush).
+local function parkwrite(hset, zadd, zin, pend, fly)
+  if #hset > 0 then
+    redis.call('HSET', KEYS[2], unpack(hset))
+  end
+  if #zadd > 0 then
+    redis.call('ZADD', KEYS[1], unpack(zadd))
+  end
+  if #zin > 0 then
+    redis.call('ZADD', KEYS[3], unpack(zin))
+  end
+  for route, k in pairs(pend) do
+    cadd(cs, 'pending', route, k)
+  end
+  for route, k in pairs(fly) do
+    cadd(cs, 'inflight', route, k)
+  end
+end
 -- parkquick parks the whole batch at once and returns true when no id of it can be
 -- refused, which it proves without looking at any id alone: none has an envelope (one
 -- HMGET, as below), none is delivered (every slot the spans cover is empty: one BITCOUNT
@@ -122,19 +143,7 @@ local function parkquick()
       return false
     end
   end
-  redis.call('HSET', KEYS[2], unpack(hset))
-  if nz > 0 then
-    redis.call('ZADD', KEYS[1], unpack(zadd))
-  end
-  if ni > 0 then
-    redis.call('ZADD', KEYS[3], unpack(zin))
-  end
-  for route, c in pairs(pend) do
-    cadd(cs, 'pending', route, c)
-  end
-  for route, c in pairs(fly) do
-    cadd(cs, 'inflight', route, c)
-  end
+  parkwrite(hset, zadd, zin, pend, fly)
   cflush(cs)
   return true
 end
@@ -242,25 +251,11 @@ for i = first, #ARGV, 5 do
     no = no + 2
   end
 end
-if nh > 0 then
-  redis.call('HSET', KEYS[2], unpack(hset))
-end
-if nz > 0 then
-  redis.call('ZADD', KEYS[1], unpack(zadd))
-end
-if ni > 0 then
-  redis.call('ZADD', KEYS[3], unpack(zin))
-end
+parkwrite(hset, zadd, zin, pend, fly)
 local cfps, cmarks = coflush(co)
 if #cfps > 0 then
   ixset(ix, cfps, cmarks)
   ixflush(ix)
-end
-for route, k in pairs(pend) do
-  cadd(cs, 'pending', route, k)
-end
-for route, k in pairs(fly) do
-  cadd(cs, 'inflight', route, k)
 end
 cflush(cs)
 return reply(out)
