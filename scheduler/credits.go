@@ -140,12 +140,14 @@ func (c *credits) available() int {
 }
 
 // CreditStats is what the credits show for metrics: bytes held against the budget,
-// and the claims held back by it.
+// the claims held back by it, and how the messages they were taken for came in.
 type CreditStats struct {
 	HeldBytes     int64         // bytes of claimed copies in memory (ClaimedBytes)
 	BudgetBytes   int64         // scheduler.max_in_memory_bytes (0: none)
 	Throttled     int64         // claims that waited for bytes while messages were free
 	ThrottledTime time.Duration // total time they waited
+	ClaimedAtPark int64         // messages claimed as they were parked (parkclaim.go)
+	ClaimedByPump int64         // messages claimed by the shards' pumps (claim script)
 }
 
 func (c *credits) stats() CreditStats {

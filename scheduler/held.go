@@ -192,9 +192,13 @@ type InMemory struct {
 	HeldBytes   int64 // their bytes (envelope.ClaimedBytes), against Options.MaxInMemoryBytes
 }
 
-// MemoryStats reports the bytes held against the byte budget and the claims it held
-// back, for metrics.
-func (s *Scheduler) MemoryStats() CreditStats { return s.credits.stats() }
+// MemoryStats reports the bytes held against the byte budget, the claims it held
+// back and the messages claimed at park and by the pumps, for metrics.
+func (s *Scheduler) MemoryStats() CreditStats {
+	st := s.credits.stats()
+	st.ClaimedAtPark, st.ClaimedByPump = s.claimedAtPark.Load(), s.claimedByPump.Load()
+	return st
+}
 
 // InMemory reports what the scheduler holds in memory now.
 func (s *Scheduler) InMemory() InMemory {

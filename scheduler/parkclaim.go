@@ -140,6 +140,7 @@ func (s *Scheduler) scheduleParkClaimed(envs []*envelope.Envelope, out parkOutco
 			continue
 		}
 		s.schedule(st, items)
+		s.claimedAtPark.Add(int64(len(items)))
 		held += len(items)
 		heldBytes += claimedBytes(items)
 	}

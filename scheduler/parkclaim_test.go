@@ -68,6 +68,14 @@ func TestParkClaimsWhatIsDueWithinTheLookahead(t *testing.T) {
 		if parkOnly && w.ms.Calls(memstore.OpClaim) == claims {
 			t.Fatal("ParkOnly: published without a claim")
 		}
+		// The metrics' count of how they came in (messages_claimed_total{via}).
+		wantAtPark := int64(2)
+		if parkOnly {
+			wantAtPark = 0
+		}
+		if ms := a.s.MemoryStats(); ms.ClaimedAtPark != wantAtPark || ms.ClaimedByPump+ms.ClaimedAtPark != 2 {
+			t.Fatalf("claimed at park %d, by the pumps %d; want %d of the 2 fired at park", ms.ClaimedAtPark, ms.ClaimedByPump, wantAtPark)
+		}
 		a.stop()
 	}
 }

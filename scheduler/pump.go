@@ -69,10 +69,7 @@ func (s *Scheduler) pump(ctx context.Context, st *shardState) {
 			}
 			continue
 		}
-		c.resend = nil
-		c.last = grant{n: len(items), bytes: claimedBytes(items)}
-		s.credits.settle(c.grant, c.last.n, c.last.bytes)
-		c.grant = grant{}
+		c.took(s, items)
 		need = needNext
 		if replayed {
 			s.claimHealed(st, len(items))
@@ -107,6 +104,16 @@ type claimState struct {
 	resend *storeapi.ClaimRequest
 	grant  grant // the credits the claim in hand (or to send again) took
 	last   grant // what the last claim that answered took (claimSize)
+}
+
+// took ends a claim that answered items: what its credits did not take goes back, and
+// the items are counted as claimed by the pump (messages_claimed_total{via="claim"}).
+func (c *claimState) took(s *Scheduler, items []*envelope.Envelope) {
+	c.resend = nil
+	c.last = grant{n: len(items), bytes: claimedBytes(items)}
+	s.credits.settle(c.grant, c.last.n, c.last.bytes)
+	c.grant = grant{}
+	s.claimedByPump.Add(int64(len(items)))
 }
 
 // drop gives back the credits of a claim no longer to be sent again.

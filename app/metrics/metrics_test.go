@@ -227,10 +227,14 @@ func TestMemorySeries(t *testing.T) {
 		out := map[string]float64{}
 		for _, mf := range mfs {
 			for _, s := range mf.GetMetric() {
+				name := mf.GetName()
+				for _, l := range s.GetLabel() {
+					name += "{" + l.GetName() + "=" + l.GetValue() + "}"
+				}
 				if s.Gauge != nil {
-					out[mf.GetName()] = s.Gauge.GetValue()
+					out[name] = s.Gauge.GetValue()
 				} else if s.Counter != nil {
-					out[mf.GetName()] = s.Counter.GetValue()
+					out[name] = s.Counter.GetValue()
 				}
 			}
 		}
@@ -241,7 +245,7 @@ func TestMemorySeries(t *testing.T) {
 	}
 	ready := false
 	m.SetMemory(func() (Memory, bool) {
-		return Memory{HeldBytes: 5 << 20, BudgetBytes: 64 << 20, Throttled: 3, ThrottledSeconds: 1.5}, ready
+		return Memory{HeldBytes: 5 << 20, BudgetBytes: 64 << 20, Throttled: 3, ThrottledSeconds: 1.5, ClaimedAtPark: 7, ClaimedByPump: 11}, ready
 	})
 	if _, ok := names()["delaybridge_memory_held_bytes"]; ok {
 		t.Fatal("memory_held_bytes present while the source reports nothing")
@@ -249,7 +253,8 @@ func TestMemorySeries(t *testing.T) {
 	ready = true
 	got := names()
 	for name, want := range map[string]float64{"delaybridge_memory_held_bytes": 5 << 20, "delaybridge_memory_budget_bytes": 64 << 20,
-		"delaybridge_claims_throttled_total": 3, "delaybridge_claims_throttled_seconds_total": 1.5} {
+		"delaybridge_claims_throttled_total": 3, "delaybridge_claims_throttled_seconds_total": 1.5,
+		"delaybridge_messages_claimed_total{via=park}": 7, "delaybridge_messages_claimed_total{via=claim}": 11} {
 		if got[name] != want {
 			t.Errorf("%s = %v, want %v", name, got[name], want)
 		}

@@ -133,7 +133,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	metrics.SetMemory(func() (memStats, bool) {
 		st, ok := b.MemoryStats()
 		return memStats{HeldBytes: st.HeldBytes, BudgetBytes: st.BudgetBytes, Throttled: st.Throttled,
-			ThrottledSeconds: st.ThrottledTime.Seconds()}, ok
+			ThrottledSeconds: st.ThrottledTime.Seconds(), ClaimedAtPark: st.ClaimedAtPark, ClaimedByPump: st.ClaimedByPump}, ok
 	})
 	logger.Info("delay-bridge starting", "version", buildVersion(), "cluster", cfg.Cluster,
 		"shards", cfg.Shards, "routes", len(cfg.Routes), "admin", cfg.Admin.Listen)
