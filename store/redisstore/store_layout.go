@@ -44,12 +44,15 @@ func ackFingerprint(id string) string {
 func fingerprintOf(id string, kafkaIndexKey bool) string {
 	prefix, offset, hash, ok := storeapi.KafkaOffset(id)
 	if !ok {
-		sum := sha256.Sum256([]byte(id))
+		sum := sha256Of(id)
 		return string(sum[:fpBytes])
 	}
-	b := make([]byte, 0, fpBytes+8+len(prefix)+20)
+	// Built in a buffer on the stack (it runs for every message parked and acknowledged):
+	// the string is the one allocation.
+	var buf [128]byte
+	b := buf[:0]
 	if kafkaIndexKey {
-		sum := sha256.Sum256([]byte(id))
+		sum := sha256Of(id)
 		b = append(b, sum[:fpBytes]...)
 	} else {
 		b = append(b, zeroFP[:]...)
@@ -57,6 +60,13 @@ func fingerprintOf(id string, kafkaIndexKey bool) string {
 	b = binary.BigEndian.AppendUint16(b, uint16(offset%storeapi.ShardBlock))
 	b, _ = hex.AppendDecode(b, []byte(hash)) // 12 lowercase hex digits: KafkaOffset checked
 	return string(appendBlockName(b, prefix, offset))
+}
+
+// sha256Of is SHA-256(id), copying an id of up to 128 bytes to the stack rather than
+// to the heap.
+func sha256Of(id string) [sha256.Size]byte {
+	var buf [128]byte
+	return sha256.Sum256(append(buf[:0], id...))
 }
 
 // appendBlockName appends the name of the block holding offset of the partition that

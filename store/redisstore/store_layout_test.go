@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"strconv"
 	"strings"
@@ -145,6 +146,32 @@ func checkSubHashes(t *testing.T, c *redis.Client, k shardKeys, idList []string,
 		}
 		if fps[id] {
 			t.Fatalf("%s is an index field itself", id)
+		}
+	}
+}
+
+// A fingerprint is the id index's key (SHA-256's first 12 bytes), and for a Kafka
+// default id also its block slot, record hash and block name (an ack's with zero bytes
+// in place of the SHA-256): built for every message parked and acknowledged, it
+// allocates nothing but its string.
+func TestFingerprintBytesAndAllocations(t *testing.T) {
+	kafka, user := "orders.delay/3/1234567/0123456789ab", "a-user-given-id-longer-than-thirty-two-bytes"
+	sum := func(id string) string { s := sha256.Sum256([]byte(id)); return string(s[:fpBytes]) }
+	// offset 1234567 = block 1205, slot 647 (0x0287)
+	tail := "\x02\x87\x01\x23\x45\x67\x89\xab" + "orders.delay/3/1205"
+	for _, c := range []struct{ name, got, want string }{
+		{"kafka", fingerprint(kafka), sum(kafka) + tail},
+		{"kafka ack", ackFingerprint(kafka), strings.Repeat("\x00", fpBytes) + tail},
+		{"user", fingerprint(user), sum(user)},
+		{"user ack", ackFingerprint(user), sum(user)},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s: %q, want %q", c.name, c.got, c.want)
+		}
+	}
+	for _, id := range []string{kafka, user} {
+		if n := testing.AllocsPerRun(100, func() { _ = fingerprint(id); _ = ackFingerprint(id) }); n != 2 {
+			t.Errorf("fingerprint and ackFingerprint of %q: %v allocations, want 2 (their strings)", id, n)
 		}
 	}
 }
