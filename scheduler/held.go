@@ -13,6 +13,27 @@ type heldSet struct {
 	mu   sync.Mutex
 	n    int                 // copies in memory, including superseded ones
 	byID map[string]heldCopy // the latest claim of each id
+	peak int                 // the most entries byID held since it was made (shrink)
+}
+
+// heldShrinkMin is the peak below which a held set's map is never rebuilt: small maps
+// cost little, and a steady flow keeps its map near one size.
+const heldShrinkMin = 4096
+
+// shrink rebuilds byID once it holds at most an eighth of its peak. Go maps keep the
+// memory their largest size took, and each shard has a set: without it the sets would
+// keep, together, what every shard held at its own peak (a burst in one shard after
+// another), however little they hold now. The copy costs at most the entries left, an
+// eighth of those that left since the peak. Called with mu held, after a removal.
+func (h *heldSet) shrink() {
+	if h.peak < heldShrinkMin || len(h.byID) > h.peak/8 {
+		return
+	}
+	m := make(map[string]heldCopy, len(h.byID))
+	for id, c := range h.byID {
+		m[id] = c
+	}
+	h.byID, h.peak = m, len(m)
 }
 
 // heldCopy is one claimed copy of a message: the envelope the claim returned (its
@@ -71,6 +92,7 @@ func (s *Scheduler) track(st *shardState, items []*envelope.Envelope) []wheel.Ha
 		h.byID[env.ID] = heldCopy{env: env, token: st.token, wh: &handles[i]}
 		h.n++
 	}
+	h.peak = max(h.peak, len(h.byID))
 	h.mu.Unlock()
 	s.credits.release(replaced, replacedBytes)
 	return handles
@@ -85,6 +107,7 @@ func (s *Scheduler) untrack(shard int, env *envelope.Envelope) (current bool, to
 	h.n--
 	if c, ok := h.byID[env.ID]; ok && c.env == env {
 		delete(h.byID, env.ID)
+		h.shrink()
 		return true, c.token
 	}
 	return false, 0
@@ -103,6 +126,7 @@ func (s *Scheduler) takeFromWheel(st *shardState) []*envelope.Envelope {
 			out = append(out, c.env)
 		}
 	}
+	h.shrink()
 	h.mu.Unlock()
 	return out
 }
@@ -137,6 +161,7 @@ func (s *Scheduler) CancelLocal(id string) bool {
 		}
 		h.n--
 		delete(h.byID, id)
+		h.shrink()
 		h.mu.Unlock()
 		s.credits.release(1, c.env.ClaimedBytes)
 		return true
@@ -162,6 +187,7 @@ func (s *Scheduler) ReleaseLocal(id string) bool {
 	}
 	h.n--
 	delete(h.byID, id)
+	h.shrink()
 	h.mu.Unlock()
 	s.credits.release(1, c.env.ClaimedBytes)
 	if st := s.state(shard); st != nil && st.token == c.token {

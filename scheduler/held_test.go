@@ -1,6 +1,8 @@
 package scheduler
 
 import (
+	"reflect"
+	"strconv"
 	"testing"
 	"time"
 
@@ -114,5 +116,55 @@ func TestReclaimedCopyReplacesTheOneInTheWheel(t *testing.T) {
 	}
 	if s.CancelLocal("m") {
 		t.Error("a second CancelLocal reported true")
+	}
+}
+
+// TestHeldSetMapIsRebuiltAfterAPeak: a shard's held set that held thousands (a burst)
+// and now holds an eighth of that is rebuilt, so the buckets of its peak are given
+// back (a Go map never shrinks), keeping what it still holds; a set that never held
+// heldShrinkMin is left as it is.
+func TestHeldSetMapIsRebuiltAfterAPeak(t *testing.T) {
+	ms, err := memstore.New(memstore.Options{Shards: 2, DoneWindow: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Options{Store: ms, Instance: "i1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const shard, n = 1, 2 * heldShrinkMin
+	st := &shardState{shard: shard, token: 7}
+	st.leaseUntil.Store(s.mono() + time.Hour.Milliseconds())
+	s.mu.Lock()
+	s.shards[shard] = st
+	s.mu.Unlock()
+	envs := make([]*envelope.Envelope, n)
+	for i := range envs {
+		envs[i] = &envelope.Envelope{ID: "m" + strconv.Itoa(i), Route: "r", ClaimedFrom: shard + 1, ClaimedBytes: 100}
+	}
+	s.track(st, envs)
+	h := &s.held[shard]
+	before := reflect.ValueOf(h.byID).UnsafePointer()
+	keep := n / 8 // the last removal leaves an eighth: the rebuild
+	for _, e := range envs[keep:] {
+		if current, _ := s.untrack(shard, e); !current {
+			t.Fatalf("%s: not the latest claim", e.ID)
+		}
+	}
+	if reflect.ValueOf(h.byID).UnsafePointer() == before || h.peak != keep || len(h.byID) != keep {
+		t.Fatalf("after %d of %d left: map rebuilt %v, peak %d, %d entries; want rebuilt, %d, %d",
+			n-keep, n, reflect.ValueOf(h.byID).UnsafePointer() != before, h.peak, len(h.byID), keep, keep)
+	}
+	for _, e := range envs[:keep] {
+		if !s.Owns(e) {
+			t.Fatalf("%s, still held, is not owned after the rebuild", e.ID)
+		}
+	}
+	small := reflect.ValueOf(h.byID).UnsafePointer()
+	for _, e := range envs[:keep] {
+		s.untrack(shard, e)
+	}
+	if reflect.ValueOf(h.byID).UnsafePointer() != small {
+		t.Error("a map that never held heldShrinkMin was rebuilt")
 	}
 }
