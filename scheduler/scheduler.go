@@ -58,17 +58,18 @@ type Scheduler struct {
 	clk     clock.Clock
 	wheel   *wheel.Wheel
 	credits *credits
+	acks    *acker
+	claims  claimGroup // the pumps' claims, sent together (claims.go)
+	parks   parkGroup  // parks, sent together (parkgroup.go)
+	disp    Dispatcher
+	log     *slog.Logger
+	obs     observe.Observer
+	holder  string    // lease holder name: Instance#incarnation
+	epoch   time.Time // origin of mono
+
 	// claimedAtPark, claimedByPump: messages that entered the wheel from a park that
 	// claimed them (parkclaim.go) and from the pumps' claims (CreditStats)
 	claimedAtPark, claimedByPump atomic.Int64
-	acks                         *acker
-	claims                       claimGroup // the pumps' claims, sent together (claims.go)
-	parks                        parkGroup  // parks, sent together (parkgroup.go)
-	disp                         Dispatcher
-	log                          *slog.Logger
-	obs                          observe.Observer
-	holder                       string    // lease holder name: Instance#incarnation
-	epoch                        time.Time // origin of mono
 
 	mu     sync.Mutex
 	shards []*shardState // indexed by shard; nil = not owned
