@@ -115,6 +115,12 @@ func (s *Store) retryRefused(ctx context.Context, calls []call, cmds []*redis.Cm
 		if r == nil {
 			r = s.newSlotRetry()
 		}
+		if cc, ok := s.rdb.(*redis.ClusterClient); ok && reason != observe.RetryTryAgain {
+			// The calls went by a slot table that is out of date: the client reads the
+			// current one (in the background) before they are sent again
+			// (pipelinePerNode).
+			cc.ReloadState(ctx)
+		}
 		if !r.again(ctx, calls[redo[0]].sc.name, reason) {
 			return cmds, err
 		}

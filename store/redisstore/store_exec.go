@@ -72,8 +72,8 @@ func (s *Store) evalPipelinedOnce(ctx context.Context, calls []call, wait bool) 
 	start := time.Now()
 	var cmds []*redis.Cmd
 	var err error
-	if cc, ok := s.rdb.(*redis.ClusterClient); ok && wait {
-		cmds, err = s.pipelinePerNode(ctx, cc, calls)
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		cmds, err = s.pipelinePerNode(ctx, cc, calls, wait)
 	} else {
 		cmds, err = s.pipelineOnce(ctx, s.rdb, calls, wait)
 	}
@@ -166,12 +166,19 @@ func (s *Store) execPipe(ctx context.Context, c redis.Cmdable, calls []call, cmd
 	return 0, nil
 }
 
-// pipelinePerNode is evalPipelined for Redis Cluster with MinReplicas: WAIT counts the
-// replicas of the writes made on its own connection, so each primary gets its own
-// pipeline of its shards' calls followed by WAIT, all primaries concurrently. A slot
-// moving meanwhile surfaces as a MOVED error, which is retryable (the writes are
-// idempotent).
-func (s *Store) pipelinePerNode(ctx context.Context, cc *redis.ClusterClient, calls []call) ([]*redis.Cmd, error) {
+// pipelinePerNode is evalPipelined for Redis Cluster: each primary gets its own
+// pipeline of its shards' calls (followed by WAIT with wait: WAIT counts the replicas
+// of the writes made on its own connection), all primaries concurrently, through the
+// primary's own client. A slot moving meanwhile surfaces as MOVED, ASK or TRYAGAIN,
+// which retryRefused sends again (a refused call did nothing).
+//
+// The cluster client's own pipeline is not used: when one node's reply holds a MOVED
+// and then its connection fails (a primary removed under load), go-redis v9.23.0
+// queues the moved call for both its new node and, remapped by a stale slot table,
+// its old one, and runs the two at once in its next attempt: the same call twice
+// concurrently, a data race on its reply (seen under -race in
+// TestRedisClusterPrimaryRemovedUnderLoad).
+func (s *Store) pipelinePerNode(ctx context.Context, cc *redis.ClusterClient, calls []call, wait bool) ([]*redis.Cmd, error) {
 	type group struct {
 		node *redis.Client
 		idx  []int
@@ -189,6 +196,11 @@ func (s *Store) pipelinePerNode(ctx context.Context, cc *redis.ClusterClient, ca
 		}
 		g.idx = append(g.idx, i)
 	}
+	if len(groups) == 1 { // one primary (every call of a shard's, most of a fetch's)
+		for node := range groups {
+			return s.pipelineOnce(ctx, node, calls, wait)
+		}
+	}
 	cmds := make([]*redis.Cmd, len(calls))
 	var (
 		wg       sync.WaitGroup
@@ -203,7 +215,7 @@ func (s *Store) pipelinePerNode(ctx context.Context, cc *redis.ClusterClient, ca
 			for j, i := range g.idx {
 				sub[j] = calls[i]
 			}
-			subCmds, err := s.pipelineOnce(ctx, g.node, sub, true)
+			subCmds, err := s.pipelineOnce(ctx, g.node, sub, wait)
 			mu.Lock()
 			defer mu.Unlock()
 			for j, i := range g.idx {

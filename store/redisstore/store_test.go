@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -383,6 +384,52 @@ func newSingleNodeCluster(t *testing.T, r *testkit.Redis) *redis.ClusterClient {
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{r.Addr()}})
 	t.Cleanup(func() { cc.Close() })
 	return cc
+}
+
+// pipelineCounter counts the pipelines a client sends through its own (cluster-level)
+// pipeline, not its nodes'.
+type pipelineCounter struct{ n atomic.Int64 }
+
+func (h *pipelineCounter) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *pipelineCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+// TestClusterCallsGoPerPrimary: on Redis Cluster the store's pipelined calls (a park
+// over several shards, their acks) go to each primary through that primary's client,
+// never through the cluster client's pipeline, whose retries can run one call on two
+// nodes at once (pipelinePerNode).
+func TestClusterCallsGoPerPrimary(t *testing.T) {
+	r := testkit.StartRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+	cc := newSingleNodeCluster(t, r)
+	ctx := storeCtx(t)
+	s, err := New(ctx, cc, Options{Shards: 8, DoneWindow: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := &pipelineCounter{}
+	cc.AddHook(count)
+	var envs []*envelope.Envelope
+	for i := range 40 {
+		envs = append(envs, env(fmt.Sprintf("pp-%d", i), t0+int64(i)))
+	}
+	parked, _, err := s.Park(ctx, envs)
+	if err != nil || slices.Contains(parked, false) {
+		t.Fatalf("Park = %v %v", parked, err)
+	}
+	if err := s.AckEnvelopes(ctx, envs, t0); err != nil {
+		t.Fatal(err)
+	}
+	if n := count.n.Load(); n != 0 {
+		t.Fatalf("%d pipelines through the cluster client; want none (per primary)", n)
+	}
+	if st, _, _, err := s.Get(ctx, envs[0].ID); err != nil || st != StatePending {
+		t.Fatalf("%s after park and an ack of what was not in flight: %v %v, want pending", envs[0].ID, st, err)
+	}
 }
 
 // TestStoreOnCluster runs many shards through a ClusterClient on a one-node cluster,
