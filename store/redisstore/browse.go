@@ -2,8 +2,8 @@ package redisstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -235,16 +235,17 @@ func (s *Store) envelopesOf(ctx context.Context, cands []candidate) ([]*envelope
 	if len(byShard) == 0 {
 		return out, nil
 	}
-	pipe := s.rdb.Pipeline()
+	shards := slices.Collect(maps.Keys(byShard))
 	cmds := make(map[int]*redis.SliceCmd, len(byShard))
-	for sh, idx := range byShard {
+	key := func(i int) string { return s.keys[shards[i]].msg }
+	if err := s.pipelined(ctx, "browse envelopes", len(shards), key, func(pipe redis.Pipeliner, i int) {
+		idx := byShard[shards[i]]
 		ids := make([]string, len(idx))
-		for j, i := range idx {
-			ids[j] = cands[i].id
+		for j, c := range idx {
+			ids[j] = cands[c].id
 		}
-		cmds[sh] = pipe.HMGet(ctx, s.keys[sh].msg, ids...)
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		cmds[shards[i]] = pipe.HMGet(ctx, key(i), ids...)
+	}); err != nil {
 		return nil, fmt.Errorf("scheduler: browse envelopes: %w", redisErr(err))
 	}
 	for sh, idx := range byShard {

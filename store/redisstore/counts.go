@@ -18,12 +18,11 @@ import (
 // RouteCounts reads every shard's counts in one pipelined round trip (one HGETALL per
 // shard: O(routes) each).
 func (s *Store) RouteCounts(ctx context.Context) (Counts, error) {
-	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.MapStringStringCmd, len(s.keys))
-	for i, k := range s.keys {
-		cmds[i] = pipe.HGetAll(ctx, k.counts)
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	key := func(sh int) string { return s.keys[sh].counts }
+	if err := s.pipelined(ctx, "route counts", len(s.keys), key, func(pipe redis.Pipeliner, sh int) {
+		cmds[sh] = pipe.HGetAll(ctx, key(sh))
+	}); err != nil {
 		return Counts{}, fmt.Errorf("scheduler: route counts: %w", redisErr(err))
 	}
 	out := Counts{Shards: make([]ShardCounts, len(s.keys))}

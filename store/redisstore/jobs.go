@@ -101,12 +101,11 @@ func (s *Store) ListJobs(ctx context.Context, limit int, now int64) ([]Job, erro
 	if err != nil {
 		return nil, fmt.Errorf("scheduler: list jobs: %w", redisErr(err))
 	}
-	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.MapStringStringCmd, len(ids))
-	for i, id := range ids {
-		cmds[i] = pipe.HGetAll(ctx, s.jobKey(id))
-	}
-	if _, err := pipe.Exec(ctx); err != nil && len(ids) > 0 {
+	key := func(i int) string { return s.jobKey(ids[i]) }
+	if err := s.pipelined(ctx, "list jobs", len(ids), key, func(pipe redis.Pipeliner, i int) {
+		cmds[i] = pipe.HGetAll(ctx, key(i))
+	}); err != nil && len(ids) > 0 {
 		return nil, fmt.Errorf("scheduler: list jobs: %w", redisErr(err))
 	}
 	out := make([]Job, 0, len(ids))

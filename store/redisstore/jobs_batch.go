@@ -288,12 +288,11 @@ func (s *Store) CountRange(ctx context.Context, st State, from, to int64) (int64
 	if err := q.Normalize(); err != nil {
 		return 0, err
 	}
-	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.IntCmd, len(s.keys))
-	for sh := range s.keys {
-		cmds[sh] = pipe.ZCount(ctx, s.setKey(q.State, sh), strconv.FormatInt(q.From, 10), strconv.FormatInt(q.To, 10))
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	key := func(sh int) string { return s.setKey(q.State, sh) }
+	if err := s.pipelined(ctx, "count", len(s.keys), key, func(pipe redis.Pipeliner, sh int) {
+		cmds[sh] = pipe.ZCount(ctx, key(sh), strconv.FormatInt(q.From, 10), strconv.FormatInt(q.To, 10))
+	}); err != nil {
 		return 0, fmt.Errorf("scheduler: count: %w", redisErr(err))
 	}
 	var n int64
@@ -324,13 +323,12 @@ func (s *Store) EdgeScore(ctx context.Context, st State, from, to int64, highest
 	if highest {
 		lo, hi = hi, lo // ZRANGE ... BYSCORE REV takes the range from max to min
 	}
-	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.ZSliceCmd, len(s.keys))
-	for sh := range s.keys {
-		cmds[sh] = pipe.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{Key: s.setKey(q.State, sh), Start: lo, Stop: hi,
+	key := func(sh int) string { return s.setKey(q.State, sh) }
+	if err := s.pipelined(ctx, "edge score", len(s.keys), key, func(pipe redis.Pipeliner, sh int) {
+		cmds[sh] = pipe.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{Key: key(sh), Start: lo, Stop: hi,
 			ByScore: true, Rev: highest, Count: 1})
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	}); err != nil {
 		return 0, false, fmt.Errorf("scheduler: edge score: %w", redisErr(err))
 	}
 	best, ok := int64(math.MaxInt64), false

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // The store format, recorded in P:{C}:meta at first start beside the shard count, so a
@@ -26,10 +28,14 @@ func (s *Store) checkMeta(ctx context.Context) error {
 	}
 	if len(meta) == 0 || (len(meta) == 1 && meta[metaFormat] == storeFormat) {
 		// A new store, or one whose first instance has written only the format so far.
-		pipe := s.rdb.Pipeline()
-		pipe.HSetNX(ctx, s.metaKey, metaFormat, storeFormat)
-		pipe.HSetNX(ctx, s.metaKey, metaShards, s.opt.Shards)
-		if _, err := pipe.Exec(ctx); err != nil {
+		key := func(int) string { return s.metaKey }
+		if err := s.pipelined(ctx, "record the store format", 2, key, func(pipe redis.Pipeliner, i int) {
+			if i == 0 {
+				pipe.HSetNX(ctx, s.metaKey, metaFormat, storeFormat)
+			} else {
+				pipe.HSetNX(ctx, s.metaKey, metaShards, s.opt.Shards)
+			}
+		}); err != nil {
 			return fmt.Errorf("scheduler: record the store format in %s: %w", s.metaKey, redisErr(err))
 		}
 		if meta, err = s.rdb.HGetAll(ctx, s.metaKey).Result(); err != nil {

@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -82,15 +81,15 @@ func (s *Store) locateMany(ctx context.Context, ids []string) ([]int, error) {
 	if len(s.ord) == 0 || len(ids) == 0 {
 		return out, nil
 	}
-	pipe := s.rdb.Pipeline()
+	// One HEXISTS per id and shard: the k-th is id k / shards in shard k % shards.
 	cmds := make([][]*redis.BoolCmd, len(ids))
-	for i, id := range ids {
+	for i := range ids {
 		cmds[i] = make([]*redis.BoolCmd, s.opt.Shards)
-		for sh := range s.opt.Shards {
-			cmds[i][sh] = pipe.HExists(ctx, s.keys[sh].msg, id)
-		}
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	n, key := len(ids)*s.opt.Shards, func(k int) string { return s.keys[k%s.opt.Shards].msg }
+	if err := s.pipelined(ctx, "locate messages", n, key, func(pipe redis.Pipeliner, k int) {
+		cmds[k/s.opt.Shards][k%s.opt.Shards] = pipe.HExists(ctx, key(k), ids[k/s.opt.Shards])
+	}); err != nil {
 		return nil, fmt.Errorf("scheduler: locate messages: %w", redisErr(err))
 	}
 	for i := range ids {
@@ -147,10 +146,12 @@ func (s *Store) KeyMessages(ctx context.Context, route, key string) ([]storeapi.
 	}
 	sh := storeapi.ShardOfKey(route, key, s.opt.Shards)
 	kz := s.keyQueue(sh, route, key)
-	pipe := s.rdb.Pipeline()
-	members := pipe.ZRange(ctx, kz, 0, -1)
-	head := pipe.HGet(ctx, s.keys[sh].ko, kz)
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	var members *redis.StringSliceCmd
+	var head *redis.StringCmd
+	if err := s.pipelined(ctx, "read key", 1, func(int) string { return kz }, func(pipe redis.Pipeliner, _ int) {
+		members = pipe.ZRange(ctx, kz, 0, -1) // the key's queue and ko share the shard's slot
+		head = pipe.HGet(ctx, s.keys[sh].ko, kz)
+	}); err != nil {
 		return nil, fmt.Errorf("scheduler: read key %q of route %q: %w", key, route, redisErr(err))
 	}
 	headID := strings.TrimPrefix(head.Val(), "!")

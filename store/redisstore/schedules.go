@@ -47,10 +47,15 @@ func (s *Store) PutSchedule(ctx context.Context, id string, def []byte, now int6
 // GetSchedule implements storeapi.Schedules.
 func (s *Store) GetSchedule(ctx context.Context, id string) (storeapi.ScheduleRecord, error) {
 	defs, _, plans := s.schedKeys()
-	pipe := s.rdb.Pipeline()
-	d := pipe.HGet(ctx, defs, id)
-	p := pipe.HGet(ctx, plans, id)
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	var d, p *redis.StringCmd
+	keys := []string{defs, plans}
+	if err := s.pipelined(ctx, "get schedule", 2, func(i int) string { return keys[i] }, func(pipe redis.Pipeliner, i int) {
+		if i == 0 {
+			d = pipe.HGet(ctx, defs, id)
+		} else {
+			p = pipe.HGet(ctx, plans, id)
+		}
+	}); err != nil {
 		return storeapi.ScheduleRecord{}, fmt.Errorf("scheduler: get schedule %s: %w", id, redisErr(err))
 	}
 	if d.Err() != nil {
@@ -62,10 +67,15 @@ func (s *Store) GetSchedule(ctx context.Context, id string) (storeapi.ScheduleRe
 // ListSchedules implements storeapi.Schedules.
 func (s *Store) ListSchedules(ctx context.Context) ([]storeapi.ScheduleRecord, error) {
 	defs, _, plans := s.schedKeys()
-	pipe := s.rdb.Pipeline()
-	d := pipe.HGetAll(ctx, defs)
-	p := pipe.HGetAll(ctx, plans)
-	if _, err := pipe.Exec(ctx); err != nil {
+	var d, p *redis.MapStringStringCmd
+	keys := []string{defs, plans}
+	if err := s.pipelined(ctx, "list schedules", 2, func(i int) string { return keys[i] }, func(pipe redis.Pipeliner, i int) {
+		if i == 0 {
+			d = pipe.HGetAll(ctx, defs)
+		} else {
+			p = pipe.HGetAll(ctx, plans)
+		}
+	}); err != nil {
 		return nil, fmt.Errorf("scheduler: list schedules: %w", redisErr(err))
 	}
 	out := make([]storeapi.ScheduleRecord, 0, len(d.Val()))

@@ -64,12 +64,11 @@ func (s *Store) Series(ctx context.Context, now int64, keep time.Duration) (map[
 	if len(instances) == 0 {
 		return out, nil
 	}
-	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.StringSliceCmd, len(instances))
-	for i, inst := range instances {
-		cmds[i] = pipe.HVals(ctx, s.seriesKey(inst))
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	key := func(i int) string { return s.seriesKey(instances[i]) }
+	if err := s.pipelined(ctx, "read series", len(instances), key, func(pipe redis.Pipeliner, i int) {
+		cmds[i] = pipe.HVals(ctx, key(i))
+	}); err != nil {
 		return nil, fmt.Errorf("scheduler: reading the series: %w", redisErr(err))
 	}
 	for i, inst := range instances {

@@ -248,12 +248,11 @@ func (s *Store) Envelopes(ctx context.Context, ids []string) ([]*envelope.Envelo
 	if err != nil {
 		return nil, err
 	}
-	pipe := s.rdb.Pipeline()
 	gets := make([]*redis.StringCmd, len(ids))
-	for i, id := range ids {
-		gets[i] = pipe.HGet(ctx, s.keys[shards[i]].msg, id)
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	key := func(i int) string { return s.keys[shards[i]].msg }
+	if err := s.pipelined(ctx, "read envelopes", len(ids), key, func(pipe redis.Pipeliner, i int) {
+		gets[i] = pipe.HGet(ctx, key(i), ids[i])
+	}); err != nil {
 		return nil, fmt.Errorf("scheduler: read envelopes: %w", redisErr(err))
 	}
 	for i, g := range gets {

@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -120,17 +119,18 @@ func (s *Store) refuseElsewhere(ctx context.Context, envs []*envelope.Envelope, 
 	if len(ids) == 0 {
 		return groups, shards, nil
 	}
-	pipe := s.rdb.Pipeline()
+	// One HEXISTS per id and shard other than the id's own: the k-th is id k / shards
+	// in shard k % shards (the id's own shard queues nothing).
 	cmds := make([][]*redis.BoolCmd, len(ids))
-	for i, id := range ids {
+	for i := range ids {
 		cmds[i] = make([]*redis.BoolCmd, s.opt.Shards)
-		for sh := range s.opt.Shards {
-			if sh != at[i].shard {
-				cmds[i][sh] = pipe.HExists(ctx, s.keys[sh].msg, id)
-			}
-		}
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	n, key := len(ids)*s.opt.Shards, func(k int) string { return s.keys[k%s.opt.Shards].msg }
+	if err := s.pipelined(ctx, "replace: locate messages", n, key, func(pipe redis.Pipeliner, k int) {
+		if i, sh := k/s.opt.Shards, k%s.opt.Shards; sh != at[i].shard {
+			cmds[i][sh] = pipe.HExists(ctx, key(k), ids[i])
+		}
+	}); err != nil {
 		return nil, nil, fmt.Errorf("scheduler: replace: locate messages: %w", redisErr(err))
 	}
 	refused := map[int]bool{}

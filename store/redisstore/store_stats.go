@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -22,12 +21,11 @@ func (s *Store) ListDead(ctx context.Context, limit int) ([]*envelope.Envelope, 
 	if limit <= 0 {
 		return nil, nil
 	}
-	pipe := s.rdb.Pipeline()
 	ranges := make([]*redis.ZSliceCmd, len(s.keys))
-	for i, k := range s.keys {
-		ranges[i] = pipe.ZRangeWithScores(ctx, k.dead, 0, int64(limit-1))
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	deadKey := func(sh int) string { return s.keys[sh].dead }
+	if err := s.pipelined(ctx, "list dead letters", len(s.keys), deadKey, func(pipe redis.Pipeliner, sh int) {
+		ranges[sh] = pipe.ZRangeWithScores(ctx, deadKey(sh), 0, int64(limit-1))
+	}); err != nil {
 		return nil, fmt.Errorf("scheduler: list dead letters: %w", redisErr(err))
 	}
 	type ref struct {
@@ -46,12 +44,11 @@ func (s *Store) ListDead(ctx context.Context, limit int) ([]*envelope.Envelope, 
 	if len(refs) == 0 {
 		return nil, nil
 	}
-	pipe = s.rdb.Pipeline()
 	gets := make([]*redis.StringCmd, len(refs))
-	for i, r := range refs {
-		gets[i] = pipe.HGet(ctx, s.keys[r.shard].msg, r.id)
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	msgKey := func(i int) string { return s.keys[refs[i].shard].msg }
+	if err := s.pipelined(ctx, "list dead letters", len(refs), msgKey, func(pipe redis.Pipeliner, i int) {
+		gets[i] = pipe.HGet(ctx, msgKey(i), refs[i].id)
+	}); err != nil {
 		return nil, fmt.Errorf("scheduler: list dead letters: %w", redisErr(err))
 	}
 	out := make([]*envelope.Envelope, 0, len(refs))
@@ -112,16 +109,16 @@ func (s *Store) ShardStats(ctx context.Context) ([]ShardStat, error) {
 		owner               *redis.StringCmd
 		cold                coldStat
 	}
-	pipe := s.rdb.Pipeline()
 	cs := make([]cmds, len(s.keys))
-	for i, k := range s.keys {
+	// Every key of a shard is in its slot: the shard's commands go to one primary.
+	if err := s.pipelined(ctx, "shard stats", len(s.keys), func(i int) string { return s.keys[i].due }, func(pipe redis.Pipeliner, i int) {
+		k := s.keys[i]
 		cs[i] = cmds{
 			due: pipe.ZCard(ctx, k.due), inflight: pipe.ZCard(ctx, k.inflight), dead: pipe.ZCard(ctx, k.dead),
 			head: pipe.ZRangeWithScores(ctx, k.due, 0, 0), owner: pipe.Get(ctx, k.owner),
 			cold: s.coldStatCmds(ctx, pipe, k),
 		}
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	}); err != nil {
 		return nil, fmt.Errorf("scheduler: shard stats: %w", redisErr(err))
 	}
 	out := make([]ShardStat, len(s.keys))

@@ -400,9 +400,9 @@ func (h *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) re
 }
 
 // TestClusterCallsGoPerPrimary: on Redis Cluster the store's pipelined calls (a park
-// over several shards, their acks) go to each primary through that primary's client,
-// never through the cluster client's pipeline, whose retries can run one call on two
-// nodes at once (pipelinePerNode).
+// over several shards, their acks) and pipelined plain commands (reads over shards) go
+// to each primary through that primary's client, never through the cluster client's
+// pipeline, whose retries can run one command on two nodes at once (pipelinePerNode).
 func TestClusterCallsGoPerPrimary(t *testing.T) {
 	r := testkit.StartRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
 	cc := newSingleNodeCluster(t, r)
@@ -423,6 +423,16 @@ func TestClusterCallsGoPerPrimary(t *testing.T) {
 	}
 	if err := s.AckEnvelopes(ctx, envs, t0); err != nil {
 		t.Fatal(err)
+	}
+	// Plain commands too (pipelined): reads of envelopes, counts and shard stats.
+	if got, err := s.Envelopes(ctx, []string{envs[0].ID, envs[1].ID}); err != nil || got[0] == nil || got[1] == nil {
+		t.Fatalf("Envelopes = %v %v", got, err)
+	}
+	if c, err := s.RouteCounts(ctx); err != nil || len(c.Shards) != 8 {
+		t.Fatalf("RouteCounts = %+v %v", c, err)
+	}
+	if st, err := s.ShardStats(ctx); err != nil || len(st) != 8 {
+		t.Fatalf("ShardStats = %+v %v", st, err)
 	}
 	if n := count.n.Load(); n != 0 {
 		t.Fatalf("%d pipelines through the cluster client; want none (per primary)", n)
