@@ -386,6 +386,18 @@ func newSingleNodeCluster(t *testing.T, r *testkit.Redis) *redis.ClusterClient {
 	return cc
 }
 
+// newClusterStore is a store of 8 shards on a one-node Redis Cluster, and its client.
+func newClusterStore(t *testing.T) (*Store, *redis.ClusterClient) {
+	t.Helper()
+	r := testkit.StartRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+	cc := newSingleNodeCluster(t, r)
+	s, err := New(storeCtx(t), cc, Options{Shards: 8, DoneWindow: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, cc
+}
+
 // pipelineCounter counts the pipelines a client sends through its own (cluster-level)
 // pipeline, not its nodes'.
 type pipelineCounter struct{ n atomic.Int64 }
@@ -404,13 +416,8 @@ func (h *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) re
 // to each primary through that primary's client, never through the cluster client's
 // pipeline, whose retries can run one command on two nodes at once (pipelinePerNode).
 func TestClusterCallsGoPerPrimary(t *testing.T) {
-	r := testkit.StartRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
-	cc := newSingleNodeCluster(t, r)
+	s, cc := newClusterStore(t)
 	ctx := storeCtx(t)
-	s, err := New(ctx, cc, Options{Shards: 8, DoneWindow: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
 	count := &pipelineCounter{}
 	cc.AddHook(count)
 	var envs []*envelope.Envelope
@@ -447,13 +454,8 @@ func TestClusterCallsGoPerPrimary(t *testing.T) {
 // and MinReplicas' per-primary WAIT. (The whole lifecycle runs on a real three-master
 // cluster in conformance_test.go.)
 func TestStoreOnCluster(t *testing.T) {
-	r := testkit.StartRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
-	cc := newSingleNodeCluster(t, r)
+	s, cc := newClusterStore(t)
 	ctx := storeCtx(t)
-	s, err := New(ctx, cc, Options{Shards: 8, DoneWindow: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var envs []*envelope.Envelope
 	for i := range 100 {
 		envs = append(envs, env(fmt.Sprintf("cl-%d", i), t0+int64(i)))
