@@ -43,19 +43,13 @@ func (s *Store) pipelinedOnce(ctx context.Context, n int, key func(i int) string
 	var groups [][]int
 	var pipes []redis.Pipeliner
 	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
-		at := map[*redis.Client]int{}
-		for i := range n {
-			node, err := cc.MasterForKey(ctx, key(i))
-			if err != nil {
-				return "", fmt.Errorf("find primary for %s: %w", key(i), err)
-			}
-			g, ok := at[node]
-			if !ok {
-				g = len(groups)
-				at[node] = g
-				groups, pipes = append(groups, nil), append(pipes, node.Pipeline())
-			}
-			groups[g] = append(groups[g], i)
+		nodes, g, err := byPrimary(ctx, cc, n, key)
+		if err != nil {
+			return "", err
+		}
+		groups = g
+		for _, node := range nodes {
+			pipes = append(pipes, node.Pipeline())
 		}
 	} else {
 		all := make([]int, n)
@@ -98,4 +92,26 @@ func (s *Store) pipelinedOnce(ctx context.Context, n int, key func(i int) string
 		return refused, failed
 	}
 	return "", first
+}
+
+// byPrimary groups n commands by the primary that serves key(i): the primaries' own
+// clients, and each one's command indexes in order.
+func byPrimary(ctx context.Context, cc *redis.ClusterClient, n int, key func(i int) string) ([]*redis.Client, [][]int, error) {
+	var nodes []*redis.Client
+	var groups [][]int
+	at := map[*redis.Client]int{}
+	for i := range n {
+		node, err := cc.MasterForKey(ctx, key(i))
+		if err != nil {
+			return nil, nil, fmt.Errorf("find primary for %s: %w", key(i), err)
+		}
+		g, ok := at[node]
+		if !ok {
+			g = len(nodes)
+			at[node] = g
+			nodes, groups = append(nodes, node), append(groups, nil)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	return nodes, groups, nil
 }

@@ -179,27 +179,12 @@ func (s *Store) execPipe(ctx context.Context, c redis.Cmdable, calls []call, cmd
 // concurrently, a data race on its reply (seen under -race in
 // TestRedisClusterPrimaryRemovedUnderLoad).
 func (s *Store) pipelinePerNode(ctx context.Context, cc *redis.ClusterClient, calls []call, wait bool) ([]*redis.Cmd, error) {
-	type group struct {
-		node *redis.Client
-		idx  []int
+	nodes, groups, err := byPrimary(ctx, cc, len(calls), func(i int) string { return calls[i].keys[0] })
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: %w", err)
 	}
-	groups := make(map[*redis.Client]*group)
-	for i, c := range calls {
-		node, err := cc.MasterForKey(ctx, c.keys[0])
-		if err != nil {
-			return nil, fmt.Errorf("scheduler: find primary for %s: %w", c.keys[0], err)
-		}
-		g := groups[node]
-		if g == nil {
-			g = &group{node: node}
-			groups[node] = g
-		}
-		g.idx = append(g.idx, i)
-	}
-	if len(groups) == 1 { // one primary (every call of a shard's, most of a fetch's)
-		for node := range groups {
-			return s.pipelineOnce(ctx, node, calls, wait)
-		}
+	if len(nodes) == 1 { // one primary (every call of a shard's, most of a fetch's)
+		return s.pipelineOnce(ctx, nodes[0], calls, wait)
 	}
 	cmds := make([]*redis.Cmd, len(calls))
 	var (
@@ -207,18 +192,18 @@ func (s *Store) pipelinePerNode(ctx context.Context, cc *redis.ClusterClient, ca
 		mu       sync.Mutex
 		firstErr error
 	)
-	for _, g := range groups {
+	for g, idx := range groups {
 		wg.Add(1)
-		go func(g *group) {
+		go func() {
 			defer wg.Done()
-			sub := make([]call, len(g.idx))
-			for j, i := range g.idx {
+			sub := make([]call, len(idx))
+			for j, i := range idx {
 				sub[j] = calls[i]
 			}
-			subCmds, err := s.pipelineOnce(ctx, g.node, sub, wait)
+			subCmds, err := s.pipelineOnce(ctx, nodes[g], sub, wait)
 			mu.Lock()
 			defer mu.Unlock()
-			for j, i := range g.idx {
+			for j, i := range idx {
 				if j < len(subCmds) {
 					cmds[i] = subCmds[j]
 				}
@@ -226,7 +211,7 @@ func (s *Store) pipelinePerNode(ctx context.Context, cc *redis.ClusterClient, ca
 			if err != nil && firstErr == nil {
 				firstErr = err
 			}
-		}(g)
+		}()
 	}
 	wg.Wait()
 	for i := range cmds {
