@@ -285,7 +285,7 @@ func (b *Bridge) newScheduler(shardStore storeapi.Store) (*scheduler.Scheduler, 
 	sc := b.cfg.Scheduler
 	return scheduler.New(scheduler.Options{
 		Store: shardStore, Clock: b.clk, Instance: b.cfg.Instance,
-		Tick: sc.Tick, Lookahead: sc.Lookahead, ClaimBatch: sc.ClaimBatch, InflightLease: sc.InflightLease,
+		Tick: sc.Tick, Lookahead: sc.Lookahead, ParkClaimHorizon: sc.ParkClaimHorizon, ClaimBatch: sc.ClaimBatch, InflightLease: sc.InflightLease,
 		LeaseTTL: sc.LeaseTTL, SafetyScan: sc.SafetyScan, MaxInMemory: sc.MaxInMemory, MaxInMemoryBytes: sc.MaxInMemoryBytes,
 		MaxClockOffset: sc.MaxClockOffset,
 		MaxAttempts:    b.cfg.Retry.MaxAttempts, BackoffInitial: b.cfg.Retry.Backoff.Initial, BackoffMax: b.cfg.Retry.Backoff.Max,

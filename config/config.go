@@ -91,10 +91,15 @@ type IngressConfig struct {
 const DefaultMaxInMemoryBytes = 64 << 20
 
 type SchedulerConfig struct {
-	Tick          time.Duration `koanf:"tick"`
-	Lookahead     time.Duration `koanf:"lookahead"`
-	ClaimBatch    int           `koanf:"claim_batch"`
-	InflightLease time.Duration `koanf:"inflight_lease"`
+	Tick       time.Duration `koanf:"tick"`
+	Lookahead  time.Duration `koanf:"lookahead"`
+	ClaimBatch int           `koanf:"claim_batch"`
+	// ParkClaimHorizon: a message parked due within it, in a shard this instance holds,
+	// is claimed as it is parked (in flight, in the wheel) while half the memory budget
+	// stays free, instead of waiting in Redis for the lookahead; 0 (the default): the
+	// lookahead only. At most half of inflight_lease. docs/ARCHITECTURE.md "Claim at park".
+	ParkClaimHorizon time.Duration `koanf:"park_claim_horizon"`
+	InflightLease    time.Duration `koanf:"inflight_lease"`
 	// LeaseTTL is how long a shard lease lives without renewal (failover time).
 	LeaseTTL time.Duration `koanf:"lease_ttl"`
 	// SafetyScan is the longest a pump sleeps without looking at Redis, in case a wake-up

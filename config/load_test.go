@@ -308,6 +308,8 @@ func TestLoadValidationErrorsNameKeyAndSource(t *testing.T) {
 		{"scheduler.max_in_memory=10", "scheduler.max_in_memory", ">= scheduler.claim_batch"},
 		{"scheduler.max_in_memory_bytes=1000", "scheduler.max_in_memory_bytes", "at least 1048576"},
 		{"scheduler.done_window=-1s", "scheduler.done_window", ">= 0"},
+		{"scheduler.park_claim_horizon=16s", "scheduler.park_claim_horizon", "in [scheduler.lookahead (2s), scheduler.inflight_lease/2 (15s)]"},
+		{"scheduler.park_claim_horizon=1s", "scheduler.park_claim_horizon", "0 (the lookahead) or in"},
 		{"scheduler.cold_horizon=500ms", "scheduler.cold_horizon", "0 (off) or at least 1s"},
 		{"scheduler.max_clock_offset=1ms", "scheduler.max_clock_offset", "[10ms, 1m]"},
 		{"scheduler.max_clock_offset=2m", "scheduler.max_clock_offset", "[10ms, 1m]"},

@@ -110,6 +110,9 @@ func (s SchedulerConfig) validate(p *problems) {
 	if s.Lookahead < 0 || s.Lookahead > time.Minute {
 		p.add("scheduler.lookahead", "must be in [0, 1m], got %s", s.Lookahead)
 	}
+	if h := s.ParkClaimHorizon; h != 0 && (h < s.Lookahead || h > s.InflightLease/2) {
+		p.add("scheduler.park_claim_horizon", "must be 0 (the lookahead) or in [scheduler.lookahead (%s), scheduler.inflight_lease/2 (%s)], got %s", s.Lookahead, s.InflightLease/2, h)
+	}
 	if s.ClaimBatch < 1 || s.ClaimBatch > 100000 {
 		p.add("scheduler.claim_batch", "must be between 1 and 100000, got %d", s.ClaimBatch)
 	}

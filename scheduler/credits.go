@@ -23,6 +23,7 @@ import (
 type credits struct {
 	mu     sync.Mutex
 	avail  int
+	total  int           // scheduler.max_in_memory
 	bytes  int64         // budget minus the bytes held; negative while an oversized message is held alone (or always, without a budget)
 	budget int64         // 0: no byte bound (bytes held are still counted)
 	ch     chan struct{} // closed and replaced whenever credits are returned
@@ -47,7 +48,7 @@ type grant struct {
 const claimShares = 8
 
 func newCredits(n int, budget int64) *credits {
-	return &credits{avail: n, bytes: budget, budget: budget, ch: make(chan struct{})}
+	return &credits{avail: n, total: n, bytes: budget, budget: budget, ch: make(chan struct{})}
 }
 
 // acquire blocks until at least one credit is free and, under a byte budget, at least
@@ -98,12 +99,19 @@ func (c *credits) acquire(ctx context.Context, most int, need, want int64, onWai
 // takeNow takes, without waiting, a credit and its bytes for each of sizes in turn
 // while they last (under a byte budget, up to budget/claimShares in all, as a claim's
 // share), and returns how many it took and their bytes. A park claims with them what
-// it can hold without holding anything up (parkclaim.go).
-func (c *credits) takeNow(sizes []int64) (n int, bytes int64) {
+// it can hold without holding anything up (parkclaim.go). With reserve, it stops
+// where taking more would leave less than half of the credits, or of the byte
+// budget, free: what a park claims ahead of the lookahead never takes the memory
+// the pumps need for what is due sooner.
+func (c *credits) takeNow(sizes []int64, reserve bool) (n int, bytes int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	keepN, keepBytes := 0, int64(0)
+	if reserve {
+		keepN, keepBytes = c.total/2, c.budget/2
+	}
 	for _, sz := range sizes {
-		if c.avail == 0 || (c.budget > 0 && (sz > c.bytes || bytes+sz > c.budget/claimShares)) {
+		if c.avail <= keepN || (c.budget > 0 && (sz > c.bytes-keepBytes || bytes+sz > c.budget/claimShares)) {
 			break
 		}
 		c.avail--

@@ -20,13 +20,18 @@ type Options struct {
 	Clock    clock.Clock // default clock.Real
 	Instance string
 
-	Tick          time.Duration // default 1 ms
-	Lookahead     time.Duration // 0 is valid: claim only what is due
-	ClaimBatch    int           // default 1000
-	InflightLease time.Duration // default 30 s
-	LeaseTTL      time.Duration // default 3 s
-	SafetyScan    time.Duration // default 1 s
-	MaxInMemory   int           // default 100000
+	Tick      time.Duration // default 1 ms
+	Lookahead time.Duration // 0 is valid: claim only what is due
+	// ParkClaimHorizon > Lookahead lets a park claim what it parks due up to this far
+	// ahead, not only within the lookahead, while at least half the memory budget stays
+	// free for the pumps (parkclaim.go). 0 (the default): the lookahead. At most half
+	// of InflightLease.
+	ParkClaimHorizon time.Duration
+	ClaimBatch       int           // default 1000
+	InflightLease    time.Duration // default 30 s
+	LeaseTTL         time.Duration // default 3 s
+	SafetyScan       time.Duration // default 1 s
+	MaxInMemory      int           // default 100000
 	// MaxInMemoryBytes bounds the bytes of the messages held, as MaxInMemory bounds
 	// their number (credits.go); 0 (the default here) bounds them by number only.
 	MaxInMemoryBytes int64
@@ -143,6 +148,9 @@ func (o Options) Validate() error {
 	}
 	if o.Lookahead < 0 {
 		bad("Options.Lookahead must not be negative, got %s", o.Lookahead)
+	}
+	if o.ParkClaimHorizon < 0 || o.ParkClaimHorizon > o.InflightLease/2 {
+		bad("Options.ParkClaimHorizon must be in [0, InflightLease/2 = %s], got %s", o.InflightLease/2, o.ParkClaimHorizon)
 	}
 	if o.BackoffMax < o.BackoffInitial {
 		bad("Options.BackoffMax %s is below BackoffInitial %s", o.BackoffMax, o.BackoffInitial)

@@ -24,47 +24,66 @@ import (
 // the in-flight lease's end (ClaimRequest.Idempotent).
 
 // parkClaims is which of envs (one Park call's) to claim as they are parked: those
-// due within the lookahead in a shard this instance holds with a lease surely valid
-// and whose pump runs (what the previous holder left in flight was recovered),
-// while credits are free at once. It returns the envelopes to hand the store, a copy
-// in place of each wanted one (the store and the wheel write to it; the caller's
-// envelopes stay as they were), the want flags (nil: none) and the credits taken.
+// due within the lookahead, or within ParkClaimHorizon while half the memory budget
+// stays free (credits.takeNow's reserve), in a shard this instance holds with a lease
+// surely valid and whose pump runs (what the previous holder left in flight was
+// recovered), while credits are free at once. It returns the envelopes to hand the
+// store, a copy in place of each wanted one (the store and the wheel write to it; the
+// caller's envelopes stay as they were), the want flags (nil: none) and the credits
+// taken.
 func (s *Scheduler) parkClaims(envs []*envelope.Envelope) ([]*envelope.Envelope, []bool, grant) {
 	if s.opt.ParkOnly || !s.clockOK() {
 		return envs, nil, grant{}
 	}
-	upTo := clock.NowMs(s.clk) + s.opt.Lookahead.Milliseconds()
-	var idx []int
-	var sizes []int64
+	now := clock.NowMs(s.clk)
+	near, far := now+s.opt.Lookahead.Milliseconds(), now+s.opt.ParkClaimHorizon.Milliseconds()
+	var tiers [2]claimTier // within the lookahead, then beyond it
 	s.mu.Lock()
 	for i, e := range envs {
-		if e.DueAt > upTo {
+		if e.DueAt > max(near, far) {
 			continue
 		}
 		st := s.shards[s.store.ShardOfEnv(e)]
 		if st == nil || st.leaving || !st.recovered.Load() || !s.leaseValid(st) {
 			continue
 		}
-		idx = append(idx, i)
-		sizes = append(sizes, sizeEstimate(e))
+		t := &tiers[0]
+		if e.DueAt > near {
+			t = &tiers[1]
+		}
+		t.idx = append(t.idx, i)
+		t.sizes = append(t.sizes, sizeEstimate(e))
 	}
 	s.mu.Unlock()
-	if len(idx) == 0 {
-		return envs, nil, grant{}
+	var g grant
+	var take []int
+	for k := range tiers {
+		if len(tiers[k].idx) == 0 {
+			continue
+		}
+		n, bytes := s.credits.takeNow(tiers[k].sizes, k == 1)
+		take = append(take, tiers[k].idx[:n]...)
+		g.n, g.bytes = g.n+n, g.bytes+bytes
 	}
-	n, bytes := s.credits.takeNow(sizes)
-	if n == 0 {
+	if g.n == 0 {
 		return envs, nil, grant{}
 	}
 	out := make([]*envelope.Envelope, len(envs))
 	copy(out, envs)
 	want := make([]bool, len(envs))
-	copies := make([]envelope.Envelope, n)
-	for j, i := range idx[:n] {
+	copies := make([]envelope.Envelope, g.n)
+	for j, i := range take {
 		copies[j] = *envs[i]
 		out[i], want[i] = &copies[j], true
 	}
-	return out, want, grant{n: n, bytes: bytes}
+	return out, want, g
+}
+
+// claimTier is the messages of a park that one takeNow may claim: their places in
+// the call and their size estimates.
+type claimTier struct {
+	idx   []int
+	sizes []int64
 }
 
 // sizeEstimate is a message's credit bytes before the store encodes it: its

@@ -180,3 +180,54 @@ func TestParkClaimWithALostReplyIsClaimedAgain(t *testing.T) {
 		t.Fatalf("published %d times, want once", n)
 	}
 }
+
+// With ParkClaimHorizon beyond the lookahead, a park claims what it parks due within
+// the horizon too, while at least half the credits stay free. With four credits, one
+// due within the lookahead is claimed first (as without a horizon); of four due beyond
+// the lookahead one is claimed, which leaves two credits free, and three are parked
+// pending for the pump; one due beyond the horizon is pending. All fire once, none
+// early.
+func TestParkClaimHorizonKeepsHalfTheCreditsForThePumps(t *testing.T) {
+	w := newWorld(t, 1)
+	opt := w.options("a")
+	opt.Lookahead, opt.ParkClaimHorizon, opt.InflightLease, opt.SafetyScan, opt.MaxInMemory = time.Second, 10*time.Second, 30*time.Second, time.Hour, 4
+	a := w.start(opt, nil)
+	w.drive("a owns the shard", 10*time.Second, func() bool { return len(a.s.OwnedShards()) == 1 })
+	w.advance(100 * time.Millisecond)
+	claims := w.ms.Calls(memstore.OpClaim)
+	now := w.fc.Now()
+	var envs []*envelope.Envelope
+	for _, id := range ids("mid", 4) {
+		envs = append(envs, &envelope.Envelope{ID: id, Route: "r", DueAt: now.Add(5 * time.Second).UnixMilli(), Payload: []byte("p")})
+	}
+	envs = append(envs,
+		&envelope.Envelope{ID: "far", Route: "r", DueAt: now.Add(20 * time.Second).UnixMilli(), Payload: []byte("p")},
+		&envelope.Envelope{ID: "near", Route: "r", DueAt: now.Add(500 * time.Millisecond).UnixMilli(), Payload: []byte("p")})
+	if _, err := a.s.Park(context.Background(), envs, nil); err != nil {
+		t.Fatal(err)
+	}
+	if pending, inflight, _ := w.totals(); pending != 4 || inflight != 2 || a.s.InMemory().FreeCredits != 2 {
+		t.Fatalf("pending %d, in flight %d, free credits %d right after Park; want 4 (three mid, far), 2 (one mid, near), 2", pending, inflight, a.s.InMemory().FreeCredits)
+	}
+	for _, id := range []string{"near", "far"} {
+		want := map[string]storeapi.State{"near": storeapi.StateInflight, "far": storeapi.StatePending}[id]
+		if st, _, _ := w.state(id); st != want {
+			t.Fatalf("%s right after Park: %s, want %s", id, st, want)
+		}
+	}
+	if n := w.ms.Calls(memstore.OpClaim) - claims; n != 0 {
+		t.Fatalf("%d claims made; want none", n)
+	}
+	w.drive("all published", 40*time.Second, func() bool { return len(a.disp.published()) == 6 })
+	for _, e := range envs {
+		if n := a.disp.published()[e.ID]; n != 1 {
+			t.Fatalf("%s published %d times, want once", e.ID, n)
+		}
+		if at := a.disp.tries(e.ID)[0].at; at.UnixMilli() < e.DueAt {
+			t.Fatalf("%s published %s early", e.ID, time.UnixMilli(e.DueAt).Sub(at))
+		}
+	}
+	if ms := a.s.MemoryStats(); ms.ClaimedAtPark != 2 {
+		t.Fatalf("claimed at park %d, want 2", ms.ClaimedAtPark)
+	}
+}

@@ -163,8 +163,8 @@ func New(opt Options) (*Scheduler, error) {
 	for i := range s.held {
 		s.held[i].byID = make(map[string]heldCopy)
 	}
-	slots := 1
-	for time.Duration(slots)*opt.Tick < 2*opt.Lookahead+opt.SafetyScan {
+	slots := 1 // one rotation covers what a claim or a park claims ahead
+	for time.Duration(slots)*opt.Tick < max(2*opt.Lookahead, opt.ParkClaimHorizon)+opt.SafetyScan {
 		slots <<= 1
 	}
 	w, err := wheel.New(wheel.Options{Clock: opt.Clock, Tick: opt.Tick, Slots: slots, Fire: s.fire})
