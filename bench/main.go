@@ -40,6 +40,7 @@ type env struct {
 	keep       bool   // -keep: teardown leaves dir (the children's logs)
 	profile    bool
 	quick      bool
+	delays     [2]time.Duration // -delays: the steady scenario's delay range (zero: its default)
 	partitions int
 	burstN     int
 	rates      []float64
@@ -102,6 +103,7 @@ func main() {
 		expFlag    = flag.String("experiment", "", "comma-separated patches compiled into the bridge with go build -overlay to measure a suggested fix: "+experimentNames())
 		bridgeEnv  = flag.String("bridge-env", "", "extra environment for every bridge process, comma-separated KEY=VALUE pairs, e.g. 'GOGC=200' (results record it)")
 		bridgeYAML = flag.String("bridge-yaml", "", "extra top-level YAML for every bridge config, e.g. 'scheduler: { lookahead: 500ms }' (default: the product defaults)")
+		delaysFlag = flag.String("delays", "", "steady: the delays' range MIN,MAX (uniform), e.g. 5s,5s for one fixed delay (default 1s,10s; -quick 1s,3s)")
 		ratesFlag  = flag.String("rates", "", "steady and baseline: comma-separated offered rates instead of the default ladder (no search for the maximum)")
 		scaleN     = flag.Int("scale-n", 0, "messages parked for an hour in the scale scenario (default 10000000, quick 200000)")
 		baseRev    = flag.String("baseline-rev", "", "also build the bridge at this git revision (e.g. the previous release) and run baseline, steady, burst and scale against it too, reporting both and the ratio")
@@ -161,6 +163,15 @@ func main() {
 	defer stop()
 	e := &env{ctx: ctx, quick: *quick, profile: *profile, prevFirst: *prevFirst, keep: *keepDir, partitions: *partitions, outDir: *outDir, burstN: *burstN, scaleN: *scaleN, rates: rates}
 	e.stamp = time.Now().UTC().Format("20060102T150405Z")
+	if *delaysFlag != "" {
+		lo, hi, _ := strings.Cut(*delaysFlag, ",")
+		a, err1 := time.ParseDuration(lo)
+		b, err2 := time.ParseDuration(hi)
+		if err1 != nil || err2 != nil || a <= 0 || b < a {
+			exit(fmt.Errorf("-delays %q: want MIN,MAX durations with 0 < MIN <= MAX", *delaysFlag))
+		}
+		e.delays = [2]time.Duration{a, b}
+	}
 	if err := os.MkdirAll(e.outDir, 0o755); err != nil { // profiles are saved there mid-run
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)

@@ -36,6 +36,9 @@ func runSteady(e *env) error {
 	if e.quick {
 		maxD = 3 * time.Second
 	}
+	if e.delays[0] > 0 {
+		minD, maxD = e.delays[0], e.delays[1]
+	}
 	dur := pick(e, 20*time.Second, 5*time.Second)
 	r := &SteadyResult{MinDelayMs: minD.Milliseconds(), MaxDelayMs: maxD.Milliseconds(), Seconds: dur.Seconds(), SustainedRule: sustainedRule}
 	e.res.Steady = r
