@@ -26,7 +26,8 @@
 -- ARGV[5] a lease deadline (unix ms) that identifies this call among the shard's claims
 -- ARGV[6] c: the first c quintuples are claimed as they are parked, when KEYS[8] holds
 --         ARGV[4]: a new one goes in flight under ARGV[5] instead of due (the caller
---         was about to claim it: it is due within the lookahead, never cold); 0: none
+--         holds it from now on: due within its lookahead or park-claim horizon, and
+--         never cold, whatever the cold horizon); 0: none
 -- ARGV[7..6+3k] spans: block name, first byte, last byte (text) of the block's slots
 --         (index.lua's "kb" strings) that the batch's ids occupy
 -- ARGV[7+3k..] quintuples: id, due (integer unix ms), envelope bytes, route, fp (12 bytes
