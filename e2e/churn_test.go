@@ -134,6 +134,23 @@ func TestKafkaKillChurnAtDefaults(t *testing.T) {
 	kafkaChurn(t, "kill -9", func(p *bridgeProc) { p.kill() }, false, true)
 }
 
+// TestKafkaKillChurnClaimingAhead is TestKafkaKillChurn with
+// scheduler.park_claim_horizon at 3 s, beyond every delay of the stream (0.2-2 s): each
+// message is claimed by its own park, in flight from its arrival until it fires, so a
+// kill leaves the victim's whole wheel in flight rather than pending. Asserted as
+// there: nothing lost, none early, every duplicate in a kill window; and the instance
+// never killed claimed more of its messages at park than its pumps did (without the
+// horizon, only those due within the 0.5 s lookahead are: about a sixth).
+func TestKafkaKillChurnClaimingAhead(t *testing.T) {
+	a := kafkaChurnWith(t, "kill -9", func(p *bridgeProc) { p.kill() }, false, false, "park_claim_horizon: 3s, ")
+	atPark := a.metric("messages_claimed_total", `via="park"`)
+	byPump := a.metric("messages_claimed_total", `via="claim"`)
+	t.Logf("cu-a claimed %.0f messages at park, %.0f by its pumps", atPark, byPump)
+	if atPark <= byPump {
+		t.Errorf("cu-a claimed %.0f messages at park and %.0f by its pumps; with park_claim_horizon beyond every delay, want most at park", atPark, byPump)
+	}
+}
+
 // TestKafkaRollingRestartChurn is the same loop with SIGTERM (a rolling restart): the
 // victim commits what it parked, releases its partitions and shards and leaves; it is
 // started again at once. Asserted as above except the 503s (a graceful handover may
@@ -165,6 +182,12 @@ const (
 // defaults, at the scheduler's defaults, killed alternately lease_ttl and lease_ttl + 2 s
 // after each restart, with the lateness and the duplicates judged.
 func kafkaChurn(t *testing.T, what string, end func(*bridgeProc), want503, defaults bool) {
+	kafkaChurnWith(t, what, end, want503, defaults, "")
+}
+
+// kafkaChurnWith is kafkaChurn with more scheduler settings (haCluster.sched); it
+// returns the bridge that was never ended, still running.
+func kafkaChurnWith(t *testing.T, what string, end func(*bridgeProc), want503, defaults bool, sched string) *bridgeProc {
 	ttl := time.Second
 	periods := []time.Duration{3 * time.Second, 3 * time.Second, 3 * time.Second, 3 * time.Second, 3 * time.Second}
 	if defaults {
@@ -172,7 +195,7 @@ func kafkaChurn(t *testing.T, what string, end func(*bridgeProc), want503, defau
 		periods = []time.Duration{ttl, ttl + 2*time.Second, ttl, ttl + 2*time.Second, ttl}
 	}
 	c := startHACluster(t, 4, ttl)
-	c.defaults = defaults
+	c.defaults, c.sched = defaults, sched
 	a := c.start("cu-a")
 	victim := c.start("cu-b")
 	c.waitBalanced(a, 20*time.Second, "cu-a", "cu-b")
@@ -263,6 +286,7 @@ func kafkaChurn(t *testing.T, what string, end func(*bridgeProc), want503, defau
 		latest(got, sentMsgs, faults, 3), ingress503,
 		readyForGood.Sub(lastRestart).Round(time.Millisecond), readyAt.Sub(lastRestart).Round(time.Millisecond),
 		allAt.Sub(lastRestart).Round(time.Millisecond), streamEnd.Sub(lastRestart).Round(time.Millisecond))
+	return a
 }
 
 // lateness is, sorted, each message's first arrival after its due time (x-delay-due-at).

@@ -39,9 +39,11 @@ type haCluster struct {
 	// defaults: the bridges run the scheduler's defaults (lookahead, safety scan and
 	// lease_ttl, which leaseTTL must then equal) instead of the faster test settings.
 	defaults bool
-	target   *collector
-	writer   *kafka.Writer
-	procs    map[string]*bridgeProc
+	// sched is more scheduler settings for every bridge ("key: value, " each).
+	sched  string
+	target *collector
+	writer *kafka.Writer
+	procs  map[string]*bridgeProc
 }
 
 func startHACluster(t *testing.T, partitions int, leaseTTL time.Duration) *haCluster {
@@ -76,6 +78,7 @@ func (c *haCluster) config(instance, sourceTopic, group, admin string) (string, 
 	if c.defaults {
 		sched = ""
 	}
+	sched += c.sched
 	cfg := fmt.Sprintf(`cluster: ha
 shards: %d
 instance: %s
