@@ -108,7 +108,7 @@ func (c *credits) takeNow(sizes []int64, reserve bool) (n int, bytes int64) {
 	defer c.mu.Unlock()
 	keepN, keepBytes := 0, int64(0)
 	if reserve {
-		keepN, keepBytes = c.total/2, c.budget/2
+		keepN, keepBytes = (c.total+1)/2, c.budget/2 // of one credit, the one
 	}
 	for _, sz := range sizes {
 		if c.avail <= keepN || (c.budget > 0 && (sz > c.bytes-keepBytes || bytes+sz > c.budget/claimShares)) {

@@ -27,6 +27,10 @@ func TestTakeNowReserveKeepsHalfFree(t *testing.T) {
 	if n, _ := c.takeNow(sizes(9, 1), false); n != 5 {
 		t.Fatalf("without reserve at half took %d, want the 5 left", n)
 	}
+	// Of a single credit, the reserve keeps it.
+	if n, _ := newCredits(1, 0).takeNow(sizes(1, 1), true); n != 0 {
+		t.Fatalf("with reserve and one credit took %d, want 0", n)
+	}
 	// By bytes: a budget of 1600 (a claim's share 200), plenty of credits.
 	c = newCredits(1000, 1600)
 	for range 3 {
