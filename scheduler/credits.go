@@ -97,13 +97,14 @@ func (c *credits) acquire(ctx context.Context, most int, need, want int64, onWai
 }
 
 // takeNow takes, without waiting, a credit and its bytes for each of sizes in turn
-// while they last (under a byte budget, up to budget/claimShares in all, as a claim's
-// share), and returns how many it took and their bytes. A park claims with them what
+// while they last (under a byte budget, up to budget/claimShares in all with the
+// bytes already taken for the same park, as a claim's share), and returns how many it
+// took and their bytes. A park claims with them what
 // it can hold without holding anything up (parkclaim.go). With reserve, it stops
 // where taking more would leave less than half of the credits, or of the byte
 // budget, free: what a park claims ahead of the lookahead never takes the memory
 // the pumps need for what is due sooner.
-func (c *credits) takeNow(sizes []int64, reserve bool) (n int, bytes int64) {
+func (c *credits) takeNow(sizes []int64, reserve bool, already int64) (n int, bytes int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	keepN, keepBytes := 0, int64(0)
@@ -111,7 +112,7 @@ func (c *credits) takeNow(sizes []int64, reserve bool) (n int, bytes int64) {
 		keepN, keepBytes = (c.total+1)/2, c.budget/2 // of one credit, the one
 	}
 	for _, sz := range sizes {
-		if c.avail <= keepN || (c.budget > 0 && (sz > c.bytes-keepBytes || bytes+sz > c.budget/claimShares)) {
+		if c.avail <= keepN || (c.budget > 0 && (sz > c.bytes-keepBytes || already+bytes+sz > c.budget/claimShares)) {
 			break
 		}
 		c.avail--

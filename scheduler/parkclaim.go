@@ -61,7 +61,7 @@ func (s *Scheduler) parkClaims(envs []*envelope.Envelope) ([]*envelope.Envelope,
 		if len(tiers[k].idx) == 0 {
 			continue
 		}
-		n, bytes := s.credits.takeNow(tiers[k].sizes, k == 1)
+		n, bytes := s.credits.takeNow(tiers[k].sizes, k == 1, g.bytes)
 		take = append(take, tiers[k].idx[:n]...)
 		g.n, g.bytes = g.n+n, g.bytes+bytes
 	}
