@@ -3,53 +3,49 @@ package scheduler
 import "testing"
 
 // takeNow with reserve stops where taking more would leave less than half of the
-// credits or of the byte budget free; without it, only the claim's share
-// (budget/claimShares) and what is free bound it.
+// credits (rounded up) or of the byte budget free; without it, only what is free and
+// the claim's share (budget/claimShares, counting what the same park took already)
+// bound it.
 func TestTakeNowReserveKeepsHalfFree(t *testing.T) {
-	sizes := func(n int, sz int64) []int64 {
-		s := make([]int64, n)
-		for i := range s {
-			s[i] = sz
+	type step struct {
+		what    string
+		n       int   // messages offered
+		sz      int64 // bytes each
+		reserve bool
+		already int64
+		want    int
+	}
+	for _, tc := range []struct {
+		credits int
+		budget  int64
+		steps   []step
+	}{
+		{10, 0, []step{
+			{"without reserve", 3, 1, false, 0, 3},
+			{"with reserve: down to half of 10", 9, 1, true, 0, 2},
+			{"with reserve at half", 1, 1, true, 0, 0},
+			{"without reserve at half: the 5 left", 9, 1, false, 0, 5},
+		}},
+		{1, 0, []step{{"one credit: the reserve keeps it", 1, 1, true, 0, 0}}},
+		{1000, 1600, []step{ // a claim's share is 200 B
+			{"without reserve: the share", 4, 100, false, 0, 2},
+			{"without reserve: the share again", 4, 100, false, 0, 2},
+			{"without reserve: the share a third time", 4, 100, false, 0, 2},
+			{"with reserve: 1000 B free, 800 kept", 4, 100, true, 0, 2},
+			{"with reserve at half the bytes", 1, 100, true, 0, 0},
+			{"without reserve at half the bytes", 1, 100, false, 0, 1},
+			{"100 B of the share taken already", 4, 100, false, 100, 1},
+		}},
+	} {
+		c := newCredits(tc.credits, tc.budget)
+		for _, st := range tc.steps {
+			sizes := make([]int64, st.n)
+			for i := range sizes {
+				sizes[i] = st.sz
+			}
+			if n, _ := c.takeNow(sizes, st.reserve, st.already); n != st.want {
+				t.Fatalf("%d credits, %d B: %s: took %d, want %d", tc.credits, tc.budget, st.what, n, st.want)
+			}
 		}
-		return s
-	}
-	// By count: 10 credits, no byte budget.
-	c := newCredits(10, 0)
-	if n, _ := c.takeNow(sizes(3, 1), false, 0); n != 3 {
-		t.Fatalf("without reserve took %d of 3, want 3", n)
-	}
-	if n, _ := c.takeNow(sizes(9, 1), true, 0); n != 2 || c.available() != 5 {
-		t.Fatalf("with reserve took %d, %d left; want 2, 5 (half of 10)", n, c.available())
-	}
-	if n, _ := c.takeNow(sizes(1, 1), true, 0); n != 0 {
-		t.Fatalf("with reserve at half took %d, want 0", n)
-	}
-	if n, _ := c.takeNow(sizes(9, 1), false, 0); n != 5 {
-		t.Fatalf("without reserve at half took %d, want the 5 left", n)
-	}
-	// Of a single credit, the reserve keeps it.
-	if n, _ := newCredits(1, 0).takeNow(sizes(1, 1), true, 0); n != 0 {
-		t.Fatalf("with reserve and one credit took %d, want 0", n)
-	}
-	// By bytes: a budget of 1600 (a claim's share 200), plenty of credits.
-	c = newCredits(1000, 1600)
-	for range 3 {
-		if n, b := c.takeNow(sizes(4, 100), false, 0); n != 2 || b != 200 {
-			t.Fatalf("without reserve took %d (%d B), want 2 (200 B: the claim's share)", n, b)
-		}
-	}
-	// 1000 B free: with reserve, 800 must stay free, so 200 more.
-	if n, b := c.takeNow(sizes(4, 100), true, 0); n != 2 || b != 200 {
-		t.Fatalf("with reserve took %d (%d B), want 2 (200 B)", n, b)
-	}
-	if n, _ := c.takeNow(sizes(1, 100), true, 0); n != 0 {
-		t.Fatalf("with reserve at half the bytes took %d, want 0", n)
-	}
-	if n, _ := c.takeNow(sizes(1, 100), false, 0); n != 1 {
-		t.Fatalf("without reserve at half the bytes took %d, want 1", n)
-	}
-	// The claim's share counts what the same park took already.
-	if n, _ := newCredits(1000, 1600).takeNow(sizes(4, 100), false, 100); n != 1 {
-		t.Fatalf("with 100 B of the share taken already took %d, want 1", n)
 	}
 }
