@@ -99,8 +99,8 @@ func (c *credits) acquire(ctx context.Context, most int, need, want int64, onWai
 // takeNow takes, without waiting, a credit and its bytes for each of sizes in turn
 // while they last (under a byte budget, up to budget/claimShares in all with the
 // bytes already taken for the same park, as a claim's share), and returns how many it
-// took and their bytes. A park claims with them what
-// it can hold without holding anything up (parkclaim.go). With reserve, it stops
+// took and their bytes. A park claims with them what it can hold without holding
+// anything up (parkclaim.go). With reserve, it stops
 // where taking more would leave less than half of the credits, or of the byte
 // budget, free: what a park claims ahead of the lookahead never takes the memory
 // the pumps need for what is due sooner.

@@ -29,12 +29,9 @@ func (s *Store) checkMeta(ctx context.Context) error {
 	if len(meta) == 0 || (len(meta) == 1 && meta[metaFormat] == storeFormat) {
 		// A new store, or one whose first instance has written only the format so far.
 		key := func(int) string { return s.metaKey }
-		if err := s.pipelined(ctx, "record the store format", 2, key, func(pipe redis.Pipeliner, i int) {
-			if i == 0 {
-				pipe.HSetNX(ctx, s.metaKey, metaFormat, storeFormat)
-			} else {
-				pipe.HSetNX(ctx, s.metaKey, metaShards, s.opt.Shards)
-			}
+		if err := s.pipelined(ctx, "record the store format", 1, key, func(pipe redis.Pipeliner, _ int) {
+			pipe.HSetNX(ctx, s.metaKey, metaFormat, storeFormat)
+			pipe.HSetNX(ctx, s.metaKey, metaShards, s.opt.Shards)
 		}); err != nil {
 			return fmt.Errorf("scheduler: record the store format in %s: %w", s.metaKey, redisErr(err))
 		}

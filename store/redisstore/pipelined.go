@@ -11,13 +11,14 @@ import (
 )
 
 // pipelined sends n plain commands (reads, or writes that may run twice) in one round
-// trip per primary: add(pipe, i) queues the i-th, whose key is key(i). On Redis Cluster
-// each primary's commands go through that primary's own client, as the scripts' calls
-// do (pipelinePerNode says why not through the cluster client's pipeline); elsewhere all
-// go in one pipeline. Commands Redis Cluster refused because their slot is moving are
-// sent again, all of them (add is called again), after the client rereads its slot
-// table, within the store's retry budget (slotguard.go); what names the work for the
-// retry count. It returns the first error of a command other than redis.Nil.
+// trip per primary: add(pipe, i) queues the i-th (or several, all in key(i)'s slot).
+// On Redis Cluster each primary's commands go through that primary's own client, as
+// the scripts' calls do (pipelinePerNode says why not through the cluster client's
+// pipeline); elsewhere all go in one pipeline. Commands Redis Cluster refused because
+// their slot is moving are sent again, all of them (add is called again), after the
+// client rereads its slot table, within the store's retry budget (slotguard.go); what
+// names the work for the retry count. It returns the first error of a command other
+// than redis.Nil.
 func (s *Store) pipelined(ctx context.Context, what string, n int, key func(i int) string, add func(pipe redis.Pipeliner, i int)) error {
 	var r *slotRetry
 	for {

@@ -48,13 +48,9 @@ func (s *Store) PutSchedule(ctx context.Context, id string, def []byte, now int6
 func (s *Store) GetSchedule(ctx context.Context, id string) (storeapi.ScheduleRecord, error) {
 	defs, _, plans := s.schedKeys()
 	var d, p *redis.StringCmd
-	keys := []string{defs, plans}
-	if err := s.pipelined(ctx, "get schedule", 2, func(i int) string { return keys[i] }, func(pipe redis.Pipeliner, i int) {
-		if i == 0 {
-			d = pipe.HGet(ctx, defs, id)
-		} else {
-			p = pipe.HGet(ctx, plans, id)
-		}
+	// One slot ({cluster}), so one call of add queues both.
+	if err := s.pipelined(ctx, "get schedule", 1, func(int) string { return defs }, func(pipe redis.Pipeliner, _ int) {
+		d, p = pipe.HGet(ctx, defs, id), pipe.HGet(ctx, plans, id)
 	}); err != nil {
 		return storeapi.ScheduleRecord{}, fmt.Errorf("scheduler: get schedule %s: %w", id, redisErr(err))
 	}
@@ -68,13 +64,9 @@ func (s *Store) GetSchedule(ctx context.Context, id string) (storeapi.ScheduleRe
 func (s *Store) ListSchedules(ctx context.Context) ([]storeapi.ScheduleRecord, error) {
 	defs, _, plans := s.schedKeys()
 	var d, p *redis.MapStringStringCmd
-	keys := []string{defs, plans}
-	if err := s.pipelined(ctx, "list schedules", 2, func(i int) string { return keys[i] }, func(pipe redis.Pipeliner, i int) {
-		if i == 0 {
-			d = pipe.HGetAll(ctx, defs)
-		} else {
-			p = pipe.HGetAll(ctx, plans)
-		}
+	// One slot ({cluster}), so one call of add queues both.
+	if err := s.pipelined(ctx, "list schedules", 1, func(int) string { return defs }, func(pipe redis.Pipeliner, _ int) {
+		d, p = pipe.HGetAll(ctx, defs), pipe.HGetAll(ctx, plans)
 	}); err != nil {
 		return nil, fmt.Errorf("scheduler: list schedules: %w", redisErr(err))
 	}
