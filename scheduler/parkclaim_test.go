@@ -205,8 +205,10 @@ func TestParkClaimHorizonKeepsHalfTheCreditsForThePumps(t *testing.T) {
 	if _, err := a.s.Park(context.Background(), envs, nil); err != nil {
 		t.Fatal(err)
 	}
-	if pending, inflight, _ := w.totals(); pending != 4 || inflight != 2 || a.s.InMemory().FreeCredits != 2 {
-		t.Fatalf("pending %d, in flight %d, free credits %d right after Park; want 4 (three mid, far), 2 (one mid, near), 2", pending, inflight, a.s.InMemory().FreeCredits)
+	// (Free credits are not read here: a pump woken by the park may hold them all for
+	// a claim that takes none of these.)
+	if pending, inflight, _ := w.totals(); pending != 4 || inflight != 2 {
+		t.Fatalf("pending %d, in flight %d right after Park; want 4 (three mid, far), 2 (one mid, near)", pending, inflight)
 	}
 	for _, id := range []string{"near", "far"} {
 		want := map[string]storeapi.State{"near": storeapi.StateInflight, "far": storeapi.StatePending}[id]
