@@ -207,7 +207,7 @@ func runBaseline(e *env) error {
 		if err != nil {
 			return 0, err
 		}
-		if e.profile { // the full-speed costs: 3 s from half a second into the drain
+		if e.profile { // the full-speed costs: 2 s from half a second into the drain (it lasts ~3 s)
 			go func() {
 				time.Sleep(500 * time.Millisecond)
 				go func() { // where the goroutines wait, two seconds into the drain
@@ -215,7 +215,7 @@ func runBaseline(e *env) error {
 					_ = fetchURL("http://"+b.pprof+"/debug/pprof/goroutine?debug=1", filepath.Join(e.outDir, e.stamp+"-bridge-goroutines-drain.txt"))
 				}()
 				path := filepath.Join(e.outDir, e.stamp+"-bridge-cpu-drain.pprof")
-				if err := b.cpuProfile(path, 3); err != nil {
+				if err := b.cpuProfile(path, 2); err != nil {
 					logf("drain cpu profile: %v", err)
 				} else {
 					logf("bridge CPU profile of the drain: %s", path)

@@ -32,7 +32,9 @@
 --         in flight and none has a successor (the steady case), these are written and
 --         the Kafka fps below are not read
 -- ARGV[8+R..] id, fp pairs (or id, route, fp triples); the caller bounds the batch (a
---         few hundred: they are unpacked at once)
+--         few hundred: they are unpacked at once). A Kafka default id the runs cover
+--         comes with an empty fp, built here (kbackfp) only when the runs are not
+--         written
 -- Returns { acked, trimmed }.
 --
 -- Only an id still in inflight is acked: if it was recovered, cancelled or acked already,
@@ -98,6 +100,14 @@ if k > 0 then
     cadd(cs, 'inflight', route, -c)
   end
   redis.call('HDEL', KEYS[1], unpack(acked))
+  if runs > 0 and (k < m or nxany(KEYS[6])) then
+    -- The runs will not be written (below): the Kafka ids' fps they stood for are built.
+    for j = 1, k do
+      if fps[j] == '' then
+        fps[j] = kbackfp(acked[j])
+      end
+    end
+  end
   fps = nxacked(cs, KEYS[6], KEYS[7], KEYS[1], acked, fps)
   cflush(cs)
   if ARGV[2] == '1' and #fps > 0 then

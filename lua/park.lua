@@ -21,7 +21,10 @@
 --         messages, or none of it is due a horizon ahead)
 -- ARGV[3] k: how many block spans follow (0: none). k > 0 is the caller's word that
 --         every id of the batch is of the Kafka default form, no two the same, and that
---         the spans below cover the slots of all of them (parkquick)
+--         the spans below cover the slots of all of them; it makes the call quick-only:
+--         its messages come as quadruples without the fp, parkquick parks them all or
+--         the call writes nothing and returns 'full' (the caller sends the batch again
+--         with k = 0 and the fps)
 -- ARGV[4] the owner value "instance|token" the caller holds the shard's lease with
 -- ARGV[5] a lease deadline (unix ms) that identifies this call among the shard's claims
 -- ARGV[6] c: the first c quintuples are claimed as they are parked, when KEYS[8] holds
@@ -31,8 +34,8 @@
 -- ARGV[7..6+3k] spans: block name, first byte, last byte (text) of the block's slots
 --         (index.lua's "kb" strings) that the batch's ids occupy
 -- ARGV[7+3k..] quintuples: id, due (integer unix ms), envelope bytes, route, fp (12 bytes
---         of SHA-256(id)); the caller bounds the batch (at most a few hundred: ZADD gets
---         them in one unpack).
+--         of SHA-256(id)); quadruples without the fp when k > 0. The caller bounds the
+--         batch (at most a few hundred: ZADD gets them in one unpack).
 -- Returns the refused quintuples only, a flat array of position (1-based) and why:
 -- the state the id is already in, "pending", "inflight", "dead", "delivered" or
 -- "cancelled"; every quintuple it does not name was parked (an empty array: all were).
@@ -97,14 +100,12 @@ end
 -- HMGET, as below), none is delivered (every slot the spans cover is empty: one BITCOUNT
 -- per block, counted in C; no string of the slots enters Lua), none has an index entry (no block is marked: kbmark.lua),
 -- none is twice in the batch and none goes cold (the caller's word: k > 0, horizon -1).
--- Otherwise it writes nothing and the full path below decides id by id. It saves the
--- per-id work of that path (the block slots compared one by one, the seen and state
--- tables): about a third of park's instructions (docs/ARCHITECTURE.md).
+-- Otherwise it writes nothing, and the caller sends the batch again for the full path
+-- below, which decides id by id. It saves the per-id work of that path (the block slots
+-- compared one by one, the seen and state tables): about a third of park's
+-- instructions; and the fps it never reads are not sent (docs/ARCHITECTURE.md).
 local function parkquick()
   local k = tonumber(ARGV[3])
-  if k == 0 or ARGV[2] ~= '-1' then
-    return false
-  end
   local names = {}
   for b = 1, k do
     local at = 4 + 3 * b
@@ -123,7 +124,7 @@ local function parkquick()
   end
   local ids, hset, zadd, zin, pend, fly, n = {}, {}, {}, {}, {}, {}, 0
   local nz, ni = 0, 0
-  for i = first, #ARGV, 5 do
+  for i = first, #ARGV, 4 do
     n = n + 1
     local id, route = ARGV[i], ARGV[i + 3]
     ids[n] = id
@@ -148,8 +149,14 @@ local function parkquick()
   cflush(cs)
   return true
 end
-if parkquick() then
-  return reply({})
+if ARGV[3] ~= '0' then
+  if ARGV[2] ~= '-1' then
+    return redis.error_reply('ERR park: block spans with a cold horizon')
+  end
+  if parkquick() then
+    return reply({})
+  end
+  return 'full'
 end
 local co = costart(KEYS[1])
 local now, horizon = tonumber(ARGV[1]), tonumber(ARGV[2])

@@ -245,15 +245,30 @@ local function kbrunsof(g, tb)
   return a
 end
 
--- kbrest is the fps among fps that are not of Kafka form (they go to the index).
+-- kbrest is the fps among fps that are not of Kafka form (they go to the index); an
+-- empty fp (an ack's Kafka id its runs covered: ack.lua) is neither.
 local function kbrest(fps)
   local rest = {}
   for i = 1, #fps do
-    if #fps[i] <= FP then
+    if #fps[i] <= FP and fps[i] ~= '' then
       rest[#rest + 1] = fps[i]
     end
   end
   return rest
+end
+
+-- kbackfp is the fp an ack gets for Kafka default id "<topic>/<partition>/<offset>/<12
+-- hex>" (store/redisstore ackFingerprint): FP zero bytes, the offset's slot in its
+-- block (2 bytes big endian), the record hash (6 bytes) and the block's name. The
+-- caller sends it empty where its runs cover the id, and only for offsets below 2^53,
+-- which a Lua number holds exactly.
+local function kbackfp(id)
+  local prefix, off, hash = string.match(id, '^(.*/)(%d+)/(%x+)$')
+  local o = tonumber(off)
+  local slot = o % KB_BLOCK
+  local bytes = string.gsub(hash, '%x%x', function(h) return string.char(tonumber(h, 16)) end)
+  return string.rep('\0', FP) .. string.char(math.floor(slot / 256), slot % 256) .. bytes ..
+    prefix .. itoa((o - slot) / KB_BLOCK)
 end
 
 -- kbdone remembers the Kafka-form fps among fps as delivered at sec (unix seconds, a

@@ -21,8 +21,10 @@ import (
 // (`cd bench && go run ./instr -spread 32`). Two ids at one slot (a recreated topic's
 // offsets) keep the later's bytes, as kbdone's last write does. Blocks come in the
 // order their partitions first appear in ids; the names, offsets and slot bytes share
-// one buffer, each argument a slice of it.
-func appendAckRuns(args []any, ids []string, now int64) ([]any, int) {
+// one buffer, each argument a slice of it. covered[i] says that ids[i] needs no
+// fingerprint: its slot is in the runs and its offset below 2^53, so ack.lua can build
+// the fingerprint from the id in the rare call that does not write the runs (kbackfp).
+func appendAckRuns(args []any, ids []string, now int64) (_ []any, n int, covered []bool) {
 	// Each Kafka default id gets a sort key: its partition's rank among the call's
 	// partitions and its offset, packed into one integer (ties keep ids' order).
 	type slot struct {
@@ -46,14 +48,14 @@ func appendAckRuns(args []any, ids []string, now int64) ([]any, int) {
 			prefixes = append(prefixes, prefix)
 		}
 		if p >= 1<<keyPartBits || offset >= 1<<(64-keyPartBits) {
-			return args, 0 // beyond the key (never for real offsets): ack.lua takes the ids apart
+			return args, 0, nil // beyond the key (never for real offsets): ack.lua takes the ids apart
 		}
 		slots = append(slots, slot{key: uint64(p)<<(64-keyPartBits) | offset, at: i})
 		hashes[i] = hash
 		size += kbSlot + 8 + len(prefix) + 20
 	}
 	if len(slots) == 0 {
-		return args, 0
+		return args, 0, nil
 	}
 	slices.SortFunc(slots, func(a, b slot) int { return cmp.Or(cmp.Compare(a.key, b.key), cmp.Compare(a.at, b.at)) })
 	var sec [4]byte
@@ -87,7 +89,11 @@ func appendAckRuns(args []any, ids []string, now int64) ([]any, int) {
 		}
 		args[nAt] = runs
 	}
-	return args, len(args) - start
+	covered = make([]bool, len(ids))
+	for _, sl := range slots {
+		covered[sl.at] = sl.key&(1<<(64-keyPartBits)-1) < 1<<53
+	}
+	return args, len(args) - start, covered
 }
 
 // keyPartBits is the bits of appendAckRuns' sort key that rank a partition; the rest

@@ -12,63 +12,70 @@ import (
 // all were still in flight, and none had a successor. An id recovered before a stale
 // ack of it arrives, or replaced while in flight, stays pending; cancelled afterwards
 // it reads cancelled, not delivered (a delivered slot would win over the tombstone).
+// Offsets near 2^52 check that ack.lua builds the fingerprints the runs stood for
+// (kbackfp) exactly, across a block's end.
 func TestAckRunsOnlyForIdsItDelivers(t *testing.T) {
-	s, _, tok := newLeasedStore(t)
-	ctx := storeCtx(t)
-	now := time.Now().UnixMilli()
-	stale, fresh, replaced := env(kafkaID(7, 1), now), env(kafkaID(7, 2), now), env(kafkaID(7, 3), now)
+	for _, base := range []int{1, 1<<52 + 1022} {
+		t.Run(fmt.Sprint(base), func(t *testing.T) {
+			s, _, tok := newLeasedStore(t)
+			ctx := storeCtx(t)
+			now := time.Now().UnixMilli()
+			stale, fresh, replaced := env(kafkaID(7, base), now), env(kafkaID(7, base+1), now), env(kafkaID(7, base+2), now)
 
-	// stale is claimed, then recovered to a later time; fresh is claimed after.
-	mustPark(t, s, stale)
-	if items, _, err := s.Claim(ctx, 0, "i1", tok, now, now+30_000, 10); err != nil || len(items) != 1 {
-		t.Fatalf("claim stale: %d items, %v", len(items), err)
-	}
-	if moved, _, err := s.RecoverAll(ctx, 0, now+60_000, 10); err != nil || moved != 1 {
-		t.Fatalf("recover: %d, %v", moved, err)
-	}
-	mustPark(t, s, fresh)
-	if items, _, err := s.Claim(ctx, 0, "i1", tok, now, now+30_000, 10); err != nil || len(items) != 1 || items[0].ID != fresh.ID {
-		t.Fatalf("claim fresh: %v, %v", items, err)
-	}
-	if err := s.AckEnvelopes(ctx, []*envelope.Envelope{stale, fresh}, now); err != nil {
-		t.Fatal(err)
-	}
+			// stale is claimed, then recovered to a later time; fresh is claimed after.
+			mustPark(t, s, stale)
+			if items, _, err := s.Claim(ctx, 0, "i1", tok, now, now+30_000, 10); err != nil || len(items) != 1 {
+				t.Fatalf("claim stale: %d items, %v", len(items), err)
+			}
+			if moved, _, err := s.RecoverAll(ctx, 0, now+60_000, 10); err != nil || moved != 1 {
+				t.Fatalf("recover: %d, %v", moved, err)
+			}
+			mustPark(t, s, fresh)
+			if items, _, err := s.Claim(ctx, 0, "i1", tok, now, now+30_000, 10); err != nil || len(items) != 1 || items[0].ID != fresh.ID {
+				t.Fatalf("claim fresh: %v, %v", items, err)
+			}
+			if err := s.AckEnvelopes(ctx, []*envelope.Envelope{stale, fresh}, now); err != nil {
+				t.Fatal(err)
+			}
 
-	// replaced gets a successor while in flight, then its ack comes.
-	mustPark(t, s, replaced)
-	if items, _, err := s.Claim(ctx, 0, "i1", tok, now, now+30_000, 10); err != nil || len(items) != 1 {
-		t.Fatalf("claim replaced: %d items, %v", len(items), err)
-	}
-	next := env(replaced.ID, now+120_000)
-	if _, _, err := s.ReplaceEach(ctx, []*envelope.Envelope{next}); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.AckEnvelopes(ctx, []*envelope.Envelope{replaced}, now); err != nil {
-		t.Fatal(err)
-	}
+			// replaced gets a successor while in flight, then its ack comes.
+			mustPark(t, s, replaced)
+			if items, _, err := s.Claim(ctx, 0, "i1", tok, now, now+30_000, 10); err != nil || len(items) != 1 {
+				t.Fatalf("claim replaced: %d items, %v", len(items), err)
+			}
+			next := env(replaced.ID, now+120_000)
+			if _, _, err := s.ReplaceEach(ctx, []*envelope.Envelope{next}); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.AckEnvelopes(ctx, []*envelope.Envelope{replaced}, now); err != nil {
+				t.Fatal(err)
+			}
 
-	for _, tc := range []struct {
-		id   string
-		want State
-	}{{stale.ID, StatePending}, {fresh.ID, StateDelivered}, {replaced.ID, StatePending}} {
-		if st, _, _, err := s.Get(ctx, tc.id); err != nil || st != tc.want {
-			t.Fatalf("%s after the acks: %s, %v; want %s", tc.id, st, err, tc.want)
-		}
-	}
-	for _, id := range []string{stale.ID, replaced.ID} {
-		if _, _, err := s.Cancel(ctx, id, now, CancelOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		if st, _, _, err := s.Get(ctx, id); err != nil || st != StateCancelled {
-			t.Errorf("%s cancelled while pending: %s, %v; want cancelled (its ack must not have marked it delivered)", id, st, err)
-		}
+			for _, tc := range []struct {
+				id   string
+				want State
+			}{{stale.ID, StatePending}, {fresh.ID, StateDelivered}, {replaced.ID, StatePending}} {
+				if st, _, _, err := s.Get(ctx, tc.id); err != nil || st != tc.want {
+					t.Fatalf("%s after the acks: %s, %v; want %s", tc.id, st, err, tc.want)
+				}
+			}
+			for _, id := range []string{stale.ID, replaced.ID} {
+				if _, _, err := s.Cancel(ctx, id, now, CancelOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				if st, _, _, err := s.Get(ctx, id); err != nil || st != StateCancelled {
+					t.Errorf("%s cancelled while pending: %s, %v; want cancelled (its ack must not have marked it delivered)", id, st, err)
+				}
+			}
+		})
 	}
 }
 
 // BenchmarkAckRuns measures what an ack's done runs cost the bridge per call of 100
 // Kafka default ids spread over six partitions' blocks (as at a steady rate), beside
-// the fingerprints the call sends anyway ("fingerprints"): the runs move work from
-// Redis, a shared core, to the bridge.
+// the fingerprints of those ids ("fingerprints"), which the call no longer carries
+// where the runs cover them: the runs move work from Redis, a shared core, to the
+// bridge.
 func BenchmarkAckRuns(b *testing.B) {
 	var ids []string
 	for i := range 100 {
@@ -77,7 +84,7 @@ func BenchmarkAckRuns(b *testing.B) {
 	b.Run("runs", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, n := appendAckRuns(make([]any, 0, 512), ids, 1_795_956_257_123); n == 0 {
+			if _, n, _ := appendAckRuns(make([]any, 0, 512), ids, 1_795_956_257_123); n == 0 {
 				b.Fatal("no runs")
 			}
 		}
@@ -108,7 +115,10 @@ func TestAckRunsGroupBlocksAndSlots(t *testing.T) {
 		"t/0/9/000000000009",
 		"t/0/3/0000000000ff", // slot 3 again: the later wins
 	}
-	args, n := appendAckRuns(nil, ids, now)
+	args, n, covered := appendAckRuns(nil, ids, now)
+	if want := []bool{true, false, true, true, true, true, true}; fmt.Sprint(covered) != fmt.Sprint(want) {
+		t.Errorf("covered %v, want %v (every Kafka default id, not the user-given one)", covered, want)
+	}
 	var got []string
 	for _, a := range args {
 		switch v := a.(type) {
@@ -125,6 +135,16 @@ func TestAckRunsGroupBlocksAndSlots(t *testing.T) {
 	}
 	if n != len(args) || fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("runs (%d) = %v\nwant %v", n, got, want)
+	}
+}
+
+// An id at an offset of 2^53 or more is in the runs but not covered: ack.lua could not
+// rebuild its fingerprint from a Lua number, so the call carries it.
+func TestAckRunsCoverOnlyExactOffsets(t *testing.T) {
+	ids := []string{"t/0/9007199254740991/000000000001", "t/0/9007199254740992/000000000002"}
+	_, n, covered := appendAckRuns(nil, ids, 300_000)
+	if n == 0 || fmt.Sprint(covered) != "[true false]" {
+		t.Fatalf("runs %d, covered %v; want runs, covered [true false]", n, covered)
 	}
 }
 

@@ -26,7 +26,7 @@ func blockIDs(partition, from, n int) []string {
 
 // kafkaID is the Kafka default id of offset of partition of orders.delay.
 func kafkaID(partition, offset int) string {
-	return fmt.Sprintf("orders.delay/%d/%d/%012x", partition, offset, 0xbeef00+offset)
+	return fmt.Sprintf("orders.delay/%d/%d/%012x", partition, offset, (0xbeef00+offset)&0xffffffffffff)
 }
 
 // marksOf returns the block marks of shard keys k: kind "p" (cold places) or "c"

@@ -173,9 +173,10 @@ func (s *Store) ackCalls(shard int, ids, routes []string, now int64) []call {
 		args := make([]any, 0, 7+3*len(part))
 		args = append(args, now, remember, trimBefore, trimLimit, withRoutes)
 		args = append(args, s.doneSliceMs(), 0)
+		var covered []bool // ids whose fingerprint ack.lua needs only without the runs
 		if remember == 1 {
 			var n int
-			args, n = appendAckRuns(args, part, now)
+			args, n, covered = appendAckRuns(args, part, now)
 			args[6] = n
 		}
 		keys := withGuard(k, []string{k.msg, k.inflight, k.counts, k.ix, k.dn, k.nx, k.due, k.ko, k.ki, k.dead})
@@ -184,7 +185,11 @@ func (s *Store) ackCalls(shard int, ids, routes []string, now int64) []call {
 			if routes != nil {
 				args = append(args, routes[start+i])
 			}
-			args = append(args, ackFingerprint(id))
+			if covered != nil && covered[i] {
+				args = append(args, "")
+			} else {
+				args = append(args, ackFingerprint(id))
+			}
 		}
 		// ordered_ack: an acked head lets its key's next message be claimed.
 		calls = append(calls, call{sc: s.oAck, keys: keys, args: args})

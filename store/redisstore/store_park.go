@@ -122,11 +122,36 @@ func (s *Store) ParkClaimEach(ctx context.Context, envs []*envelope.Envelope, cl
 	now, horizon := clock.NowMs(s.opt.Clock), s.coldHorizon()
 	for gi, g := range groups {
 		for _, ch := range chunk(g) {
-			cl, pc := s.parkCall(envs, shards[gi], ch, now, horizon, claim)
+			cl, pc := s.parkCall(envs, shards[gi], ch, now, horizon, claim, true)
 			calls, chunks = append(calls, cl), append(chunks, pc)
 		}
 	}
 	cmds, err := s.evalPipelined(ctx, calls, s.opt.MinReplicas > 0)
+	var full []parkChunk // quick-only calls that could not vouch for their batch
+	for ci, cmd := range cmds {
+		if cmd == nil || cmd.Err() != nil {
+			continue
+		}
+		if v, ok := cmd.Val().(string); ok && v == parkFull {
+			full = append(full, chunks[ci])
+			continue
+		}
+		if perr := parkReply(cmd, chunks[ci], envs, prior, claimed, minDue); perr != nil {
+			return prior, claimed, minDue, perr
+		}
+	}
+	if len(full) == 0 || (err != nil && !errors.Is(err, ErrNotReplicated)) {
+		return prior, claimed, minDue, err
+	}
+	// The full path, id by id, for the batches park's quick path refused: a second round
+	// trip only where a fetch replays ids the shard has seen (a restart, a rebalance) or
+	// meets a tombstone.
+	calls, chunks = calls[:0], chunks[:0]
+	for _, pc := range full {
+		cl, pc2 := s.parkCall(envs, pc.shard, pc.items, now, horizon, claim, false)
+		calls, chunks = append(calls, cl), append(chunks, pc2)
+	}
+	cmds, ferr := s.evalPipelined(ctx, calls, s.opt.MinReplicas > 0)
 	for ci, cmd := range cmds {
 		if cmd == nil || cmd.Err() != nil {
 			continue
@@ -135,14 +160,19 @@ func (s *Store) ParkClaimEach(ctx context.Context, envs []*envelope.Envelope, cl
 			return prior, claimed, minDue, perr
 		}
 	}
-	return prior, claimed, minDue, err
+	return prior, claimed, minDue, errors.Join(err, ferr)
 }
+
+// parkFull is park.lua's reply to a quick-only call (one with block spans) whose batch
+// its quick path cannot park whole: nothing was written, and the batch goes again with
+// its fps, for the full path.
+const parkFull = "full"
 
 // parkCall is the script call that parks ch, messages of shard: park.lua's arguments
 // (the cold horizon it may use, the block spans of a fetch, the lease to claim under
 // and how many of the batch, ordered first, to claim), or ordered_park's for a batch
 // holding messages of `order: key` routes (which claims nothing).
-func (s *Store) parkCall(envs []*envelope.Envelope, shard int, ch []encoded, now, horizon int64, claim storeapi.ParkClaim) (call, parkChunk) {
+func (s *Store) parkCall(envs []*envelope.Envelope, shard int, ch []encoded, now, horizon int64, claim storeapi.ParkClaim, quick bool) (call, parkChunk) {
 	k := s.keys[shard]
 	lease, claims := claim.Leases[shard]
 	owner := ""
@@ -168,9 +198,10 @@ func (s *Store) parkCall(envs []*envelope.Envelope, shard int, ch []encoded, now
 	}
 	ordered := s.anyOrdered(envs, ch)
 	args = append(args, now, h, 0, owner, lease.LeaseDeadline, 0)
-	if h < 0 && !ordered {
+	if quick && h < 0 && !ordered {
 		args = appendSpans(args, envs, ch) // in fetch order: the spans need offsets rising
 	}
+	quick = args[2] != 0 // a quick-only call: quadruples, no fps
 	c := 0
 	if claims && !ordered {
 		ch, c = wantedFirst(ch, claim.Want)
@@ -179,25 +210,31 @@ func (s *Store) parkCall(envs []*envelope.Envelope, shard int, ch []encoded, now
 	keys, queues := parkKeys(k), []string(nil)
 	for _, it := range ch {
 		e := envs[it.idx]
-		args = append(args, e.ID, e.DueAt, it.data, e.Route, fingerprint(e.ID))
+		args = append(args, e.ID, e.DueAt, it.data, e.Route)
+		if !quick {
+			args = append(args, fingerprint(e.ID))
+		}
 		if ordered {
 			queues = append(queues, s.queueOf(shard, e))
 		}
 	}
+	pc := parkChunk{items: ch, claim: c, shard: shard}
 	if !ordered {
-		return call{sc: s.park, keys: keys, args: args}, parkChunk{items: ch, claim: c}
+		return call{sc: s.park, keys: keys, args: args}, pc
 	}
 	// Ordered keys in the batch: park them in their keys' queues too. The owner and
 	// the guard give way to ordered_park's keys, the guard moving to the end, after
 	// the queues (slotguard.go).
 	keys = append(append(keys[:7:7], k.ko, k.ki), queues...)
-	return call{sc: s.oPark, keys: withGuard(k, keys), args: args}, parkChunk{items: ch}
+	return call{sc: s.oPark, keys: withGuard(k, keys), args: args}, parkChunk{items: ch, shard: shard}
 }
 
-// parkChunk is one park call's messages, the first claim of which it asked to claim.
+// parkChunk is one park call's messages of shard, the first claim of which it asked to
+// claim.
 type parkChunk struct {
 	items []encoded
 	claim int
+	shard int
 }
 
 // wantedFirst reorders one call's messages so that those want marks come first (in
