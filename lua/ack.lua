@@ -23,18 +23,21 @@
 --         (now - window)
 -- ARGV[4] trimLimit: read at most this many remembered ids of old slices per call, so
 --         one call stays short however large the window has grown
--- ARGV[5] 1 when each id is followed by its message's route (the caller has the
---         envelopes: no envelope is read here), 0 when only ids follow (their routes
---         are read from the envelopes, one HMGET)
+-- ARGV[5] 1 when the routes of the batch's messages follow the ids, counted (the caller
+--         has the envelopes: no envelope is read on the common path), 0 when they are
+--         read from the envelopes (one HMGET)
 -- ARGV[6] the done slice width (ms)
 -- ARGV[7] R: how many of the next arguments are the done runs of the batch's Kafka
 --         default ids (kbruns.lua), built by the caller: when every id of the call was
 --         in flight and none has a successor (the steady case), these are written and
---         the Kafka fps below are not read
--- ARGV[8+R..] id, fp pairs (or id, route, fp triples); the caller bounds the batch (a
---         few hundred: they are unpacked at once). A Kafka default id the runs cover
---         comes with an empty fp, built here (kbackfp) only when the runs are not
---         written
+--         no fp of the ids they cover is read
+-- ARGV[8+R] m, then ARGV[9+R..8+R+m] the ids. With ARGV[5] = 1 the routes follow: their
+--         number, then pairs of a route and how many of the ids are its. Then pairs of
+--         a position among the ids (1-based) and that id's fp, for every id whose fp
+--         the runs do not stand for (none when ARGV[2] is 0); the fp of a Kafka
+--         default id the runs cover is built here (kbackfp) when the runs are not
+--         written. The caller bounds the batch (a few hundred: they are unpacked at
+--         once).
 -- Returns { acked, trimmed }.
 --
 -- Only an id still in inflight is acked: if it was recovered, cancelled or acked already,
@@ -42,92 +45,114 @@
 -- delivered, replacing any tombstone another route's cancel left.
 local cs = cstart(KEYS[3])
 local ix = ixstart(KEYS[4], KEYS[5])
-local withRoutes = ARGV[5] == '1'
-local step = withRoutes and 3 or 2
 local now = ARGV[1]
 local dat = doneAt(now) -- every id of the call is delivered at the same second
--- The batch's distinct ids (an id twice is acked once), looked up in inflight with one
--- command and removed with one.
 local runs = tonumber(ARGV[7])
-local ids, at, seen, m = {}, {}, {}, 0
-for i = 8 + runs, #ARGV, step do
-  local id = ARGV[i]
-  if not seen[id] then
-    seen[id] = true
-    m = m + 1
-    ids[m] = id
-    at[m] = i
+local a = 9 + runs -- the ids
+local m = tonumber(ARGV[a - 1])
+local b = a + m -- after them: the routes (ARGV[5] = 1), then the fps
+local given, sent = {}, {} -- position -> fp sent; the fps sent, in order
+do
+  local f = b
+  if ARGV[5] == '1' then
+    f = b + 1 + 2 * tonumber(ARGV[b])
   end
+  for i = f, #ARGV, 2 do
+    given[tonumber(ARGV[i])] = ARGV[i + 1]
+    sent[#sent + 1] = ARGV[i + 1]
+  end
+end
+-- fpOf is the fp of the id at position j.
+local function fpOf(j)
+  return given[j] or kbackfp(ARGV[a + j - 1])
 end
 -- One ZREM takes the batch out of inflight. Its count equal to the batch's says every
--- id was in flight (the common case: no score is read, none formatted as text). Else
--- the ids it removed are those left with an envelope in neither due nor dead: msg
--- holds an envelope exactly for the ids in due, inflight or dead.
-local held = {}
-if m > 0 and redis.call('ZREM', KEYS[2], unpack(ids)) < m then
-  local envs = redis.call('HMGET', KEYS[1], unpack(ids))
-  local due, dead = zpresent(KEYS[7], ids), zpresent(KEYS[10], ids)
-  for j = 1, m do
-    held[j] = envs[j] and not due[j] and not dead[j]
-  end
-else
-  for j = 1, m do
-    held[j] = true
-  end
-end
-local acked, fps, left, k = {}, {}, {}, 0 -- left: per route, one cadd per route
-for j = 1, m do
-  if held[j] then
-    local i = at[j]
-    k = k + 1
-    acked[k] = ids[j]
-    fps[k] = ARGV[i + step - 1]
-    if withRoutes then
-      local route = ARGV[i + 1]
-      left[route] = (left[route] or 0) + 1
+-- id was in flight (the common case), and no id is read alone: the routes come counted,
+-- the runs stand for the Kafka ids' fps. Else (an id twice, one recovered, cancelled or
+-- acked already) the ids it removed are those left with an envelope in neither due nor
+-- dead (msg holds an envelope exactly for the ids in due, inflight or dead), and each
+-- is taken alone.
+local acked, fps, left = {}, {}, {} -- left: per route, one cadd per route
+local all = m > 0 and redis.call('ZREM', KEYS[2], unpack(ARGV, a, b - 1)) == m
+if all then
+  if ARGV[5] == '1' then
+    for i = b + 1, b + 2 * tonumber(ARGV[b]), 2 do
+      left[ARGV[i]] = tonumber(ARGV[i + 1])
     end
-  end
-end
-if k > 0 then
-  if not withRoutes then
-    local envs = redis.call('HMGET', KEYS[1], unpack(acked))
-    for j = 1, k do
+  else
+    local envs = redis.call('HMGET', KEYS[1], unpack(ARGV, a, b - 1))
+    for j = 1, m do
       local route = routeOf(envs[j])
       left[route] = (left[route] or 0) + 1
     end
   end
-  for route, c in pairs(left) do
-    cadd(cs, 'inflight', route, -c)
-  end
-  redis.call('HDEL', KEYS[1], unpack(acked))
-  if runs > 0 and (k < m or nxany(KEYS[6])) then
-    -- The runs will not be written (below): the Kafka ids' fps they stood for are built.
-    for j = 1, k do
-      if fps[j] == '' then
-        fps[j] = kbackfp(acked[j])
-      end
+  redis.call('HDEL', KEYS[1], unpack(ARGV, a, b - 1))
+elseif m > 0 then
+  local ids, at, seen = {}, {}, {}
+  for j = 1, m do
+    local id = ARGV[a + j - 1]
+    if not seen[id] then
+      seen[id] = true
+      ids[#ids + 1], at[#at + 1] = id, j
     end
   end
+  local envs = redis.call('HMGET', KEYS[1], unpack(ids))
+  local due, dead = zpresent(KEYS[7], ids), zpresent(KEYS[10], ids)
+  for j = 1, #ids do
+    if envs[j] and not due[j] and not dead[j] then
+      acked[#acked + 1] = ids[j]
+      if ARGV[2] == '1' then
+        fps[#acked] = fpOf(at[j])
+      end
+      local route = routeOf(envs[j])
+      left[route] = (left[route] or 0) + 1
+    end
+  end
+  if #acked > 0 then
+    redis.call('HDEL', KEYS[1], unpack(acked))
+  end
+end
+for route, c in pairs(left) do
+  cadd(cs, 'inflight', route, -c)
+end
+if all and nxany(KEYS[6]) then
+  -- Successors to promote: the ids are taken alone after all.
+  for j = 1, m do
+    acked[j] = ARGV[a + j - 1]
+    if ARGV[2] == '1' then
+      fps[j] = fpOf(j)
+    end
+  end
+  all = false
+end
+local k = all and m or #acked
+if not all and #acked > 0 then
   fps = nxacked(cs, KEYS[6], KEYS[7], KEYS[1], acked, fps)
-  cflush(cs)
-  if ARGV[2] == '1' and #fps > 0 then
-    -- Kafka-form ids go to their blocks' slots, through the caller's runs when every id
-    -- of the call is delivered (m fps left: all were in flight, none had a successor);
-    -- the others (all delivered at dat) to the index and the done slice.
-    if runs > 0 and #fps == m then
-      kbruns(ix, ARGV, 8, 7 + runs, now)
-      fps = kbrest(fps)
-    else
-      fps = kbdone(ix, fps, dat, now)
+end
+cflush(cs)
+if ARGV[2] == '1' and k > 0 then
+  -- Kafka-form ids go to their blocks' slots, through the caller's runs when every id
+  -- of the call is delivered (all were in flight, none had a successor); the others
+  -- (all delivered at dat) to the index and the done slice.
+  if all and runs > 0 then
+    kbruns(ix, ARGV, 8, 7 + runs, now)
+    fps = kbrest(sent)
+  elseif all then
+    fps = {}
+    for j = 1, m do
+      fps[j] = fpOf(j)
     end
-    if #fps > 0 then
-      local vals = {}
-      for j = 1, #fps do
-        vals[j] = dat
-      end
-      ixset(ix, fps, vals)
-      dnrecord(ix, fps, now, ARGV[6])
+    fps = kbdone(ix, fps, dat, now)
+  else
+    fps = kbdone(ix, fps, dat, now)
+  end
+  if #fps > 0 then
+    local vals = {}
+    for j = 1, #fps do
+      vals[j] = dat
     end
+    ixset(ix, fps, vals)
+    dnrecord(ix, fps, now, ARGV[6])
   end
 end
 local trimmed = dntrim(ix, ARGV[3], ARGV[4])

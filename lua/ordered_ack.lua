@@ -9,8 +9,8 @@
 local o = ostart(KEYS[8], KEYS[9], KEYS[7], KEYS[1])
 local ids = {}
 if o.on then -- a shard without keyed messages needs no list of the ids
-  local step = ARGV[5] == '1' and 3 or 2
-  for i = 8 + tonumber(ARGV[7]), #ARGV, step do
+  local a = 9 + tonumber(ARGV[7])
+  for i = a, a + tonumber(ARGV[a - 1]) - 1 do
     ids[#ids + 1] = ARGV[i]
   end
 end

@@ -22,9 +22,9 @@
 -- ARGV[3] k: how many block spans follow (0: none). k > 0 is the caller's word that
 --         every id of the batch is of the Kafka default form, no two the same, and that
 --         the spans below cover the slots of all of them; it makes the call quick-only:
---         its messages come as quadruples without the fp, parkquick parks them all or
---         the call writes nothing and returns 'full' (the caller sends the batch again
---         with k = 0 and the fps)
+--         its messages come laid out for parkquick (below) without their fps, which
+--         parks them all, or the call writes nothing and returns 'full' (the caller
+--         sends the batch again with k = 0 and the fps)
 -- ARGV[4] the owner value "instance|token" the caller holds the shard's lease with
 -- ARGV[5] a lease deadline (unix ms) that identifies this call among the shard's claims
 -- ARGV[6] c: the first c quintuples are claimed as they are parked, when KEYS[8] holds
@@ -33,9 +33,12 @@
 --         never cold, whatever the cold horizon); 0: none
 -- ARGV[7..6+3k] spans: block name, first byte, last byte (text) of the block's slots
 --         (index.lua's "kb" strings) that the batch's ids occupy
--- ARGV[7+3k..] quintuples: id, due (integer unix ms), envelope bytes, route, fp (12 bytes
---         of SHA-256(id)); quadruples without the fp when k > 0. The caller bounds the
---         batch (at most a few hundred: ZADD gets them in one unpack).
+-- ARGV[7+3k..] k = 0: quintuples: id, due (integer unix ms), envelope bytes, route, fp
+--         (12 bytes of SHA-256(id)). k > 0 (n messages, the first c claimed): r, then r
+--         triples of a route and its messages going pending and in flight; the n ids;
+--         n pairs of id and envelope; c pairs of the lease deadline (ARGV[5]) and id; the
+--         other n - c pairs of due time and id. The caller bounds the batch (at most a
+--         few hundred: each command gets them in one unpack).
 -- Returns the refused quintuples only, a flat array of position (1-based) and why:
 -- the state the id is already in, "pending", "inflight", "dead", "delivered" or
 -- "cancelled"; every quintuple it does not name was parked (an empty array: all were).
@@ -95,17 +98,22 @@ local function parkwrite(hset, zadd, zin, pend, fly)
     cadd(cs, 'inflight', route, k)
   end
 end
--- parkquick parks the whole batch at once and returns true when no id of it can be
--- refused, which it proves without looking at any id alone: none has an envelope (one
--- HMGET, as below), none is delivered (every slot the spans cover is empty: one BITCOUNT
--- per block, counted in C; no string of the slots enters Lua), none has an index entry (no block is marked: kbmark.lua),
--- none is twice in the batch and none goes cold (the caller's word: k > 0, horizon -1).
--- Otherwise it writes nothing, and the caller sends the batch again for the full path
--- below, which decides id by id. It saves the per-id work of that path (the block slots
--- compared one by one, the seen and state tables): about a third of park's
--- instructions; and the fps it never reads are not sent (docs/ARCHITECTURE.md).
+-- parkquick parks the whole batch of a quick-only call (k > 0) at once and returns
+-- true when no id of it can be refused, which it proves without looking at any id
+-- alone: none has an envelope (one HMGET, as below), none is delivered (every slot the
+-- spans cover is empty: one BITCOUNT per block, counted in C; no string of the slots
+-- enters Lua), none has an index entry (no block is marked: kbmark.lua), none is twice
+-- in the batch and none goes cold (the caller's word: k > 0, horizon -1). Otherwise, or
+-- when the call asked to claim and the lease moved on, it writes nothing and the caller
+-- sends the batch again for the full path below, which decides id by id. Its arguments
+-- are laid out for the commands (ARGV[7+3k..] in the header), so it runs no Lua per
+-- message but the test of HMGET's reply: about a third of park's instructions, and the
+-- fps it never reads are not sent (docs/ARCHITECTURE.md).
 local function parkquick()
   local k = tonumber(ARGV[3])
+  if tonumber(ARGV[6]) ~= claimUpTo then
+    return false
+  end
   local names = {}
   for b = 1, k do
     local at = 4 + 3 * b
@@ -122,30 +130,31 @@ local function parkquick()
       end
     end
   end
-  local ids, hset, zadd, zin, pend, fly, n = {}, {}, {}, {}, {}, {}, 0
-  local nz, ni = 0, 0
-  for i = first, #ARGV, 4 do
-    n = n + 1
-    local id, route = ARGV[i], ARGV[i + 3]
-    ids[n] = id
-    hset[2 * n - 1], hset[2 * n] = id, ARGV[i + 2]
-    if n <= claimUpTo then
-      zin[ni + 1], zin[ni + 2] = deadline, id
-      ni = ni + 2
-      fly[route] = (fly[route] or 0) + 1
-    else
-      zadd[nz + 1], zadd[nz + 2] = ARGV[i + 1], id
-      nz = nz + 2
-      pend[route] = (pend[route] or 0) + 1
-    end
-  end
-  local held = redis.call('HMGET', KEYS[2], unpack(ids))
+  local r = tonumber(ARGV[first])
+  local a = first + 1 + 3 * r -- the ids
+  local n = (#ARGV - a + 1) / 5
+  local held = redis.call('HMGET', KEYS[2], unpack(ARGV, a, a + n - 1))
   for j = 1, n do
     if held[j] then
       return false
     end
   end
-  parkwrite(hset, zadd, zin, pend, fly)
+  redis.call('HSET', KEYS[2], unpack(ARGV, a + n, a + 3 * n - 1))
+  local z = a + 3 * n -- the (deadline, id) pairs of the claimed, then (due, id) pairs
+  if claimUpTo > 0 then
+    redis.call('ZADD', KEYS[3], unpack(ARGV, z, z + 2 * claimUpTo - 1))
+  end
+  if n > claimUpTo then
+    redis.call('ZADD', KEYS[1], unpack(ARGV, z + 2 * claimUpTo, a + 5 * n - 1))
+  end
+  for i = first + 1, first + 3 * r, 3 do
+    if ARGV[i + 1] ~= '0' then
+      cadd(cs, 'pending', ARGV[i], tonumber(ARGV[i + 1]))
+    end
+    if ARGV[i + 2] ~= '0' then
+      cadd(cs, 'inflight', ARGV[i], tonumber(ARGV[i + 2]))
+    end
+  end
   cflush(cs)
   return true
 end

@@ -11,5 +11,5 @@ func (s *Store) ackCall(shard int, now int64) call {
 	k := s.keys[shard]
 	remember, trimBefore, trimLimit := s.trimArgs(now, 0)
 	keys := withGuard(k, []string{k.msg, k.inflight, k.counts, k.ix, k.dn, k.nx, k.due, k.ko, k.ki, k.dead})
-	return call{sc: s.oAck, keys: keys, args: []any{now, remember, trimBefore, trimLimit, 1, s.doneSliceMs(), 0}}
+	return call{sc: s.oAck, keys: keys, args: []any{now, remember, trimBefore, trimLimit, 1, s.doneSliceMs(), 0, 0, 0}}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -170,7 +171,7 @@ func (s *Store) ackCalls(shard int, ids, routes []string, now int64) []call {
 		if routes != nil {
 			withRoutes = 1
 		}
-		args := make([]any, 0, 7+3*len(part))
+		args := make([]any, 0, 10+2*len(part))
 		args = append(args, now, remember, trimBefore, trimLimit, withRoutes)
 		args = append(args, s.doneSliceMs(), 0)
 		var covered []bool // ids whose fingerprint ack.lua needs only without the runs
@@ -179,22 +180,44 @@ func (s *Store) ackCalls(shard int, ids, routes []string, now int64) []call {
 			args, n, covered = appendAckRuns(args, part, now)
 			args[6] = n
 		}
-		keys := withGuard(k, []string{k.msg, k.inflight, k.counts, k.ix, k.dn, k.nx, k.due, k.ko, k.ki, k.dead})
-		for i, id := range part {
-			args = append(args, id)
-			if routes != nil {
-				args = append(args, routes[start+i])
-			}
-			if covered != nil && covered[i] {
-				args = append(args, "")
-			} else {
-				args = append(args, ackFingerprint(id))
+		args = append(args, len(part))
+		for i := range part {
+			args = append(args, &part[i]) // by pointer: no allocation per id
+		}
+		if routes != nil {
+			args = appendRouteCounts(args, routes[start:end])
+		}
+		if remember == 1 {
+			for i, id := range part {
+				if covered == nil || !covered[i] {
+					args = append(args, i+1, ackFingerprint(id))
+				}
 			}
 		}
+		keys := withGuard(k, []string{k.msg, k.inflight, k.counts, k.ix, k.dn, k.nx, k.due, k.ko, k.ki, k.dead})
 		// ordered_ack: an acked head lets its key's next message be claimed.
 		calls = append(calls, call{sc: s.oAck, keys: keys, args: args})
 	}
 	return calls
+}
+
+// appendRouteCounts appends how many of routes each distinct route is: their number,
+// then route and count pairs, in the order first met.
+func appendRouteCounts(args []any, routes []string) []any {
+	type tally struct{ at, n int } // routes[at] is the route
+	var ts []tally
+	for i, r := range routes {
+		j := slices.IndexFunc(ts, func(t tally) bool { return routes[t.at] == r })
+		if j < 0 {
+			j, ts = len(ts), append(ts, tally{at: i})
+		}
+		ts[j].n++
+	}
+	args = append(args, len(ts))
+	for _, t := range ts {
+		args = append(args, &routes[t.at], t.n)
+	}
+	return args
 }
 
 // Ack records that claimed messages of shard were published: they leave inflight and

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 
 	"github.com/redis/go-redis/v9"
@@ -201,24 +202,23 @@ func (s *Store) parkCall(envs []*envelope.Envelope, shard int, ch []encoded, now
 	if quick && h < 0 && !ordered {
 		args = appendSpans(args, envs, ch) // in fetch order: the spans need offsets rising
 	}
-	quick = args[2] != 0 // a quick-only call: quadruples, no fps
 	c := 0
 	if claims && !ordered {
 		ch, c = wantedFirst(ch, claim.Want)
 		args[5] = c
 	}
-	keys, queues := parkKeys(k), []string(nil)
+	keys, pc := parkKeys(k), parkChunk{items: ch, claim: c, shard: shard}
+	if args[2] != 0 { // a quick-only call
+		return call{sc: s.park, keys: keys, args: appendQuick(args, envs, ch, c, lease.LeaseDeadline)}, pc
+	}
+	var queues []string
 	for _, it := range ch {
 		e := envs[it.idx]
-		args = append(args, e.ID, e.DueAt, it.data, e.Route)
-		if !quick {
-			args = append(args, fingerprint(e.ID))
-		}
+		args = append(args, &e.ID, &e.DueAt, it.data, &e.Route, fingerprint(e.ID))
 		if ordered {
 			queues = append(queues, s.queueOf(shard, e))
 		}
 	}
-	pc := parkChunk{items: ch, claim: c, shard: shard}
 	if !ordered {
 		return call{sc: s.park, keys: keys, args: args}, pc
 	}
@@ -227,6 +227,52 @@ func (s *Store) parkCall(envs []*envelope.Envelope, shard int, ch []encoded, now
 	// the queues (slotguard.go).
 	keys = append(append(keys[:7:7], k.ko, k.ki), queues...)
 	return call{sc: s.oPark, keys: withGuard(k, keys), args: args}, parkChunk{items: ch, shard: shard}
+}
+
+// appendQuick appends the messages of a quick-only park call, ch (the first c to be
+// claimed under deadline), laid out for park.lua's parkquick to hand each command its
+// arguments in one unpack: the count of routes and, per route, its messages going
+// pending and in flight; the ids; id and envelope pairs; the claimed ones' deadline
+// and id pairs; the others' due time and id pairs.
+func appendQuick(args []any, envs []*envelope.Envelope, ch []encoded, c int, deadline int64) []any {
+	type tally struct {
+		route          string
+		pending, going int
+	}
+	var routes []tally
+	for j, it := range ch {
+		r := envs[it.idx].Route
+		i := slices.IndexFunc(routes, func(t tally) bool { return t.route == r })
+		if i < 0 {
+			i, routes = len(routes), append(routes, tally{route: r})
+		}
+		if j < c {
+			routes[i].going++
+		} else {
+			routes[i].pending++
+		}
+	}
+	args = slices.Grow(args, 1+3*len(routes)+5*len(ch))
+	args = append(args, len(routes))
+	for _, t := range routes {
+		args = append(args, t.route, t.pending, t.going)
+	}
+	// Fields go by pointer (go-redis writes *string and *int64 as their values), each
+	// id three times: an interface holding a pointer needs no allocation of its own.
+	for _, it := range ch {
+		args = append(args, &envs[it.idx].ID)
+	}
+	for _, it := range ch {
+		args = append(args, &envs[it.idx].ID, it.data)
+	}
+	dl := any(deadline) // boxed once for all the claimed
+	for _, it := range ch[:c] {
+		args = append(args, dl, &envs[it.idx].ID)
+	}
+	for _, it := range ch[c:] {
+		args = append(args, &envs[it.idx].DueAt, &envs[it.idx].ID)
+	}
+	return args
 }
 
 // parkChunk is one park call's messages of shard, the first claim of which it asked to
