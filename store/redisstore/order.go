@@ -20,7 +20,12 @@ func (s *Store) ShardOfEnv(e *envelope.Envelope) int {
 	if e.ClaimedFrom > 0 {
 		return e.ClaimedFrom - 1
 	}
-	return s.ord.ShardOf(e, s.opt.Shards)
+	if e.ShardMemo > 0 {
+		return e.ShardMemo - 1
+	}
+	sh := s.ord.ShardOf(e, s.opt.Shards)
+	e.ShardMemo = sh + 1
+	return sh
 }
 
 // keyQueue is the queue of route's key in shard (lua/includes/order.lua: kz).
