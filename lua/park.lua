@@ -27,7 +27,7 @@
 --         sends the batch again with k = 0 and the fps)
 -- ARGV[4] the owner value "instance|token" the caller holds the shard's lease with
 -- ARGV[5] a lease deadline (unix ms) that identifies this call among the shard's claims
--- ARGV[6] c: the first c quintuples are claimed as they are parked, when KEYS[8] holds
+-- ARGV[6] c: the first c messages are claimed as they are parked, when KEYS[8] holds
 --         ARGV[4]: a new one goes in flight under ARGV[5] instead of due (the caller
 --         holds it from now on: due within its lookahead or park-claim horizon, and
 --         never cold, whatever the cold horizon); 0: none
@@ -39,9 +39,9 @@
 --         n pairs of id and envelope; c pairs of the lease deadline (ARGV[5]) and id; the
 --         other n - c pairs of due time and id. The caller bounds the batch (at most a
 --         few hundred: each command gets them in one unpack).
--- Returns the refused quintuples only, a flat array of position (1-based) and why:
+-- Returns the refused messages only, a flat array of position (1-based) and why:
 -- the state the id is already in, "pending", "inflight", "dead", "delivered" or
--- "cancelled"; every quintuple it does not name was parked (an empty array: all were).
+-- "cancelled"; every message it does not name was parked (an empty array: all were).
 -- A short reply: most calls refuse nothing. When the first c were claimed (the lease
 -- is held), one more element follows the pairs: 1; each of the c not named went in
 -- flight (or was in flight under ARGV[5] already: the same call sent again). Without
