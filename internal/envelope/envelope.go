@@ -84,10 +84,6 @@ type Envelope struct {
 	// It is not encoded. Acks, retries and put-backs go to that shard, whatever the
 	// shard the message's id or key maps to now (a route's `order` may have changed).
 	ClaimedFrom int
-	// ShardMemo is the shard a store found for the message from its id or key, plus one
-	// (0: not yet): the park path looks it up several times, and an id of the Kafka
-	// default form is parsed each time otherwise. Set by the store; not encoded.
-	ShardMemo int
 	// ClaimedBytes is the size the scheduler's byte budget counts for this claimed copy
 	// (its encoded length plus storeapi.MemOverhead), set by Claim; it is given back
 	// when the copy leaves memory. Not encoded.

@@ -20,12 +20,7 @@ func (s *Store) ShardOfEnv(e *envelope.Envelope) int {
 	if e.ClaimedFrom > 0 {
 		return e.ClaimedFrom - 1
 	}
-	if e.ShardMemo > 0 {
-		return e.ShardMemo - 1
-	}
-	sh := s.ord.ShardOf(e, s.opt.Shards)
-	e.ShardMemo = sh + 1
-	return sh
+	return s.ord.ShardOf(e, s.opt.Shards)
 }
 
 // keyQueue is the queue of route's key in shard (lua/includes/order.lua: kz).
