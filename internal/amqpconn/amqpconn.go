@@ -248,11 +248,17 @@ func classify(err error) error {
 	if errors.Is(err, amqp.ErrSASL) {
 		return fault.Permanent(fmt.Errorf("amqp handshake: %w", err))
 	}
-	if errors.Is(err, amqp.ErrCredentials) || errors.Is(err, amqp.ErrVhost) {
+	if errors.Is(err, amqp.ErrCredentials) {
 		// RabbitMQ refuses bad credentials by closing the socket (amqp091-go does not
 		// advertise authentication_failure_close), which looks the same as a cut during
-		// the handshake: permanent only after MaxAuthRefusals in a row.
+		// the login: permanent only after MaxAuthRefusals in a row.
 		return fmt.Errorf("amqp handshake refused: %w: %w", err, errRefused)
+	}
+	if errors.Is(err, amqp.ErrVhost) {
+		// A local ErrVhost is a socket closed at connection.open without a reply: the
+		// login had been accepted, and RabbitMQ refuses a vhost with a 530 reply (the
+		// server error above), so this is a cut, which a retry fixes.
+		return fmt.Errorf("amqp handshake cut at connection.open: %w", err)
 	}
 	var uerr x509.UnknownAuthorityError
 	var herr x509.HostnameError

@@ -181,6 +181,23 @@ func TestCutDuringLoginIsNotPermanent(t *testing.T) {
 	}
 }
 
+// TestCutAtOpenIsNotARefusal: a socket closed at connection.open, after the broker
+// accepted the login, is a cut however often it happens (RabbitMQ refuses a vhost with
+// a 530 reply), and it clears the count of refused logins.
+func TestCutAtOpenIsNotARefusal(t *testing.T) {
+	base := testkit.RequireRabbitMQ(t)
+	p := tcpproxy.Start(t, "127.0.0.1:5672")
+	m := newManager(t, fast(p.URL(base)))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p.KillAtOpen(5) // more than MaxAuthRefusals (3)
+	ch, err := m.Channel(ctx)
+	if err != nil {
+		t.Fatalf("after 5 cuts at connection.open: %v, want a channel", err)
+	}
+	m.CloseChannel(ch, time.Second)
+}
+
 // TestBadConfigIsPermanent: New refuses what no dial can fix. (A missing amqp.tls file
 // is refused where the *tls.Config is built from it: app's
 // TestAMQPConnConfigTLSFiles.)

@@ -6,6 +6,7 @@
 package tcpproxy
 
 import (
+	"encoding/binary"
 	"io"
 	"net"
 	"net/url"
@@ -29,6 +30,7 @@ type Proxy struct {
 	closed bool
 	cuts   int
 	kill   int // the next kill connections die in the AMQP handshake
+	killAt int // ... after forwarding this many client frames past the protocol header
 }
 
 // Start listens on a free 127.0.0.1 port and forwards to target. The proxy is closed at
@@ -74,14 +76,14 @@ func (p *Proxy) accept() {
 			continue
 		}
 		p.conns[c], p.conns[s] = struct{}{}, struct{}{}
-		kill := p.kill > 0
+		kill, frames := p.kill > 0, p.killAt
 		if kill {
 			p.kill--
 		}
 		p.mu.Unlock()
 		p.wg.Add(2)
 		if kill {
-			go p.killAfterHeader(s, c)
+			go p.killAfterFrames(s, c, frames)
 		} else {
 			go p.pipe(s, c)
 		}
@@ -113,13 +115,29 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 	p.mu.Unlock()
 }
 
-// killAfterHeader forwards the client's 8-byte protocol header, then waits for the
-// client's next frame (connection.start-ok, carrying the credentials) and closes both
-// sides without forwarding it: to the client it looks exactly like RabbitMQ refusing
-// the login by closing the socket.
-func (p *Proxy) killAfterHeader(dst, src net.Conn) {
+// killAfterFrames forwards the client's 8-byte protocol header and its next frames
+// client frames, then waits for the one after and closes both sides without
+// forwarding it. With frames 0 that is connection.start-ok, carrying the credentials:
+// to the client it looks exactly like RabbitMQ refusing the login by closing the
+// socket. With frames 2 (start-ok, tune-ok) it is connection.open: a cut after the
+// login was accepted.
+func (p *Proxy) killAfterFrames(dst, src net.Conn, frames int) {
 	defer p.wg.Done()
 	if _, err := io.CopyN(dst, src, 8); err == nil {
+		for range frames {
+			// A frame: type (1), channel (2), payload size (4), payload, frame-end (1).
+			var head [7]byte
+			if _, err := io.ReadFull(src, head[:]); err != nil {
+				break
+			}
+			size := int64(binary.BigEndian.Uint32(head[3:]))
+			if _, err := dst.Write(head[:]); err != nil {
+				break
+			}
+			if _, err := io.CopyN(dst, src, size+1); err != nil {
+				break
+			}
+		}
 		var b [1]byte
 		_, _ = src.Read(b[:])
 	}
@@ -160,10 +178,18 @@ func (p *Proxy) Thaw() {
 }
 
 // KillHandshakes makes the next n connections die during the AMQP login (see
-// killAfterHeader).
+// killAfterFrames).
 func (p *Proxy) KillHandshakes(n int) {
 	p.mu.Lock()
-	p.kill = n
+	p.kill, p.killAt = n, 0
+	p.mu.Unlock()
+}
+
+// KillAtOpen makes the next n connections die at connection.open, after the broker
+// accepted the login (see killAfterFrames).
+func (p *Proxy) KillAtOpen(n int) {
+	p.mu.Lock()
+	p.kill, p.killAt = n, 2
 	p.mu.Unlock()
 }
 
