@@ -235,7 +235,7 @@ func kafkaChurnWith(t *testing.T, what string, end func(*bridgeProc), want503, d
 		readyAt = time.Now()
 		return true
 	})
-	waitUntil(t, "every record on the target", 3*time.Minute, func() bool { return c.target.uniqueCount() >= len(sentMsgs) })
+	waitAllArrived(t, c.target, sentMsgs, 3*time.Minute)
 	allAt := time.Now()
 	probe.halt()
 

@@ -128,7 +128,7 @@ func TestRedisClusterFailover(t *testing.T) {
 	})
 	time.Sleep(time.Second)
 	sentMsgs := s.finish(t)
-	waitUntil(t, "every message on the target", 30*time.Second, func() bool { return c.target.uniqueCount() >= len(sentMsgs) })
+	waitAllArrived(t, c.target, sentMsgs, 30*time.Second)
 	dups := ledger(t, sentMsgs, c.target.snapshot(), "orders.delay")
 	t.Logf("Redis Cluster failover: victim's shards %v fired again %s after SIGKILL; %d messages, %d duplicates",
 		shards, last.Sub(killed).Round(time.Millisecond), len(sentMsgs), dups)

@@ -345,7 +345,7 @@ func TestRebalanceEvenSplitAndGracefulHandover(t *testing.T) {
 	time.Sleep(time.Second)
 
 	sentMsgs := s.finish(t)
-	waitUntil(t, "every message on the target", 30*time.Second, func() bool { return c.target.uniqueCount() >= len(sentMsgs) })
+	waitAllArrived(t, c.target, sentMsgs, 30*time.Second)
 	dups := ledger(t, sentMsgs, c.target.snapshot(), "orders.delay")
 	if dups != 0 {
 		for id, as := range arrivalsByID(c.target.snapshot()) {
@@ -562,7 +562,7 @@ func TestFailoverAfterKill(t *testing.T) {
 		time.Sleep(500 * time.Millisecond)
 	}
 	sentMsgs := s.finish(t)
-	waitUntil(t, "every message on the target", 30*time.Second, func() bool { return c.target.uniqueCount() >= len(sentMsgs) })
+	waitAllArrived(t, c.target, sentMsgs, 30*time.Second)
 	got := c.target.snapshot()
 	dups := ledger(t, sentMsgs, got, "orders.delay")
 	perKill := c.checkDuplicates(t, got, faults, 2*ttl)
@@ -623,7 +623,7 @@ func TestChaosKillAndFreeze(t *testing.T) {
 	}
 	at(run)
 	sentMsgs := s.finish(t)
-	waitUntil(t, "every message on the target", 40*time.Second, func() bool { return c.target.uniqueCount() >= len(sentMsgs) })
+	waitAllArrived(t, c.target, sentMsgs, 40*time.Second)
 	got := c.target.snapshot()
 	dups := ledger(t, sentMsgs, got, "orders.delay")
 	perFault := c.checkDuplicates(t, got, faults, 2*ttl+time.Second)

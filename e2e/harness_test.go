@@ -24,6 +24,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -422,6 +423,55 @@ func (c *collector) uniqueCount() int {
 		seen[a.headers["x-message-id"]] = true
 	}
 	return len(seen)
+}
+
+// waitAllArrived waits until every message of all reached c. On a timeout it fails
+// naming how many are missing and, for the first few, their due time, shard and what
+// each bridge's lookup says of them, so a lost message can be told from a stuck one.
+func waitAllArrived(t *testing.T, c *collector, all map[string]sent, limit time.Duration, procs ...*bridgeProc) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for c.uniqueCount() < len(all) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for every message on the target: %s", limit, missingReport(c, all, procs))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func missingReport(c *collector, all map[string]sent, procs []*bridgeProc) string {
+	seen := map[string]bool{}
+	for _, a := range c.snapshot() {
+		seen[a.headers["x-message-id"]] = true
+	}
+	var missing []string
+	for id := range all {
+		if !seen[id] {
+			missing = append(missing, id)
+		}
+	}
+	slices.Sort(missing)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d of %d missing", len(missing), len(all))
+	for _, id := range missing[:min(len(missing), 8)] {
+		m := all[id]
+		fmt.Fprintf(&b, "\n  %s: shard %d, due %s ago", id, shardOf(id), time.Since(m.at.Add(m.delay)).Round(time.Millisecond))
+		for _, p := range procs {
+			fmt.Fprintf(&b, "; %s says %s", p.admin, lookupText(p, id))
+		}
+	}
+	return b.String()
+}
+
+// lookupText is GET /v1/messages/{id}'s status and body, or the error, for a report.
+func lookupText(p *bridgeProc, id string) string {
+	resp, err := http.Get("http://" + p.admin + "/v1/messages/" + id)
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
+	return fmt.Sprintf("%d %s", resp.StatusCode, bytes.TrimSpace(body))
 }
 
 func waitUntil(t *testing.T, what string, limit time.Duration, cond func() bool) {

@@ -139,7 +139,7 @@ func TestKafkaKill9MidFlightLosesNothing(t *testing.T) {
 		sentMsgs[k] = v
 	}
 	e.bridge.start()
-	waitUntil(t, "every message after the restart", 60*time.Second, func() bool { return e.target.uniqueCount() >= len(sentMsgs) })
+	waitAllArrived(t, e.target, sentMsgs, 60*time.Second)
 	dups := ledger(t, sentMsgs, e.target.snapshot(), "orders.delay")
 	t.Logf("kill -9 mid-flight: %d messages, %d duplicates", len(sentMsgs), dups)
 }

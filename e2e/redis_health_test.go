@@ -275,7 +275,7 @@ func TestRedisFullFailsStoreCheck(t *testing.T) {
 	halt()
 	mu.Lock()
 	defer mu.Unlock()
-	waitUntil(t, "every message delivered", 60*time.Second, func() bool { return e.target.uniqueCount() >= len(sentMsgs) })
+	waitAllArrived(t, e.target, sentMsgs, 60*time.Second)
 	dups := ledger(t, sentMsgs, e.target.snapshot(), "orders.delay")
 	t.Logf("%d messages, %.0f OOM refusals, %d duplicates", len(sentMsgs), metricSum(t, e.bridge, "redis_oom_refusals_total"), dups)
 }

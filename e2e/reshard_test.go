@@ -116,7 +116,7 @@ func (r *reshardRig) judgeDelivered(t *testing.T, migration time.Duration) (all 
 	for id, m := range r.far {
 		all[id] = m
 	}
-	waitUntil(t, "every message on the target", 3*time.Minute, func() bool { return r.c.target.uniqueCount() >= len(all) })
+	waitAllArrived(t, r.c.target, all, 3*time.Minute, r.p)
 	time.Sleep(2 * time.Second) // a late duplicate, if any, arrives too
 	got := r.c.target.snapshot()
 	dups = ledger(t, all, got, "orders.delay")
