@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/delaybridge/delay-bridge/internal/clock"
+	"github.com/delaybridge/delay-bridge/internal/observe"
 	"github.com/delaybridge/delay-bridge/membership"
 	"github.com/delaybridge/delay-bridge/store/storeapi"
 )
@@ -365,6 +366,9 @@ func (s *Scheduler) recoverAll(ctx context.Context, st *shardState) bool {
 			var moved int
 			moved, more, err = s.store.RecoverAll(ctx, st.shard, now, s.opt.ClaimBatch)
 			recovered += moved
+			if moved > 0 {
+				s.obs.Recovered(observe.RecoverShardAcquired, moved)
+			}
 			if err == nil && !more {
 				if recovered > 0 {
 					s.log.Info("recovered in-flight messages on acquiring a shard; they fire again (one whose publish had completed is delivered twice)",

@@ -8,6 +8,7 @@ import (
 
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/internal/observe"
 	"github.com/delaybridge/delay-bridge/store/storeapi"
 )
 
@@ -239,6 +240,7 @@ func (s *Scheduler) schedule(st *shardState, items []*envelope.Envelope) {
 // outcome that could not be recorded through a long Redis outage) fires again.
 func (s *Scheduler) recoverExpired(ctx context.Context, st *shardState, now int64) {
 	if moved, _, err := s.store.Recover(ctx, st.shard, now, s.opt.ClaimBatch); err == nil && moved > 0 {
+		s.obs.Recovered(observe.RecoverLeaseExpired, moved)
 		s.log.Warn("recovered in-flight messages past their deadline", "shard", st.shard, "n", moved)
 	}
 }

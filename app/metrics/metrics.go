@@ -56,7 +56,8 @@ type CountsFunc func(ctx context.Context) (map[string]admin.Counts, error)
 //	           <queue>_backlog{target}; counters <queue>_published_total{target},
 //	           <queue>_failed_total{target}, <queue>_dropped_total{target,reason},
 //	           redis_maxmemory_policy{node,policy} (redis_health.go); counters
-//	           redis_oom_refusals_total, lost_claims_healed_total
+//	           redis_oom_refusals_total, lost_claims_healed_total,
+//	           messages_recovered_total{reason}
 //	histograms delivery_lateness_seconds{route}, fire_lateness_seconds{route},
 //	           egress_wait_seconds{route},
 //	           requested_delay_seconds{route}, publish_duration_seconds{route,broker},

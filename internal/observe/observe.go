@@ -148,7 +148,23 @@ type Observer interface {
 	// a pipeline with a failed call, a migrating slot) that its owner sent again and
 	// found its messages in flight: they fire now, not at the in-flight lease.
 	ClaimHealed()
+	// Recovered counts n in-flight messages put back to fire again (at-least-once),
+	// by reason (one of RecoverReasons): each may be a second copy of one already
+	// published.
+	Recovered(reason string, n int)
 }
+
+// Reasons an in-flight message is fired again (Recovered).
+const (
+	// RecoverLeaseExpired: its in-flight deadline passed under its live owner (an
+	// outcome that could not be recorded, a publish held past scheduler.inflight_lease).
+	RecoverLeaseExpired = "lease_expired"
+	// RecoverShardAcquired: it was left in flight by the shard's previous owner.
+	RecoverShardAcquired = "shard_acquired"
+)
+
+// RecoverReasons lists every Recovered reason.
+var RecoverReasons = []string{RecoverLeaseExpired, RecoverShardAcquired}
 
 // PolicyUnknown is the maxmemory-policy reported for a Redis node that answered neither
 // CONFIG GET nor INFO memory with it.
@@ -200,3 +216,4 @@ func (Nop) ScheduleSlots(string, string, int)            {}
 func (Nop) RedisPolicies(map[string]string)              {}
 func (Nop) RedisOOM(int)                                 {}
 func (Nop) ClaimHealed()                                 {}
+func (Nop) Recovered(string, int)                        {}

@@ -15,6 +15,7 @@ import (
 	"github.com/delaybridge/delay-bridge/egress"
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
+	"github.com/delaybridge/delay-bridge/internal/observe"
 	"github.com/delaybridge/delay-bridge/lua"
 	"github.com/delaybridge/delay-bridge/scheduler"
 	"github.com/delaybridge/delay-bridge/store/redisstore"
@@ -175,6 +176,9 @@ func lostClaimReply(t *testing.T, resend bool) {
 	}
 	if h, want := rec.healed.Load(), fault.claims.Load(); h != want || h < 1 {
 		t.Errorf("ClaimHealed observed %d times, want %d (each claim of the spoiled pipeline found again)", h, want)
+	}
+	if n := rec.recovered(observe.RecoverLeaseExpired); n != 0 {
+		t.Errorf("%d messages recovered at their lease, want none: the claim sent again found them", n)
 	}
 	if got := logs.String(); !strings.Contains(got, "found its messages in flight") ||
 		strings.Contains(got, "recovered in-flight messages past their deadline") {

@@ -184,6 +184,9 @@ func TestUnknownOutcomeIsNotResentBeforeTheLease(t *testing.T) {
 	if got := testkit.CounterValue(t, reg, "delaybridge_publish_retries_total", map[string]string{"route": "r"}); got != 1 {
 		t.Errorf("publish_retries_total = %v, want 1", got)
 	}
+	if got := testkit.CounterValue(t, reg, "delaybridge_messages_recovered_total", map[string]string{"reason": "lease_expired"}); got != 1 {
+		t.Errorf("messages_recovered_total{lease_expired} = %v, want 1 (the message fired again at its lease)", got)
+	}
 }
 
 // stallSink is a broker that never answers: every Publish waits for its ctx to end,

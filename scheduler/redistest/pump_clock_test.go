@@ -25,9 +25,23 @@ type firedRecorder struct {
 	lateness map[string]time.Duration
 	order    []string
 	healed   atomic.Int32 // ClaimHealed calls
+	recov    sync.Map     // Recovered: reason -> *atomic.Int64 of messages
 }
 
 func (f *firedRecorder) ClaimHealed() { f.healed.Add(1) }
+
+func (f *firedRecorder) Recovered(reason string, n int) {
+	c, _ := f.recov.LoadOrStore(reason, new(atomic.Int64))
+	c.(*atomic.Int64).Add(int64(n))
+}
+
+// recovered is how many messages Recovered counted for reason.
+func (f *firedRecorder) recovered(reason string) int64 {
+	if c, ok := f.recov.Load(reason); ok {
+		return c.(*atomic.Int64).Load()
+	}
+	return 0
+}
 
 func (f *firedRecorder) Fired(route string, late time.Duration) {
 	f.mu.Lock()

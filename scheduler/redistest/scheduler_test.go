@@ -13,6 +13,7 @@ import (
 	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/fault"
+	"github.com/delaybridge/delay-bridge/internal/observe"
 	"github.com/delaybridge/delay-bridge/scheduler"
 	"github.com/delaybridge/delay-bridge/store/redisstore"
 	"github.com/delaybridge/delay-bridge/store/storeapi"
@@ -283,8 +284,12 @@ func TestNewOwnerRecoversInflightOfDeadOwner(t *testing.T) {
 		t.Fatalf("in flight %d, want 20", i)
 	}
 	sink := &recordingSink{}
-	startScheduler(t, r, "alive", sink, nil)
+	rec := &firedRecorder{lateness: map[string]time.Duration{}}
+	startScheduler(t, r, "alive", sink, func(o *scheduler.Options) { o.Observer = rec })
 	waitFor(t, "recovered messages fired", 10*time.Second, func() bool { return len(sink.snapshot()) == 20 })
+	if n := rec.recovered(observe.RecoverShardAcquired); n != 20 {
+		t.Errorf("Recovered(shard_acquired) counted %d messages, want 20", n)
+	}
 	for _, p := range sink.snapshot() {
 		if p.at < due || p.due != due {
 			t.Fatalf("%s: published at %d with due %d; want not before %d and due kept", p.id, p.at, p.due, due)
