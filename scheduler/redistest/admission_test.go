@@ -50,7 +50,9 @@ func TestRestartUnderADeadNameHoldsOffUntilTheOthersTookItsShare(t *testing.T) {
 	// machine could miss the moment a held all eight.
 	var seq atomic.Int64
 	var aAll, bFirst atomic.Int64 // the sequence number of a's first report of 8, of b's first of any
+	var aRounds atomic.Int64
 	obsA := ownedReports{f: func(n int) {
+		aRounds.Add(1)
 		if n == 8 {
 			aAll.CompareAndSwap(0, seq.Add(1))
 		}
@@ -66,6 +68,9 @@ func TestRestartUnderADeadNameHoldsOffUntilTheOthersTookItsShare(t *testing.T) {
 		}
 	}
 	a := startScheduler(t, r, "a", &recordingSink{}, withAdmission(obsA))
+	// b restarts beside a live a: a's first round (its heartbeat) comes first, or b's
+	// first look would find nobody else and rightly join at once, as a lone replica does.
+	waitFor(t, "a's first ownership round", 10*time.Second, func() bool { return aRounds.Load() > 0 })
 	b := startScheduler(t, r, "b", &recordingSink{}, withAdmission(obsB))
 
 	waitFor(t, "the restarted b owns its share", 30*time.Second, func() bool { return len(b.sched.OwnedShards()) == bShare })
