@@ -183,7 +183,7 @@ func TestCutDuringLoginIsNotPermanent(t *testing.T) {
 
 // TestCutAtOpenIsNotARefusal: a socket closed at connection.open, after the broker
 // accepted the login, is a cut however often it happens (RabbitMQ refuses a vhost with
-// a 530 reply), and it clears the count of refused logins.
+// a 530 reply), never counted as a refused login.
 func TestCutAtOpenIsNotARefusal(t *testing.T) {
 	base := testkit.RequireRabbitMQ(t)
 	p := tcpproxy.Start(t, "127.0.0.1:5672")
