@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,9 +49,7 @@ type ScaleResult struct {
 // so that they stay comparable (a default id's 13 more bytes cost 13 B per pending
 // message: docs/SCALE.md).
 func scaleEnvelope(i int, due, now int64) *envelope.Envelope {
-	e := kafkaEnvelope("scale", "scale.delay", i, due, now)
-	e.ID = e.ID[:strings.LastIndexByte(e.ID, '/')]
-	return e
+	return kafkaRecord("scale", "scale.delay", i, due, now)
 }
 
 // kafkaEnvelope is what ingress/kafka parks for record i (6 partitions) of topic on
@@ -60,13 +57,21 @@ func scaleEnvelope(i int, due, now int64) *envelope.Envelope {
 // (topic/partition/offset/hash: ingress.KafkaRecordID), which the store places and
 // remembers by its partition's block of offsets.
 func kafkaEnvelope(route, topic string, i int, due, now int64) *envelope.Envelope {
+	e := kafkaRecord(route, topic, i, due, now)
 	part, off := i%6, i/6
-	key := []byte("k" + strconv.Itoa(i))
-	headers := []envelope.Header{{Key: "x-delay", Value: strconv.FormatInt(due-now, 10)}}
+	e.ID = ingress.KafkaRecordID(topic, part, int64(off), time.UnixMilli(now), e.Key, e.Payload, e.Headers)
+	return e
+}
+
+// kafkaRecord is record i of topic as kafkaEnvelope parks it, under the id
+// topic/partition/offset.
+func kafkaRecord(route, topic string, i int, due, now int64) *envelope.Envelope {
+	part, off := i%6, i/6
 	return &envelope.Envelope{
-		ID:    ingress.KafkaRecordID(topic, part, int64(off), time.UnixMilli(now), key, payload, headers),
-		Route: route, SourceBroker: envelope.BrokerKafka, Source: topic, DueAt: due, ReceivedAt: now,
-		Key: key, Payload: payload, Headers: headers,
+		ID: topic + "/" + strconv.Itoa(part) + "/" + strconv.Itoa(off), Route: route,
+		SourceBroker: envelope.BrokerKafka, Source: topic, DueAt: due, ReceivedAt: now,
+		Key: []byte("k" + strconv.Itoa(i)), Payload: payload,
+		Headers: []envelope.Header{{Key: "x-delay", Value: strconv.FormatInt(due-now, 10)}},
 	}
 }
 

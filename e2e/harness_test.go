@@ -416,34 +416,30 @@ func (c *collector) snapshot() []arrival {
 	return append([]arrival(nil), c.got...)
 }
 
-// uniqueCount returns how many distinct x-message-ids arrived.
-func (c *collector) uniqueCount() int {
+// ids returns the distinct x-message-ids that arrived.
+func (c *collector) ids() map[string]bool {
 	seen := map[string]bool{}
 	for _, a := range c.snapshot() {
 		seen[a.headers["x-message-id"]] = true
 	}
-	return len(seen)
+	return seen
 }
+
+// uniqueCount returns how many distinct x-message-ids arrived.
+func (c *collector) uniqueCount() int { return len(c.ids()) }
 
 // waitAllArrived waits until every message of all reached c. On a timeout it fails
 // naming how many are missing and, for the first few, their due time, shard and what
 // each bridge's lookup says of them, so a lost message can be told from a stuck one.
 func waitAllArrived(t *testing.T, c *collector, all map[string]sent, limit time.Duration, procs ...*bridgeProc) {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	for c.uniqueCount() < len(all) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for every message on the target: %s", limit, missingReport(c, all, procs))
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !poll(limit, func() bool { return c.uniqueCount() >= len(all) }) {
+		t.Fatalf("timed out after %s waiting for every message on the target: %s", limit, missingReport(c, all, procs))
 	}
 }
 
 func missingReport(c *collector, all map[string]sent, procs []*bridgeProc) string {
-	seen := map[string]bool{}
-	for _, a := range c.snapshot() {
-		seen[a.headers["x-message-id"]] = true
-	}
+	seen := c.ids()
 	var missing []string
 	for id := range all {
 		if !seen[id] {
@@ -476,13 +472,21 @@ func lookupText(p *bridgeProc, id string) string {
 
 func waitUntil(t *testing.T, what string, limit time.Duration, cond func() bool) {
 	t.Helper()
+	if !poll(limit, cond) {
+		t.Fatalf("timed out after %s waiting for %s", limit, what)
+	}
+}
+
+// poll checks cond every 20 ms until it holds (true) or limit has passed (false).
+func poll(limit time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(limit)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", limit, what)
+			return false
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	return true
 }
 
 // ledger checks arrivals against what was sent: every message arrived, none early,

@@ -48,7 +48,8 @@ type CountsFunc func(ctx context.Context) (map[string]admin.Counts, error)
 //	           messages_cancelled_total{route},
 //	           messages_rescheduled_total{route}, messages_dropped_total{route,reason},
 //	           publish_failures_total{route,broker,reason}, publish_retries_total{route},
-//	           redis_retries_total{reason} (observe.RetryReasons, all at 0 from start)
+//	           redis_retries_total{reason} (observe.RetryReasons, all at 0 from start),
+//	           messages_recovered_total{reason} (observe.RecoverReasons, likewise)
 //	gauges     messages_pending{route}, messages_inflight{route}, messages_dead{route} (from SetCounts,
 //	           collected at scrape time, cached StatsCacheTTL), shards_owned, clock_offset_seconds,
 //	           ingress_consuming{route}, ingress_lag_messages{route},
@@ -56,8 +57,7 @@ type CountsFunc func(ctx context.Context) (map[string]admin.Counts, error)
 //	           <queue>_backlog{target}; counters <queue>_published_total{target},
 //	           <queue>_failed_total{target}, <queue>_dropped_total{target,reason},
 //	           redis_maxmemory_policy{node,policy} (redis_health.go); counters
-//	           redis_oom_refusals_total, lost_claims_healed_total,
-//	           messages_recovered_total{reason}
+//	           redis_oom_refusals_total, lost_claims_healed_total
 //	histograms delivery_lateness_seconds{route}, fire_lateness_seconds{route},
 //	           egress_wait_seconds{route},
 //	           requested_delay_seconds{route}, publish_duration_seconds{route,broker},
@@ -75,7 +75,7 @@ type Metrics struct {
 	lateness, requestedDelay, delivery    *prometheus.HistogramVec
 	egressWait                            *prometheus.HistogramVec
 	publishDuration, scriptDuration       *prometheus.HistogramVec
-	slots, redisRetries                   *prometheus.CounterVec
+	slots, redisRetries, recovered        *prometheus.CounterVec
 	counts                                *countsCollector
 	sides                                 map[string]*sideMetrics // by queue (side.go)
 	ready                                 *readyCollector
@@ -169,6 +169,8 @@ func NewMetrics(reg prometheus.Registerer, version string, logger *slog.Logger) 
 			"Duration of one Redis script call.", ScriptBuckets, "script"),
 		redisRetries: counter("redis_retries_total",
 			"Script calls Redis Cluster refused while their slot was being migrated (tryagain, moved, ask), sent again after a backoff.", "reason"),
+		recovered: counter("messages_recovered_total",
+			"In-flight messages fired again (at-least-once; each may be a second copy): lease_expired = their in-flight deadline passed under a live owner (an outcome not recorded, a publish held past scheduler.inflight_lease), shard_acquired = left in flight by the shard's previous owner.", "reason"),
 		slots: counter("schedule_slots_total",
 			"Slots of recurring schedules by outcome: parked, late (catch-up), missed, no_route, published.", "schedule", "outcome"),
 		counts: newCountsCollector(logger),
@@ -177,17 +179,14 @@ func NewMetrics(reg prometheus.Registerer, version string, logger *slog.Logger) 
 		redis:  newRedisHealth(),
 		memory: newMemoryCollector(),
 	}
-	for _, reason := range observe.RetryReasons {
-		m.redisRetries.WithLabelValues(reason)
-	}
-	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Name: "build_info",
-		Help: "Always 1; labels carry the bridge version and the Go version it was built with."}, []string{"version", "goversion"})
-	buildInfo.WithLabelValues(version, runtime.Version()).Set(1)
+	atZero(m.redisRetries, observe.RetryReasons)
+	atZero(m.recovered, observe.RecoverReasons)
 	all := []prometheus.Collector{
 		m.received, m.parked, m.fired, m.published, m.deadLettered, m.invalid, m.shardsOwned, m.clockOffset,
 		m.duplicate, m.cancelled, m.replaced, m.rescheduled, m.dropped, m.publishFailures, m.retries,
-		m.ingressConsuming, m.ingressLag, m.delivery, m.slots, m.redisRetries,
-		m.lateness, m.egressWait, m.requestedDelay, m.publishDuration, m.scriptDuration, m.counts, m.ready, m.memory, buildInfo,
+		m.ingressConsuming, m.ingressLag, m.delivery, m.slots, m.redisRetries, m.recovered,
+		m.lateness, m.egressWait, m.requestedDelay, m.publishDuration, m.scriptDuration, m.counts, m.ready, m.memory,
+		newBuildInfo(version),
 	}
 	for _, q := range observe.SideQueues {
 		all = append(all, m.sides[q].collectors()...)
@@ -269,10 +268,31 @@ func (m *Metrics) ScriptDuration(script string, took time.Duration) {
 	m.scriptDuration.WithLabelValues(script).Observe(took.Seconds())
 }
 
+// atZero creates the series of a one-label counter for each of values, at 0.
+func atZero(c *prometheus.CounterVec, values []string) {
+	for _, v := range values {
+		c.WithLabelValues(v)
+	}
+}
+
+// newBuildInfo is build_info: always 1, labelled with the bridge's and Go's versions.
+func newBuildInfo(version string) *prometheus.GaugeVec {
+	b := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Name: "build_info",
+		Help: "Always 1; labels carry the bridge version and the Go version it was built with."}, []string{"version", "goversion"})
+	b.WithLabelValues(version, runtime.Version()).Set(1)
+	return b
+}
+
 // RedisRetried implements observe.Observer; the script is not a label (the series exist
 // at 0 from start, one per reason).
 func (m *Metrics) RedisRetried(_, reason string) {
 	m.redisRetries.WithLabelValues(reason).Inc()
+}
+
+// Recovered implements observe.Observer (the series exist at 0 from start, one per
+// reason).
+func (m *Metrics) Recovered(reason string, n int) {
+	m.recovered.WithLabelValues(reason).Add(float64(n))
 }
 func (m *Metrics) ShardsOwned(n int) { m.shardsOwned.Set(float64(n)) }
 

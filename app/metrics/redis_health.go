@@ -4,8 +4,6 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/delaybridge/delay-bridge/internal/observe"
 )
 
 // redisHealth are the series of Redis as a database (store/redisstore: Health):
@@ -17,18 +15,15 @@ import (
 //	                                     (0 from start)
 //	lost_claims_healed_total             claims whose reply was lost that their owner
 //	                                     sent again and found in flight (0 from start)
-//	messages_recovered_total{reason}     in-flight messages fired again
-//	                                     (observe.RecoverReasons, all at 0 from start)
 type redisHealth struct {
 	mu     sync.Mutex
 	policy *prometheus.GaugeVec
 	oom    prometheus.Counter
 	healed prometheus.Counter
-	recov  *prometheus.CounterVec
 }
 
 func newRedisHealth() *redisHealth {
-	r := &redisHealth{
+	return &redisHealth{
 		policy: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Name: "redis_maxmemory_policy",
 			Help: "1 per Redis primary, labelled with its maxmemory-policy as last checked (every ownership round); any policy but noeviction may evict pending messages, unknown = neither CONFIG GET nor INFO answered."},
 			[]string{"node", "policy"}),
@@ -36,18 +31,11 @@ func newRedisHealth() *redisHealth {
 			Help: "Commands Redis refused because it is out of memory (used memory above maxmemory under noeviction); nothing was written and the bridge retries."}),
 		healed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: "lost_claims_healed_total",
 			Help: "Claims whose reply was lost (timeout, reset connection, failed pipeline, migrating slot) that their owner sent again and found its messages in flight: fired at once rather than at the in-flight lease."}),
-		recov: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "messages_recovered_total",
-			Help: "In-flight messages fired again (at-least-once; each may be a second copy): lease_expired = their in-flight deadline passed under a live owner (an outcome not recorded, a publish held past scheduler.inflight_lease), shard_acquired = left in flight by the shard's previous owner."},
-			[]string{"reason"}),
 	}
-	for _, reason := range observe.RecoverReasons {
-		r.recov.WithLabelValues(reason)
-	}
-	return r
 }
 
 func (r *redisHealth) collectors() []prometheus.Collector {
-	return []prometheus.Collector{r.policy, r.oom, r.healed, r.recov}
+	return []prometheus.Collector{r.policy, r.oom, r.healed}
 }
 
 // RedisPolicies implements observe.Observer: the series are replaced by the given set.
@@ -66,8 +54,3 @@ func (m *Metrics) RedisOOM(n int) { m.redis.oom.Add(float64(n)) }
 
 // ClaimHealed implements observe.Observer.
 func (m *Metrics) ClaimHealed() { m.redis.healed.Inc() }
-
-// Recovered implements observe.Observer.
-func (m *Metrics) Recovered(reason string, n int) {
-	m.redis.recov.WithLabelValues(reason).Add(float64(n))
-}
