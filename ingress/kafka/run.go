@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -122,9 +123,22 @@ func (s *Source) convert(msgs []kafka.Message) []ingress.Item {
 func (s *Source) raw(m *kafka.Message, now time.Time) ingress.Raw {
 	var headers []envelope.Header
 	if len(m.Headers) > 0 {
+		// The values are copied once into one string and sliced: one allocation for
+		// them all, not one per header (they live and die with the message together).
+		n := 0
+		for _, h := range m.Headers {
+			n += len(h.Value)
+		}
+		var b strings.Builder
+		b.Grow(n)
+		for _, h := range m.Headers {
+			b.Write(h.Value)
+		}
+		all := b.String()
 		headers = make([]envelope.Header, len(m.Headers))
 		for i, h := range m.Headers {
-			headers[i] = envelope.Header{Key: h.Key, Value: string(h.Value)}
+			headers[i] = envelope.Header{Key: h.Key, Value: all[:len(h.Value)]}
+			all = all[len(h.Value):]
 		}
 	}
 	var base time.Time

@@ -155,7 +155,11 @@ func decText(s string) (int64, bool) {
 		return 0, false
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || strconv.FormatInt(n, 10) != s {
+	if err != nil {
+		return 0, false
+	}
+	var buf [20]byte // the comparison converts without allocating: Encode's hot path
+	if string(strconv.AppendInt(buf[:0], n, 10)) != s {
 		return 0, false
 	}
 	return n, true

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"slices"
 	"strconv"
+	"unsafe"
 
 	"github.com/delaybridge/delay-bridge/store/storeapi"
 )
@@ -62,20 +63,32 @@ func appendAckRuns(args []any, ids []string, now int64) (_ []any, n int, covered
 	binary.BigEndian.PutUint32(sec[:], uint32(now/1000))
 	buf := make([]byte, 0, size)
 	start := len(args)
+	// The string arguments are views of buf, taken once each is written (nothing
+	// rewrites a byte a view holds: a run is cut back only before its own view), and
+	// go to args as *string at the end, in the nil places put leaves: go-redis writes
+	// a *string as its value, and an interface holding a pointer needs no allocation
+	// of its own, where each []byte boxed into one did (two per run, ~2 per message at
+	// a steady rate).
+	strs := make([]string, 0, 3*len(slots)) // a block's name, then two per run
+	put := func(from int) {
+		strs = append(strs, unsafe.String(unsafe.SliceData(buf[from:]), len(buf)-from))
+		args = append(args, nil)
+	}
 	for i := 0; i < len(slots); {
 		blockKey := slots[i].key / storeapi.ShardBlock
 		same := func(j int) bool { return j < len(slots) && slots[j].key/storeapi.ShardBlock == blockKey }
 		slotOff := func(j int) uint64 { return slots[j].key % storeapi.ShardBlock * kbSlot }
 		from := len(buf)
 		buf = appendBlockName(buf, prefixes[slots[i].key>>(64-keyPartBits)], slots[i].key&(1<<(64-keyPartBits)-1))
-		nAt := len(args) + 1
-		args = append(args, buf[from:len(buf):len(buf)], 0)
+		put(from)
+		nAt := len(args)
+		args = append(args, 0)
 		runs := 0
 		for same(i) {
 			first := slotOff(i)
 			from := len(buf)
 			buf = strconv.AppendUint(buf, first, 10)
-			args = append(args, buf[from:len(buf):len(buf)])
+			put(from)
 			from = len(buf)
 			for ; same(i) && slotOff(i) <= first+uint64(len(buf)-from); i++ {
 				if slotOff(i) < first+uint64(len(buf)-from) { // the same slot again: the later wins
@@ -84,10 +97,16 @@ func appendAckRuns(args []any, ids []string, now int64) (_ []any, n int, covered
 				buf = appendHexHash(buf, hashes[slots[i].at])
 				buf = append(buf, sec[:]...)
 			}
-			args = append(args, buf[from:len(buf):len(buf)])
+			put(from)
 			runs++
 		}
 		args[nAt] = runs
+	}
+	for i, j := start, 0; i < len(args); i++ {
+		if args[i] == nil {
+			args[i] = &strs[j]
+			j++
+		}
 	}
 	covered = make([]bool, len(ids))
 	for _, sl := range slots {

@@ -122,8 +122,8 @@ func TestAckRunsGroupBlocksAndSlots(t *testing.T) {
 	var got []string
 	for _, a := range args {
 		switch v := a.(type) {
-		case []byte:
-			got = append(got, fmt.Sprintf("%q", v))
+		case *string:
+			got = append(got, fmt.Sprintf("%q", *v))
 		default:
 			got = append(got, fmt.Sprint(v))
 		}

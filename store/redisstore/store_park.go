@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 
@@ -259,11 +260,15 @@ func appendQuick(args []any, envs []*envelope.Envelope, ch []encoded, c int, dea
 	}
 	// Fields go by pointer (go-redis writes *string and *int64 as their values), each
 	// id three times: an interface holding a pointer needs no allocation of its own.
+	// The envelopes too, as views of their encodings (which nothing writes after
+	// Encode): one allocation for the call, not one per []byte boxed.
 	for _, it := range ch {
 		args = append(args, &envs[it.idx].ID)
 	}
-	for _, it := range ch {
-		args = append(args, &envs[it.idx].ID, it.data)
+	data := make([]string, len(ch))
+	for j, it := range ch {
+		data[j] = unsafe.String(unsafe.SliceData(it.data), len(it.data))
+		args = append(args, &envs[it.idx].ID, &data[j])
 	}
 	dl := any(deadline) // boxed once for all the claimed
 	for _, it := range ch[:c] {
