@@ -41,6 +41,17 @@ func OutgoingHeaders(env *envelope.Envelope, attempt int32) []envelope.Header {
 // sinks that render OutgoingHeaders themselves.
 func NegateDelay(v any) any { return negate(v) }
 
+// AppendNegatedDelayText appends the outgoing bytes of an x-delay header whose value is
+// the text s: NegateDelay(s)'s, written into dst without making that string first for
+// the decimal integer a producer sends.
+func AppendNegatedDelayText(dst []byte, s string) []byte {
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return strconv.AppendInt(dst, -max(n, -n), 10)
+	}
+	v, _ := negate(s).(string)
+	return append(dst, v...)
+}
+
 // negate returns -|v| keeping v's type where it can carry a sign; text stays text (Kafka
 // producers send text), unsigned and unparsable values become an int64.
 func negate(v any) any {

@@ -298,11 +298,17 @@ func (s *Sink) send(ctx context.Context, recs []record, batches []partBatch, idx
 }
 
 // place records where the broker appended b's records: the partition's base offset
-// plus each record's index in the batch (the records were sent in b.recs order).
+// plus each record's index in the batch (the records were sent in b.recs order). The
+// placements share one array: one allocation per batch, not one per message.
 func place(recs []record, b *partBatch, base int64) {
+	var all []envelope.Placement
 	for j, k := range b.recs {
 		if p := recs[k].placed; p != nil {
-			*p = &envelope.Placement{Partition: b.partition, Offset: base + int64(j)}
+			if all == nil {
+				all = make([]envelope.Placement, len(b.recs))
+			}
+			all[j] = envelope.Placement{Partition: b.partition, Offset: base + int64(j)}
+			*p = &all[j]
 		}
 	}
 }

@@ -76,6 +76,9 @@ func TestOutgoingKafkaHeadersMatch(t *testing.T) {
 			{Key: envelope.HeaderAttempt, Value: "9"}, {Key: "f", Value: 1.5}, {Key: "tbl", Value: map[string]any{"a": int64(1)}}},
 		{{Key: envelope.HeaderDelay, Value: []byte("-300")}, {Key: envelope.HeaderDelay, Value: "not a number"},
 			{Key: "long", Value: string(bytes.Repeat([]byte("y"), 300))}},
+		{{Key: envelope.HeaderDelay, Value: "-0"}, {Key: envelope.HeaderDelay, Value: "+1500"}, {Key: envelope.HeaderDelay, Value: ""},
+			{Key: envelope.HeaderDelay, Value: "99999999999999999999"}, {Key: envelope.HeaderDelay, Value: "-9223372036854775808"},
+			{Key: envelope.HeaderDelay, Value: "9223372036854775807"}, {Key: envelope.HeaderDelay, Value: "0"}},
 	} {
 		env := base
 		env.Headers = hs
@@ -93,5 +96,16 @@ func TestOutgoingKafkaHeadersMatch(t *testing.T) {
 				t.Errorf("%s: cap %d > len %d", g.Key, cap(g.Value), len(g.Value))
 			}
 		}
+	}
+}
+
+// TestOutgoingKafkaHeadersAllocations: rendering a fired message's headers costs two
+// allocations (the values' buffer and the header slice), whatever it carries, the
+// x-delay text a producer sends (negated in place) included.
+func TestOutgoingKafkaHeadersAllocations(t *testing.T) {
+	env := &envelope.Envelope{ID: "orders.delay/3/1234567", Source: "orders.delay", DueAt: 1795371368865,
+		Headers: []envelope.Header{{Key: envelope.HeaderDelay, Value: "5000"}, {Key: "traceparent", Value: "00-4bf9-01"}}}
+	if n := testing.AllocsPerRun(100, func() { outgoingKafkaHeaders(env, 1) }); n != 2 {
+		t.Fatalf("outgoingKafkaHeaders allocates %.0f times, want 2", n)
 	}
 }

@@ -67,6 +67,12 @@ func outgoingKafkaHeaders(env *envelope.Envelope, attempt int32) []kafka.Header 
 		case envelope.HeaderMessageID, envelope.HeaderDueAt, envelope.HeaderSource, envelope.HeaderAttempt:
 			continue // replaced below, as OutgoingHeaders does
 		case envelope.HeaderDelay:
+			if text, ok := v.(string); ok { // as producers send it: negated in place
+				start := len(buf)
+				buf = egress.AppendNegatedDelayText(buf, text)
+				add(h.Key, start)
+				continue
+			}
 			v = egress.NegateDelay(v)
 		}
 		if v == nil {
