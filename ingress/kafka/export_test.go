@@ -20,3 +20,6 @@ func Holder(s *Source) string { return s.holder }
 
 // Raw is what s hands the ingress for m, received at now.
 func Raw(s *Source, m *kafka.Message, now time.Time) ingress.Raw { return s.raw(m, now) }
+
+// Release is s.release: msgs goes back for the next fetch.
+func Release(s *Source, msgs []kafka.Message) { s.release(msgs) }

@@ -183,7 +183,9 @@ func (s *Source) read(ctx context.Context, p *partition, client *kafka.Client, h
 			log.Warn("partition lease lost; stopped reading it (the new owner resumes from the committed offset)")
 			return 0, errFenced
 		}
-		out, err := loop.Deliver(ctx, ingress.Batch{Items: s.convert(msgs),
+		items := s.convert(msgs)
+		s.release(msgs)
+		out, err := loop.Deliver(ctx, ingress.Batch{Items: items,
 			Ack: func() error { return s.commit(ctx, p, client, next, log) },
 			// A fenced owner parks nothing more: a failed batch is not handed again.
 			BeforeRetry: func() error {

@@ -34,3 +34,16 @@ func TestRawCopiesHeaderValuesOnce(t *testing.T) {
 		t.Fatalf("raw allocates %.0f times for %d headers (%.0f without), want at most %.0f", got, len(m.Headers), base, max)
 	}
 }
+
+// TestReleasedBatchKeepsNoRecord: a fetch's slice given back for the next batch holds
+// no record (their payloads and keys are the converted items' now, not the pool's).
+func TestReleasedBatchKeepsNoRecord(t *testing.T) {
+	msgs := []kafka.Message{{Topic: "t", Offset: 1, Value: []byte("payload")}, {Topic: "t", Offset: 2, Key: []byte("k")}}
+	kept := msgs[:cap(msgs)]
+	kafkain.Release(&kafkain.Source{}, msgs)
+	for i, m := range kept {
+		if m.Value != nil || m.Key != nil || m.Topic != "" {
+			t.Fatalf("record %d still held after release: %+v", i, m)
+		}
+	}
+}

@@ -70,8 +70,7 @@ func (s *Source) fetch(ctx context.Context, r *kafka.Reader) ([]kafka.Message, e
 	if err != nil {
 		return nil, fmt.Errorf("fetch: %w", err)
 	}
-	msgs := make([]kafka.Message, 1, min(s.cfg.BatchSize, 64))
-	msgs[0] = m
+	msgs := append(s.batchSlice(), m)
 	if s.cfg.BatchSize == 1 {
 		return msgs, nil
 	}
@@ -90,6 +89,22 @@ func (s *Source) fetch(ctx context.Context, r *kafka.Reader) ([]kafka.Message, e
 		size += len(m.Value) + len(m.Key)
 	}
 	return msgs, nil
+}
+
+// batchSlice is an empty slice for fetch's records: one released before, or a new one.
+func (s *Source) batchSlice() []kafka.Message {
+	if p, ok := s.batches.Get().(*[]kafka.Message); ok {
+		return (*p)[:0]
+	}
+	return make([]kafka.Message, 0, min(s.cfg.BatchSize, 64))
+}
+
+// release gives fetch's slice msgs back once the records were converted (nothing holds
+// it or its elements then), its elements cleared so that it keeps no payload alive.
+func (s *Source) release(msgs []kafka.Message) {
+	clear(msgs)
+	msgs = msgs[:0]
+	s.batches.Put(&msgs)
 }
 
 // windowContext returns a context that ends when d has passed on clk, or parent ends.
