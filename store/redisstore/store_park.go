@@ -181,7 +181,9 @@ func (s *Store) parkCall(envs []*envelope.Envelope, shard int, ch []encoded, now
 	if claims {
 		owner = OwnerValue(claim.Instance, lease.Token)
 	}
-	args := make([]any, 0, 6+5*len(ch))
+	// Room for a quick call's layout too (appendQuick): a few block spans and routes
+	// beyond the five arguments per message, so that it does not grow the slice again.
+	args := make([]any, 0, 6+5*len(ch)+16)
 	h := horizon
 	if s.onOrdered(envs, ch) {
 		// Messages of order: key routes stay in due, keyed or not: a replace finds a
