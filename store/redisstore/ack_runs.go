@@ -22,19 +22,13 @@ import (
 // (`cd bench && go run ./instr -spread 32`). Two ids at one slot (a recreated topic's
 // offsets) keep the later's bytes, as kbdone's last write does. Blocks come in the
 // order their partitions first appear in ids; the names, offsets and slot bytes share
-// one buffer, each argument a slice of it. covered[i] says that ids[i] needs no
+// one buffer, each argument a *string view of it (runArgs). covered[i] says that ids[i] needs no
 // fingerprint: its slot is in the runs and its offset below 2^53, so ack.lua can build
 // the fingerprint from the id in the rare call that does not write the runs (kbackfp).
 func appendAckRuns(args []any, ids []string, now int64) (_ []any, n int, covered []bool) {
-	// Each Kafka default id gets a sort key: its partition's rank among the call's
-	// partitions and its offset, packed into one integer (ties keep ids' order).
-	type slot struct {
-		key uint64
-		at  int
-	}
 	var (
 		prefixes []string // the call's partitions ("<topic>/<partition>/"), in order met
-		slots    = make([]slot, 0, len(ids))
+		slots    = make([]ackSlot, 0, len(ids))
 		hashes   = make([]string, len(ids)) // the record hash of ids[i]
 		size     int
 	)
@@ -51,14 +45,35 @@ func appendAckRuns(args []any, ids []string, now int64) (_ []any, n int, covered
 		if p >= 1<<keyPartBits || offset >= 1<<(64-keyPartBits) {
 			return args, 0, nil // beyond the key (never for real offsets): ack.lua takes the ids apart
 		}
-		slots = append(slots, slot{key: uint64(p)<<(64-keyPartBits) | offset, at: i})
+		slots = append(slots, ackSlot{key: uint64(p)<<(64-keyPartBits) | offset, at: i})
 		hashes[i] = hash
 		size += kbSlot + 8 + len(prefix) + 20
 	}
 	if len(slots) == 0 {
 		return args, 0, nil
 	}
-	slices.SortFunc(slots, func(a, b slot) int { return cmp.Or(cmp.Compare(a.key, b.key), cmp.Compare(a.at, b.at)) })
+	slices.SortFunc(slots, func(a, b ackSlot) int { return cmp.Or(cmp.Compare(a.key, b.key), cmp.Compare(a.at, b.at)) })
+	start := len(args)
+	args = runArgs(args, slots, prefixes, hashes, now, size)
+	covered = make([]bool, len(ids))
+	for _, sl := range slots {
+		covered[sl.at] = sl.key&(1<<(64-keyPartBits)-1) < 1<<53
+	}
+	return args, len(args) - start, covered
+}
+
+// ackSlot is a Kafka default id's sort key in appendAckRuns: its partition's rank among
+// the call's partitions and its offset, packed into one integer (ties keep ids' order:
+// at, its place in the call).
+type ackSlot struct {
+	key uint64
+	at  int
+}
+
+// runArgs appends the runs of slots (sorted by key) to args: per block its name and run
+// count, per run its first slot's byte offset and its slots' bytes (appendAckRuns). buf
+// is sized from size so that it rarely grows.
+func runArgs(args []any, slots []ackSlot, prefixes, hashes []string, now int64, size int) []any {
 	var sec [4]byte
 	binary.BigEndian.PutUint32(sec[:], uint32(now/1000))
 	buf := make([]byte, 0, size)
@@ -108,11 +123,7 @@ func appendAckRuns(args []any, ids []string, now int64) (_ []any, n int, covered
 			j++
 		}
 	}
-	covered = make([]bool, len(ids))
-	for _, sl := range slots {
-		covered[sl.at] = sl.key&(1<<(64-keyPartBits)-1) < 1<<53
-	}
-	return args, len(args) - start, covered
+	return args
 }
 
 // keyPartBits is the bits of appendAckRuns' sort key that rank a partition; the rest
