@@ -35,10 +35,12 @@
 --         (index.lua's "kb" strings) that the batch's ids occupy
 -- ARGV[7+3k..] k = 0: quintuples: id, due (integer unix ms), envelope bytes, route, fp
 --         (12 bytes of SHA-256(id)). k > 0 (n messages, the first c claimed): r, then r
---         triples of a route and its messages going pending and in flight; the n ids;
---         n pairs of id and envelope; c pairs of the lease deadline (ARGV[5]) and id; the
---         other n - c pairs of due time and id. The caller bounds the batch (at most a
---         few hundred: each command gets them in one unpack).
+--         triples of a route and its messages going pending and in flight; n pairs of
+--         id and envelope; the due times of the other n - c (the claimed ones go in
+--         flight under ARGV[5]). Each id is sent once: its command arguments are built
+--         in Lua from it, cheaper than a second copy's way into Lua (every string
+--         entering Lua is hashed whole). The caller bounds the batch (at most a few
+--         hundred: each command gets them in one unpack).
 -- Returns the refused messages only, a flat array of position (1-based) and why:
 -- the state the id is already in, "pending", "inflight", "dead", "delivered" or
 -- "cancelled"; every message it does not name was parked (an empty array: all were).
@@ -106,9 +108,10 @@ end
 -- in the batch and none goes cold (the caller's word: k > 0, horizon -1). Otherwise, or
 -- when the call asked to claim and the lease moved on, it writes nothing and the caller
 -- sends the batch again for the full path below, which decides id by id. Its arguments
--- are laid out for the commands (ARGV[7+3k..] in the header), so it runs no Lua per
--- message but the test of HMGET's reply: about a third of park's instructions, and the
--- fps it never reads are not sent (docs/ARCHITECTURE.md).
+-- are laid out for the commands (ARGV[7+3k..] in the header): HSET takes the pairs as
+-- they come, and the Lua per message only lists the ids for HMGET and ZADD and tests
+-- HMGET's reply: about a third of park's instructions, and the fps it never reads are
+-- not sent (docs/ARCHITECTURE.md).
 local function parkquick()
   local k = tonumber(ARGV[3])
   if tonumber(ARGV[6]) ~= claimUpTo then
@@ -131,21 +134,32 @@ local function parkquick()
     end
   end
   local r = tonumber(ARGV[first])
-  local a = first + 1 + 3 * r -- the ids
-  local n = (#ARGV - a + 1) / 5
-  local held = redis.call('HMGET', KEYS[2], unpack(ARGV, a, a + n - 1))
+  local a = first + 1 + 3 * r -- the id and envelope pairs, then the pending ones' due times
+  local n = (#ARGV - a + 1 + claimUpTo) / 3
+  local ids = {}
+  for j = 1, n do
+    ids[j] = ARGV[a + 2 * j - 2]
+  end
+  local held = redis.call('HMGET', KEYS[2], unpack(ids))
   for j = 1, n do
     if held[j] then
       return false
     end
   end
-  redis.call('HSET', KEYS[2], unpack(ARGV, a + n, a + 3 * n - 1))
-  local z = a + 3 * n -- the (deadline, id) pairs of the claimed, then (due, id) pairs
+  redis.call('HSET', KEYS[2], unpack(ARGV, a, a + 2 * n - 1))
   if claimUpTo > 0 then
-    redis.call('ZADD', KEYS[3], unpack(ARGV, z, z + 2 * claimUpTo - 1))
+    local zin = {}
+    for j = 1, claimUpTo do
+      zin[2 * j - 1], zin[2 * j] = deadline, ids[j]
+    end
+    redis.call('ZADD', KEYS[3], unpack(zin))
   end
   if n > claimUpTo then
-    redis.call('ZADD', KEYS[1], unpack(ARGV, z + 2 * claimUpTo, a + 5 * n - 1))
+    local zadd, d = {}, a + 2 * n - claimUpTo - 1 -- d + j: message j's due time
+    for j = claimUpTo + 1, n do
+      zadd[2 * j - 1], zadd[2 * j] = ARGV[d + j], ids[j]
+    end
+    redis.call('ZADD', KEYS[1], unpack(zadd, 2 * claimUpTo + 1, 2 * n))
   end
   for i = first + 1, first + 3 * r, 3 do
     if ARGV[i + 1] ~= '0' then

@@ -212,7 +212,7 @@ func (s *Store) parkCall(envs []*envelope.Envelope, shard int, ch []encoded, now
 	}
 	keys, pc := parkKeys(k), parkChunk{items: ch, claim: c, shard: shard}
 	if args[2] != 0 { // a quick-only call
-		return call{sc: s.park, keys: keys, args: appendQuick(args, envs, ch, c, lease.LeaseDeadline)}, pc
+		return call{sc: s.park, keys: keys, args: appendQuick(args, envs, ch, c)}, pc
 	}
 	var queues []string
 	for _, it := range ch {
@@ -233,11 +233,10 @@ func (s *Store) parkCall(envs []*envelope.Envelope, shard int, ch []encoded, now
 }
 
 // appendQuick appends the messages of a quick-only park call, ch (the first c to be
-// claimed under deadline), laid out for park.lua's parkquick to hand each command its
-// arguments in one unpack: the count of routes and, per route, its messages going
-// pending and in flight; the ids; id and envelope pairs; the claimed ones' deadline
-// and id pairs; the others' due time and id pairs.
-func appendQuick(args []any, envs []*envelope.Envelope, ch []encoded, c int, deadline int64) []any {
+// claimed, under the call's lease deadline), laid out for park.lua's parkquick: the
+// count of routes and, per route, its messages going pending and in flight; id and
+// envelope pairs (HSET's arguments as they are); the others' due times.
+func appendQuick(args []any, envs []*envelope.Envelope, ch []encoded, c int) []any {
 	type tally struct {
 		route          string
 		pending, going int
@@ -255,29 +254,22 @@ func appendQuick(args []any, envs []*envelope.Envelope, ch []encoded, c int, dea
 			routes[i].pending++
 		}
 	}
-	args = slices.Grow(args, 1+3*len(routes)+5*len(ch))
+	args = slices.Grow(args, 1+3*len(routes)+3*len(ch))
 	args = append(args, len(routes))
 	for _, t := range routes {
 		args = append(args, t.route, t.pending, t.going)
 	}
-	// Fields go by pointer (go-redis writes *string and *int64 as their values), each
-	// id three times: an interface holding a pointer needs no allocation of its own.
-	// The envelopes too, as views of their encodings (which nothing writes after
-	// Encode): one allocation for the call, not one per []byte boxed.
-	for _, it := range ch {
-		args = append(args, &envs[it.idx].ID)
-	}
+	// Fields go by pointer (go-redis writes *string and *int64 as their values): an
+	// interface holding a pointer needs no allocation of its own. The envelopes too,
+	// as views of their encodings (which nothing writes after Encode): one allocation
+	// for the call, not one per []byte boxed.
 	data := make([]string, len(ch))
 	for j, it := range ch {
 		data[j] = unsafe.String(unsafe.SliceData(it.data), len(it.data))
 		args = append(args, &envs[it.idx].ID, &data[j])
 	}
-	dl := any(deadline) // boxed once for all the claimed
-	for _, it := range ch[:c] {
-		args = append(args, dl, &envs[it.idx].ID)
-	}
 	for _, it := range ch[c:] {
-		args = append(args, &envs[it.idx].DueAt, &envs[it.idx].ID)
+		args = append(args, &envs[it.idx].DueAt)
 	}
 	return args
 }
