@@ -13,6 +13,7 @@ import (
 
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/fault"
+	"github.com/delaybridge/delay-bridge/store/storeapi"
 	"github.com/delaybridge/delay-bridge/testkit"
 )
 
@@ -197,5 +198,39 @@ func TestStoreAckBatch(t *testing.T) {
 				t.Fatalf("%d ZMSCORE calls", calls)
 			}
 		})
+	}
+}
+
+// TestStoreEvalModeQuickPark: the embedded server of `bridge dev` (no FUNCTION) runs
+// park's quick layout too: a fetch's Kafka default ids, some claimed as they are
+// parked, end up in flight and pending as on a real Redis.
+func TestStoreEvalModeQuickPark(t *testing.T) {
+	m := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { c.Close() })
+	ctx := storeCtx(t)
+	s, err := New(ctx, c, Options{Shards: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := mustLease(t, s, 0, "i1")
+	now := time.Now().UnixMilli()
+	cl := storeapi.ParkClaim{Instance: "i1", Leases: map[int]storeapi.ParkLease{0: {Token: tok, LeaseDeadline: now + 30_000}}}
+	var envs []*envelope.Envelope
+	for off := range 12 {
+		envs = append(envs, env(fmt.Sprintf("orders.delay/2/%d/%012x", 2*storeapi.ShardBlock+off, off), now+int64(off%3)*1000))
+		cl.Want = append(cl.Want, off%3 == 0)
+	}
+	if _, claimed, _, err := s.ParkClaimEach(ctx, envs, cl); err != nil || !slices.Equal(claimed, cl.Want) {
+		t.Fatalf("ParkClaimEach: claimed %v, %v; want %v", claimed, err, cl.Want)
+	}
+	for i, e := range envs {
+		want := StatePending
+		if cl.Want[i] {
+			want = StateInflight
+		}
+		if st, _, _, err := s.Get(ctx, e.ID); err != nil || st != want {
+			t.Errorf("%s: %v, %v; want %v", e.ID, st, err, want)
+		}
 	}
 }
