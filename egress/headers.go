@@ -42,14 +42,12 @@ func OutgoingHeaders(env *envelope.Envelope, attempt int32) []envelope.Header {
 func NegateDelay(v any) any { return negate(v) }
 
 // AppendNegatedDelayText appends the outgoing bytes of an x-delay header whose value is
-// the text s: NegateDelay(s)'s, written into dst without making that string first for
-// the decimal integer a producer sends.
+// the text s, NegateDelay(s)'s, to dst without making that string first.
 func AppendNegatedDelayText(dst []byte, s string) []byte {
-	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
-		return strconv.AppendInt(dst, -max(n, -n), 10)
+	if b, ok := appendNegText(dst, s); ok {
+		return b
 	}
-	v, _ := negate(s).(string)
-	return append(dst, v...)
+	return append(dst, s...)
 }
 
 // negate returns -|v| keeping v's type where it can carry a sign; text stays text (Kafka
@@ -98,8 +96,8 @@ func negate(v any) any {
 		}
 		return x
 	case []byte:
-		if n, ok := negText(string(x)); ok {
-			return []byte(n)
+		if b, ok := appendNegText(nil, string(x)); ok {
+			return b
 		}
 		return x
 	}
@@ -123,22 +121,31 @@ func negFloat(f float64) float64 {
 // blanks, a sign, a fraction, an exponent); integers stay exact. ok is false for text
 // that is not a finite number, which is left unchanged.
 func negText(s string) (string, bool) {
+	b, ok := appendNegText(nil, s)
+	if !ok {
+		return s, false
+	}
+	return string(b), true
+}
+
+// appendNegText appends negText(s)'s text to dst; ok as negText's.
+func appendNegText(dst []byte, s string) ([]byte, bool) {
 	t := strings.TrimSpace(s)
 	if n, err := strconv.ParseInt(t, 10, 64); err == nil {
 		if n > 0 {
 			n = -n
 		}
-		return strconv.FormatInt(n, 10), true
+		return strconv.AppendInt(dst, n, 10), true
 	}
 	f, err := strconv.ParseFloat(t, 64)
 	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-		return s, false
+		return dst, false
 	}
 	n := negFloat(f)
 	if n < math.MinInt64 {
-		return strconv.FormatFloat(n, 'f', 0, 64), true
+		return strconv.AppendFloat(dst, n, 'f', 0, 64), true
 	}
-	return strconv.FormatInt(int64(n), 10), true
+	return strconv.AppendInt(dst, int64(n), 10), true
 }
 
 // HeaderBytes renders a typed header value as Kafka header bytes: text and bytes as they

@@ -210,13 +210,7 @@ func TestAckWritesFarApartSlotsWithoutReadingTheSpan(t *testing.T) {
 func TestParkClaimKeepsTheQuickPath(t *testing.T) {
 	s, c, tok := newLeasedStore(t)
 	ctx := storeCtx(t)
-	now := time.Now().UnixMilli()
-	cl := storeapi.ParkClaim{Instance: "i1", Leases: map[int]storeapi.ParkLease{0: {Token: tok, LeaseDeadline: now + 30_000}}}
-	var envs []*envelope.Envelope
-	for off := range 30 {
-		envs = append(envs, env(fmt.Sprintf("orders.delay/2/%d/%012x", 2*storeapi.ShardBlock+off, off), now+int64(off%3)*1000))
-		cl.Want = append(cl.Want, off%3 == 0)
-	}
+	envs, cl := fetchClaimingAThird(30, tok)
 	resetStats(t, c)
 	_, claimed, _, err := s.ParkClaimEach(ctx, envs, cl)
 	if err != nil || !slices.Equal(claimed, cl.Want) {
@@ -225,4 +219,18 @@ func TestParkClaimKeepsTheQuickPath(t *testing.T) {
 	if b, g, z := callsOf(t, c, "bitcount"), callsOf(t, c, "getrange"), callsOf(t, c, "zadd"); b != 1 || g != 0 || z != 2 {
 		t.Errorf("park ran BITCOUNT %d, GETRANGE %d, ZADD %d times; want 1, 0, 2 (the quick path)", b, g, z)
 	}
+}
+
+// fetchClaimingAThird is a fetch of n Kafka default ids of one block, due over three
+// seconds, parked under shard 0's lease (token tok), every third one wanted in flight
+// as it is parked.
+func fetchClaimingAThird(n int, tok int64) ([]*envelope.Envelope, storeapi.ParkClaim) {
+	now := time.Now().UnixMilli()
+	cl := storeapi.ParkClaim{Instance: "i1", Leases: map[int]storeapi.ParkLease{0: {Token: tok, LeaseDeadline: now + 30_000}}}
+	var envs []*envelope.Envelope
+	for off := range n {
+		envs = append(envs, env(fmt.Sprintf("orders.delay/2/%d/%012x", 2*storeapi.ShardBlock+off, off), now+int64(off%3)*1000))
+		cl.Want = append(cl.Want, off%3 == 0)
+	}
+	return envs, cl
 }

@@ -13,7 +13,6 @@ import (
 
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/internal/fault"
-	"github.com/delaybridge/delay-bridge/store/storeapi"
 	"github.com/delaybridge/delay-bridge/testkit"
 )
 
@@ -213,14 +212,7 @@ func TestStoreEvalModeQuickPark(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok := mustLease(t, s, 0, "i1")
-	now := time.Now().UnixMilli()
-	cl := storeapi.ParkClaim{Instance: "i1", Leases: map[int]storeapi.ParkLease{0: {Token: tok, LeaseDeadline: now + 30_000}}}
-	var envs []*envelope.Envelope
-	for off := range 12 {
-		envs = append(envs, env(fmt.Sprintf("orders.delay/2/%d/%012x", 2*storeapi.ShardBlock+off, off), now+int64(off%3)*1000))
-		cl.Want = append(cl.Want, off%3 == 0)
-	}
+	envs, cl := fetchClaimingAThird(12, mustLease(t, s, 0, "i1"))
 	if _, claimed, _, err := s.ParkClaimEach(ctx, envs, cl); err != nil || !slices.Equal(claimed, cl.Want) {
 		t.Fatalf("ParkClaimEach: claimed %v, %v; want %v", claimed, err, cl.Want)
 	}
