@@ -37,14 +37,19 @@ func (b *Bridge) kafkaSource(r config.Route) (*kafkain.Source, error) {
 	if err != nil {
 		return nil, err
 	}
-	return kafkain.New(kafkain.Config{
+	return kafkain.New(b.kafkaSourceConfig(r, conn))
+}
+
+// kafkaSourceConfig is kafkaSource's configuration of route r over conn.
+func (b *Bridge) kafkaSourceConfig(r config.Route, conn kafkain.Conn) kafkain.Config {
+	return kafkain.Config{
 		Conn: conn, GroupID: b.cfg.Kafka.GroupID,
 		Membership: membership.New(b.rdb, b.cfg.Prefix, b.cfg.Cluster),
 		Instance:   b.cfg.Instance,
 		LeaseTTL:   b.cfg.Scheduler.LeaseTTL, Admission: b.admission,
-		Topic: r.From.Kafka.Topic, Rules: b.rules[r.Name],
+		Topic: r.From.Kafka.Topic, Rules: b.rules[r.Name], FetchMinBytes: b.cfg.Ingress.KafkaFetchMinBytes,
 		StallTimeout: b.cfg.Ingress.StallTimeout, Clock: b.clk, Logger: b.log, Observer: b.obs,
-	})
+	}
 }
 
 // amqpSourceConfig is the AMQP source of route r (from.amqp), from amqp.prefetch, the

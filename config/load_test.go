@@ -313,6 +313,8 @@ func TestLoadValidationErrorsNameKeyAndSource(t *testing.T) {
 		{"scheduler.cold_horizon=500ms", "scheduler.cold_horizon", "0 (off) or at least 1s"},
 		{"scheduler.max_clock_offset=1ms", "scheduler.max_clock_offset", "[10ms, 1m]"},
 		{"scheduler.max_clock_offset=2m", "scheduler.max_clock_offset", "[10ms, 1m]"},
+		{"ingress.kafka_fetch_min_bytes=0", "ingress.kafka_fetch_min_bytes", "[1, 1048576]"},
+		{"ingress.kafka_fetch_min_bytes=1048577", "ingress.kafka_fetch_min_bytes", "[1, 1048576]"},
 		{"limits.max_delay=0s", "limits.max_delay", "> 0"},
 		{"limits.max_payload_bytes=0", "limits.max_payload_bytes", "> 0"},
 		{"retry.max_attempts=0", "retry.max_attempts", ">= 1"},

@@ -101,6 +101,9 @@ func (in IngressConfig) validate(p *problems) {
 	if st := in.StallTimeout; st < time.Second || st > 10*time.Minute {
 		p.add("ingress.stall_timeout", "must be in [1s, 10m], got %s", st)
 	}
+	if b := in.KafkaFetchMinBytes; b < 1 || b > MaxKafkaFetchMinBytes {
+		p.add("ingress.kafka_fetch_min_bytes", "must be in [1, %d] (a fetch's own limit), got %d", MaxKafkaFetchMinBytes, b)
+	}
 }
 
 func (s SchedulerConfig) validate(p *problems) {

@@ -23,3 +23,6 @@ func Raw(s *Source, m *kafka.Message, now time.Time) ingress.Raw { return s.raw(
 
 // Release is s.release: msgs goes back for the next fetch.
 func Release(s *Source, msgs []kafka.Message) { s.release(msgs) }
+
+// ReaderMinBytes is the MinBytes of the source's partition readers.
+func ReaderMinBytes(s *Source) int { return s.readerConfig(0).MinBytes }

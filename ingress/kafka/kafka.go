@@ -40,8 +40,9 @@
 // timestamp (x-delay counts from it), and the default id is
 // ingress.KafkaRecordID (topic/partition/offset/hash), stable across redeliveries.
 //
-// Reader settings (docs/CONTRACT.md §8): MinBytes 1 with MaxWait 250ms (a long poll: the
-// broker answers as soon as a record arrives) and ReadBackoffMin/Max 1ms/5ms.
+// Reader settings (docs/CONTRACT.md §8): MinBytes Config.FetchMinBytes, 1 by default, with
+// MaxWait 250ms (a long poll: the broker answers as soon as a record arrives, or once
+// FetchMinBytes are there) and ReadBackoffMin/Max 1ms/5ms.
 //
 // Health (health.go): a state per owned partition (owned, fetching, lagging,
 // unreachable) from the owner's own readers, commits, leases and offset polls — no log
@@ -84,6 +85,10 @@ const (
 	DefaultLeaseTTL     = 3 * time.Second
 )
 
+// MaxFetchBytes is the readers' fetch limit (MaxBytes; Source.maxBytes says why it is
+// small) and so the largest Config.FetchMinBytes.
+const MaxFetchBytes = 1 << 20
+
 const (
 	minBackoff = 20 * time.Millisecond
 	maxBackoff = time.Second
@@ -125,6 +130,11 @@ type Config struct {
 	// (docs/BENCHMARKS.md "Calls per message"). A record waits at most this long before it is parked, which
 	// only a delay shorter than that can see.
 	BatchWait time.Duration
+	// FetchMinBytes is the readers' MinBytes, Kafka's fetch.min.bytes
+	// (ingress.kafka_fetch_min_bytes): the broker answers a fetch once this much is
+	// there or after readerMaxWait; default 1 (as soon as a record arrives), at most
+	// MaxFetchBytes.
+	FetchMinBytes int
 	// StallTimeout is how long an owned partition may have lag without progress
 	// (outside the handler) before its reader is replaced (ingress.stall_timeout); it is
 	// reported lagging after a third of it. Default DefaultStallTimeout.
@@ -150,6 +160,9 @@ func (c Config) withDefaults() Config {
 	if c.BatchWait <= 0 {
 		c.BatchWait = DefaultBatchWait
 	}
+	if c.FetchMinBytes <= 0 {
+		c.FetchMinBytes = 1
+	}
 	if c.Clock == nil {
 		c.Clock = clock.Real{}
 	}
@@ -173,6 +186,8 @@ func (c Config) Validate() error {
 		return fault.Permanent(fmt.Errorf("ingress/kafka: route %q: batch size, batch wait and stall timeout must be > 0, the lease TTL at least 3ms", c.Rules.Route))
 	case c.Membership == nil:
 		return fault.Permanent(fmt.Errorf("ingress/kafka: route %q: no membership (Membership)", c.Rules.Route))
+	case c.FetchMinBytes > MaxFetchBytes:
+		return fault.Permanent(fmt.Errorf("ingress/kafka: route %q: fetch min bytes %d is more than a fetch's limit (%d)", c.Rules.Route, c.FetchMinBytes, MaxFetchBytes))
 	}
 	if err := membership.CheckInstance(c.Instance); err != nil {
 		return fmt.Errorf("ingress/kafka: route %q: %w", c.Rules.Route, err)
@@ -243,7 +258,7 @@ func New(cfg Config) (*Source, error) {
 	}
 	var inc [4]byte
 	_, _ = rand.Read(inc[:])
-	s := &Source{cfg: cfg, dialer: dialer, maxBytes: 1 << 20, holder: cfg.Instance + "#" + hex.EncodeToString(inc[:]),
+	s := &Source{cfg: cfg, dialer: dialer, maxBytes: MaxFetchBytes, holder: cfg.Instance + "#" + hex.EncodeToString(inc[:]),
 		epoch: cfg.Clock.Now()}
 	s.log = cfg.Logger.With("source", s.Name(), "route", cfg.Rules.Route)
 	s.health = newTracker(cfg.Rules.Route, cfg.Observer, s.log, cfg.Clock, cfg.StallTimeout)
@@ -269,7 +284,8 @@ func (s *Source) mono() int64 { return s.cfg.Clock.Now().Sub(s.epoch).Millisecon
 
 // readerMaxWait is how long the broker may hold a fetch that finds nothing new. With
 // MinBytes 1 the broker answers as soon as a record arrives, so a longer wait adds no
-// latency; it only spares the idle polls. At 5 ms each partition's reader polled about
+// latency; it only spares the idle polls. (With a larger FetchMinBytes a record waits up
+// to this long while a partition receives less than that in it.) At 5 ms each partition's reader polled about
 // 270 times a second when caught up, and a response later than kafka-go's read deadline
 // (MaxWait; the broker is asked to wait three quarters of it) made it close the
 // connection and dial, list offsets and seek again: 19 % of the bridge's CPU at 1k msgs/s (a CPU profile of `bench -profile`). A
@@ -299,7 +315,7 @@ func (s *Source) readerConfig(partition int) kafka.ReaderConfig {
 		Partition:             partition,
 		Dialer:                s.dialer,
 		QueueCapacity:         s.queueCapacity(),
-		MinBytes:              1,
+		MinBytes:              s.cfg.FetchMinBytes,
 		MaxBytes:              s.maxBytes,
 		MaxWait:               readerMaxWait,
 		ReadBackoffMin:        time.Millisecond,

@@ -263,13 +263,14 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		return c
 	}
 	cases := map[string]kafkain.Config{
-		"no topic":      with(func(c *kafkain.Config) { c.Topic = ""; c.Rules.Route = "x" }),
-		"no group":      with(func(c *kafkain.Config) { c.GroupID = "" }),
-		"no brokers":    with(func(c *kafkain.Config) { c.Conn = kafkaconn.Config{} }),
-		"no connection": with(func(c *kafkain.Config) { c.Conn = nil }),
-		"no membership": with(func(c *kafkain.Config) { c.Membership = nil }),
-		"no instance":   with(func(c *kafkain.Config) { c.Instance = "" }),
-		"bad instance":  with(func(c *kafkain.Config) { c.Instance = "a|b" }),
+		"no topic":                             with(func(c *kafkain.Config) { c.Topic = ""; c.Rules.Route = "x" }),
+		"no group":                             with(func(c *kafkain.Config) { c.GroupID = "" }),
+		"no brokers":                           with(func(c *kafkain.Config) { c.Conn = kafkaconn.Config{} }),
+		"no connection":                        with(func(c *kafkain.Config) { c.Conn = nil }),
+		"no membership":                        with(func(c *kafkain.Config) { c.Membership = nil }),
+		"no instance":                          with(func(c *kafkain.Config) { c.Instance = "" }),
+		"bad instance":                         with(func(c *kafkain.Config) { c.Instance = "a|b" }),
+		"fetch min bytes over the fetch limit": with(func(c *kafkain.Config) { c.FetchMinBytes = kafkain.MaxFetchBytes + 1 }),
 		"bad mechanism": with(func(c *kafkain.Config) {
 			c.Conn = kafkaconn.Config{Brokers: []string{"127.0.0.1:1"}, SASL: kafkaconn.SASL{Mechanism: "KERBEROS"}}
 		}),
@@ -282,6 +283,22 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	s, err := kafkain.New(with(func(c *kafkain.Config) { c.Topic = "orders.delay" }))
 	if err != nil || !strings.HasPrefix(s.Name(), "kafka:orders.delay") {
 		t.Fatalf("New: %v %v", s, err)
+	}
+}
+
+// TestFetchMinBytesReachesTheReaders: Config.FetchMinBytes (ingress.kafka_fetch_min_bytes)
+// is the partition readers' MinBytes, 1 (answer as soon as a record arrives) when unset.
+func TestFetchMinBytesReachesTheReaders(t *testing.T) {
+	for _, tc := range []struct{ set, want int }{{0, 1}, {64 << 10, 64 << 10}, {kafkain.MaxFetchBytes, kafkain.MaxFetchBytes}} {
+		cfg := conf(t, []string{"127.0.0.1:1"}, "g", "t")
+		cfg.FetchMinBytes = tc.set
+		s, err := kafkain.New(cfg)
+		if err != nil {
+			t.Fatalf("FetchMinBytes %d: %v", tc.set, err)
+		}
+		if got := kafkain.ReaderMinBytes(s); got != tc.want {
+			t.Errorf("FetchMinBytes %d: readers' MinBytes %d, want %d", tc.set, got, tc.want)
+		}
 	}
 }
 

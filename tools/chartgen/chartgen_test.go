@@ -3,10 +3,10 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -177,11 +177,13 @@ func TestConstraintsMatchValidate(t *testing.T) {
 			if b.limit == nil {
 				continue
 			}
-			if err := loadSet(route, fmt.Sprintf("%s=%g", key, *b.limit)); err != nil {
-				t.Errorf("schema allows %s=%g, the bridge refuses it: %v", path, *b.limit, err)
+			// 'f', not %g: a bound such as 1048576 is an integer to the bridge, not 1.048576e+06.
+			in, out := strconv.FormatFloat(*b.limit, 'f', -1, 64), strconv.FormatFloat(*b.limit+b.out, 'f', -1, 64)
+			if err := loadSet(route, key+"="+in); err != nil {
+				t.Errorf("schema allows %s=%s, the bridge refuses it: %v", path, in, err)
 			}
-			if err := loadSet(route, fmt.Sprintf("%s=%g", key, *b.limit+b.out)); err == nil {
-				t.Errorf("%s=%g: the bridge accepts it, the schema refuses it", path, *b.limit+b.out)
+			if err := loadSet(route, key+"="+out); err == nil {
+				t.Errorf("%s=%s: the bridge accepts it, the schema refuses it", path, out)
 			}
 		}
 	}
