@@ -73,7 +73,11 @@ func TestRestartUnderADeadNameHoldsOffUntilTheOthersTookItsShare(t *testing.T) {
 	waitFor(t, "a's first ownership round", 10*time.Second, func() bool { return aRounds.Load() > 0 })
 	b := startScheduler(t, r, "b", &recordingSink{}, withAdmission(obsB))
 
-	waitFor(t, "the restarted b owns its share", 30*time.Second, func() bool { return len(b.sched.OwnedShards()) == bShare })
+	// OwnedShards changes within a round, its report comes at the round's end: wait for
+	// both, or a check between the two reads b's report as missing.
+	waitFor(t, "the restarted b owns its share and reported it", 30*time.Second, func() bool {
+		return len(b.sched.OwnedShards()) == bShare && bFirst.Load() > 0
+	})
 	if fa, fb := aAll.Load(), bFirst.Load(); fa == 0 || fb < fa {
 		t.Fatalf("the restarted b took shards (report #%d) before a had taken the dead incarnation's share over (a's report of all 8: #%d)", fb, fa)
 	}
