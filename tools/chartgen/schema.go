@@ -43,7 +43,7 @@ var constraints = map[string]constraint{
 	"amqp.url":                         {pattern: `^(amqps?://.*)?$`},
 	"amqp.prefetch":                    {minimum: num(1), maximum: num(65535)},
 	"scheduler.claim_batch":            {minimum: num(1), maximum: num(100000)},
-	"ingress.kafka_fetch_min_bytes":    {minimum: num(1), maximum: num(1 << 20)},
+	"ingress.kafka_fetch_min_bytes":    {minimum: num(1), maximum: num(config.MaxKafkaFetchMinBytes)},
 	"limits.max_payload_bytes":         {minimum: num(1)},
 	"retry.max_attempts":               {minimum: num(1)},
 	"receipts_backlog.max_messages":    {minimum: num(1)},
