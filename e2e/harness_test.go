@@ -10,6 +10,8 @@
 // verdict of it depends on how promptly the machine runs the bridges (no lease lapse it
 // must avoid, no lateness bound, no lead time it must beat, no readiness it must keep):
 // such a test waits out a fault or runs the binary's CLI, and the others fill the wait.
+// Subtests that call t.Parallel, under the same rule, run side by side once their
+// parent's other subtests are done, and no other test runs meanwhile.
 package e2e
 
 import (
