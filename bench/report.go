@@ -100,6 +100,9 @@ func renderMarkdown(r *Results) string {
 			t.row(o.Name, fmt.Sprint(o.Pipeline), rate(o.OpsPerS), ms(o.P50Ms))
 		}
 		fmt.Fprintf(&b, "\n%d clients.\n\n", x.Clients)
+		if len(x.Probes) > 0 {
+			writeProbes(&b, x.Probes)
+		}
 	}
 	if x := r.Baseline; x != nil {
 		b.WriteString("## 1. Pass-through baseline (Kafka → Kafka, no Redis, no delay)\n\n")

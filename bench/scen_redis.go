@@ -19,8 +19,9 @@ type RedisOp struct {
 
 // RedisBenchResult is scenario 6: the physical limits of this Redis on this machine.
 type RedisBenchResult struct {
-	Clients int       `json:"clients"`
-	Ops     []RedisOp `json:"ops"`
+	Clients int          `json:"clients"`
+	Ops     []RedisOp    `json:"ops"`
+	Probes  []RedisProbe `json:"probes,omitempty"` // redis_probes.go
 }
 
 // smallScript is the "small script" the EVALSHA line measures: one ZADD, like park's
@@ -64,7 +65,8 @@ func runRedisBench(e *env) error {
 			logf("redis-benchmark %-24s -P %-2d %10.0f ops/s  p50 %.3f ms", op.name, pipe, rps, p50)
 		}
 	}
-	return nil
+	r.Probes, err = runRedisProbes(e)
+	return err
 }
 
 // parseRedisCSV reads redis-benchmark --csv: a header line then "test","rps",
