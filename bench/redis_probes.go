@@ -18,9 +18,10 @@ type RedisProbe struct {
 	UsecPerCall map[string]float64 `json:"usec_per_call"` // evalsha and each command inside
 }
 
-// probePrefill fills the probes' keys with the shapes of a live shard: z, a sorted set
-// of 200,000 ids of the Kafka default form due a few ms apart (a due set); zi and hi,
-// 60,000 ids each in a sorted set and a hash (the messages in flight at a steady rate).
+// probePrefill fills the probes' keys with the shapes of a live shard: KEYS[1], a sorted
+// set of 200,000 ids of the Kafka default form due a few ms apart (a due set); KEYS[2]
+// and KEYS[3], 60,000 ids each in a sorted set and a hash (the messages in flight at a
+// steady rate).
 const probePrefill = `
 for i = 1, 200000 do
   redis.call('ZADD', KEYS[1], 1796000000000 + i * 3, 'orders.delay/' .. (i % 6) .. '/' .. (1000000 + i) .. '/a1b2c3d4e5f6')

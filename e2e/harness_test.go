@@ -10,8 +10,10 @@
 // verdict of it depends on how promptly the machine runs the bridges (no lease lapse it
 // must avoid, no lateness bound, no lead time it must beat, no readiness it must keep):
 // such a test waits out a fault or runs the binary's CLI, and the others fill the wait.
-// Subtests that call t.Parallel, under the same rule, run side by side once their
-// parent's other subtests are done, and no other test runs meanwhile.
+// Subtests that call t.Parallel run side by side once their parent's other subtests are
+// done, and no other test runs meanwhile. TestMemoryBoundedBurst's large bursts are the
+// one such pair with a lead time to beat: theirs is more than twice what parking both
+// at once takes under -race, and the verdicts are each bridge's own resident memory.
 package e2e
 
 import (

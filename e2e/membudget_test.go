@@ -67,9 +67,10 @@ func TestMemoryBoundedBurst(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.size > 100 {
 				// The two large bursts run side by side: most of each is the wait for its
-				// due time, the lead a slow machine has to park the burst (~25 s alone, ~50 s
-				// beside the other, under -race), and the verdict of each is its own
-				// process's resident memory, which the other does not move.
+				// due time, the lead a slow machine has to park the burst (~25 s alone,
+				// 51–53 s beside the other under -race: the 2 min lead is more than twice
+				// that), and the verdict of each is its own process's resident memory,
+				// which the other does not move.
 				t.Parallel()
 			}
 			r := testkit.StartRedis(t)

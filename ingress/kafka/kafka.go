@@ -286,10 +286,11 @@ func (s *Source) mono() int64 { return s.cfg.Clock.Now().Sub(s.epoch).Millisecon
 // MinBytes 1 the broker answers as soon as a record arrives, so a longer wait adds no
 // latency; it only spares the idle polls (with a larger FetchMinBytes, a record waits up
 // to this long while its partition receives less than that). At 5 ms each partition's
-// reader polled about 270 times a second when caught up, and a response later than kafka-go's read deadline
-// (MaxWait; the broker is asked to wait three quarters of it) made it close the
-// connection and dial, list offsets and seek again: 19 % of the bridge's CPU at 1k msgs/s (a CPU profile of `bench -profile`). A
-// reader being stopped (handover, Close) may wait for its fetch up to this long.
+// reader polled about 270 times a second when caught up, and a response later than
+// kafka-go's read deadline (MaxWait; the broker is asked to wait three quarters of it)
+// made it close the connection and dial, list offsets and seek again: 19 % of the
+// bridge's CPU at 1k msgs/s (a CPU profile of `bench -profile`). A reader being stopped
+// (handover, Close) may wait for its fetch up to this long.
 const readerMaxWait = 250 * time.Millisecond
 
 // queueCapacity is how many fetched records a partition's reader holds ahead of the
