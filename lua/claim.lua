@@ -26,6 +26,8 @@
 -- ARGV[9] 1: the first message is taken whatever its size (the caller holds nothing
 --         else, so a message larger than the whole budget still goes through, alone)
 -- ARGV[10] optional, "1": the lease deadline identifies this claim (see below)
+-- ARGV[11] optional, now (unix ms, the caller's clock; 0 or absent: not given): the ids
+--          due at or before it are read without their scores (see dueN below)
 -- Returns: error reply "FENCED ..." when the owner key is not ARGV[1] (lease lost or
 -- taken over: a stale owner must not claim), else a flat array
 --   { nextDue, dropped, need, id1, due1, env1, id2, due2, env2, ... }
@@ -35,9 +37,13 @@
 -- out, -1 if none. dropped: ids found in due without an envelope (corruption); they
 -- are removed rather than left to wedge the head of the shard, and reported so the
 -- caller can count them. need: the bytes (length + ARGV[8]) of the first due message
--- the byte budget left due, 0 if none did. dueN is the ZSET score, which wins over the envelope's DueAt
--- because reschedule changes only the score; it is the score as ZRANGEBYSCORE wrote it
--- (a string, not a number: no conversion per message, the caller parses it).
+-- the byte budget left due, 0 if none did. dueN is the ZSET score, which wins over the
+-- envelope's DueAt where it is later (a retry's backoff); it is the score as
+-- ZRANGEBYSCORE wrote it (a string, not a number: no conversion per message, the caller
+-- parses it). For an id due at or before ARGV[11], dueN is 0, "not read": the message
+-- is due at the claim whatever its score, so the caller fires it at its envelope's DueAt
+-- (at once, unless DueAt is later); reading the scores is most of what ZRANGEBYSCORE
+-- costs (Redis 7.0 prints each with %.17g), which a drain would pay on every message.
 --
 -- With ARGV[10] "1" the caller gives every claim of the shard its own lease deadline,
 -- so a claim sent again whose first run's reply was lost (a timeout, a reset
@@ -77,7 +83,22 @@ if lead >= 0 then
   local _, _, more = copromote(co, cs, KEYS[1], KEYS[2], KEYS[6], tonumber(ARGV[2]) + lead, tonumber(ARGV[6]))
   promoting = more
 end
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[2], 'WITHSCORES', 'LIMIT', '0', ARGV[4])
+-- lists: the ids to take, in due order: those due by now (ARGV[11]) without their
+-- scores, then the rest up to upTo with them; strides: 1 or 2 array slots per id.
+local limit = tonumber(ARGV[4])
+local now = tonumber(ARGV[11] or '0')
+local lists, strides = {}, {}
+if now > 0 and now < tonumber(ARGV[2]) then
+  lists[1] = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[11], 'LIMIT', '0', limit)
+  strides[1] = 1
+  if #lists[1] < limit then
+    lists[2] = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[11], ARGV[2], 'WITHSCORES', 'LIMIT', '0', limit - #lists[1])
+    strides[2] = 2
+  end
+else
+  lists[1] = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[2], 'WITHSCORES', 'LIMIT', '0', limit)
+  strides[1] = 2
+end
 local out = { -1, 0, 0 }
 local n = 3
 local dropped = 0
@@ -95,83 +116,90 @@ local taken = 0
 -- budget no larger than what the budget can still take at the sizes seen so far, so
 -- the script does not read (and Redis does not buffer) far more than it claims.
 local step = 500
-local first = 1
 local byte, sub = string.byte, string.sub
 local full = false
-while first <= #ids and not full do
-  local want = step
-  if budget < math.huge then
-    if avg == 0 then
-      avg = redis.call('HSTRLEN', KEYS[2], ids[first]) + per
-    end
-    want = math.max(1, math.min(step, math.floor((budget - used) / avg) + 1))
-  end
-  -- members: this step's ids; zadd: their ZADD arguments into inflight, built in the
-  -- same pass and cut short below (a dropped id, the byte budget) only when needed.
-  local members, zadd, m = {}, {}, 0
-  local deadline = ARGV[3]
-  for i = first, math.min(first + 2 * want - 1, #ids), 2 do
-    m = m + 1
-    members[m] = ids[i]
-    zadd[2 * m - 1] = deadline
-    zadd[2 * m] = ids[i]
-  end
-  local base = first
-  first = first + 2 * m
-  local envs = redis.call('HMGET', KEYS[2], unpack(members))
-  local took, sizes, lostHere = 0, 0, false
-  for j = 1, m do
-    local env = envs[j]
-    local size = 0
-    if env then
-      size = #env + per
-      if used + size > budget and not (alone and taken == 0) then
-        out[3] = size
-        full = true
-        break
+for li = 1, #lists do
+  local ids, st = lists[li], strides[li]
+  local first = 1
+  while first <= #ids and not full do
+    local want = step
+    if budget < math.huge then
+      if avg == 0 then
+        avg = redis.call('HSTRLEN', KEYS[2], ids[first]) + per
       end
+      want = math.max(1, math.min(step, math.floor((budget - used) / avg) + 1))
     end
-    used = used + size
-    sizes = sizes + size
-    taken = taken + 1
-    took = j
-    -- routeOf inlined for the common envelope: version 2 and a route shorter than 128
-    -- bytes (a one-byte length)
-    local route
-    local v, _, len = byte(env or '', 1, 3)
-    if v == 2 and len and len < 128 then
-      route = sub(env, 4, 3 + len)
-    else
-      route = routeOf(env)
+    -- members: this step's ids; zadd: their ZADD arguments into inflight, built in the
+    -- same pass and cut short below (a dropped id, the byte budget) only when needed.
+    local members, zadd, m = {}, {}, 0
+    local deadline = ARGV[3]
+    for i = first, math.min(first + st * want - 1, #ids), st do
+      m = m + 1
+      members[m] = ids[i]
+      zadd[2 * m - 1] = deadline
+      zadd[2 * m] = ids[i]
     end
-    if env then
-      moved[route] = (moved[route] or 0) + 1
-      out[n + 1] = members[j]
-      out[n + 2] = ids[base + 2 * j - 1]
-      out[n + 3] = env
-      n = n + 3
-    else
-      lost[route] = (lost[route] or 0) + 1
-      dropped = dropped + 1
-      lostHere = true
-    end
-  end
-  if took > 0 then
-    -- The ids taken are the head of due (read from -inf in rank order, each step
-    -- after the last removed its own): one range removal, no search per id.
-    redis.call('ZREMRANGEBYRANK', KEYS[1], '0', itoa(took - 1))
-    avg = math.max(1, math.floor(sizes / took))
-    if lostHere then
-      zadd = {}
-      for j = 1, took do
-        if envs[j] then
-          zadd[#zadd + 1] = deadline
-          zadd[#zadd + 1] = members[j]
+    local base = first
+    first = first + st * m
+    local envs = redis.call('HMGET', KEYS[2], unpack(members))
+    local took, sizes, lostHere = 0, 0, false
+    for j = 1, m do
+      local env = envs[j]
+      local size = 0
+      if env then
+        size = #env + per
+        if used + size > budget and not (alone and taken == 0) then
+          out[3] = size
+          full = true
+          break
         end
       end
+      used = used + size
+      sizes = sizes + size
+      taken = taken + 1
+      took = j
+      -- routeOf inlined for the common envelope: version 2 and a route shorter than 128
+      -- bytes (a one-byte length)
+      local route
+      local v, _, len = byte(env or '', 1, 3)
+      if v == 2 and len and len < 128 then
+        route = sub(env, 4, 3 + len)
+      else
+        route = routeOf(env)
+      end
+      if env then
+        moved[route] = (moved[route] or 0) + 1
+        out[n + 1] = members[j]
+        if st == 2 then
+          out[n + 2] = ids[base + 2 * j - 1]
+        else
+          out[n + 2] = 0
+        end
+        out[n + 3] = env
+        n = n + 3
+      else
+        lost[route] = (lost[route] or 0) + 1
+        dropped = dropped + 1
+        lostHere = true
+      end
     end
-    if #zadd > 0 then
-      redis.call('ZADD', KEYS[3], unpack(zadd, 1, math.min(#zadd, 2 * took)))
+    if took > 0 then
+      -- The ids taken are the head of due (read from -inf in rank order, each step
+      -- after the last removed its own): one range removal, no search per id.
+      redis.call('ZREMRANGEBYRANK', KEYS[1], '0', itoa(took - 1))
+      avg = math.max(1, math.floor(sizes / took))
+      if lostHere then
+        zadd = {}
+        for j = 1, took do
+          if envs[j] then
+            zadd[#zadd + 1] = deadline
+            zadd[#zadd + 1] = members[j]
+          end
+        end
+      end
+      if #zadd > 0 then
+        redis.call('ZADD', KEYS[3], unpack(zadd, 1, math.min(#zadd, 2 * took)))
+      end
     end
   end
 end

@@ -161,7 +161,7 @@ func (s *Scheduler) claimRequest(ctx context.Context, st *shardState, c *claimSt
 		deadline = st.nextDeadline(now, lease)
 	}
 	return storeapi.ClaimRequest{Shard: st.shard, Instance: s.holder, Token: st.token, UpTo: now + lookahead,
-		LeaseDeadline: deadline, Limit: g.n, MaxBytes: g.bytes, Alone: g.alone, Idempotent: true}, now, true
+		LeaseDeadline: deadline, Limit: g.n, MaxBytes: g.bytes, Alone: g.alone, Idempotent: true, Now: now}, now, true
 }
 
 // Claim sizing: a claim holds the credits it asks for (messages and bytes) until its

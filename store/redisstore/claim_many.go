@@ -26,7 +26,7 @@ func (s *Store) ClaimMany(ctx context.Context, reqs []storeapi.ClaimRequest) []s
 			continue
 		}
 		calls = append(calls, call{sc: s.claim, keys: claimKeys(k),
-			args: s.claimArgs(OwnerValue(r.Instance, r.Token), r.UpTo, r.LeaseDeadline, r.Limit, r.MaxBytes, r.Alone, r.Idempotent)})
+			args: s.claimArgs(OwnerValue(r.Instance, r.Token), r.UpTo, r.LeaseDeadline, r.Limit, r.MaxBytes, r.Alone, r.Idempotent, r.Now)})
 		idx = append(idx, i)
 	}
 	cmds, err := s.evalPipelined(ctx, calls, false)

@@ -34,7 +34,7 @@ func (s *Store) Claim(ctx context.Context, shard int, instance string, token int
 	if limit <= 0 {
 		return nil, 0, fmt.Errorf("%w: claim limit %d", ErrInvalid, limit)
 	}
-	cmd := s.eval(ctx, s.claim, claimKeys(k), s.claimArgs(OwnerValue(instance, token), upTo, leaseDeadline, limit, 0, false, false)...)
+	cmd := s.eval(ctx, s.claim, claimKeys(k), s.claimArgs(OwnerValue(instance, token), upTo, leaseDeadline, limit, 0, false, false, 0)...)
 	items, nextDue, _, _, err = s.claimReply(ctx, cmd, shard, instance, token, upTo)
 	return items, nextDue, err
 }
@@ -48,10 +48,11 @@ func claimKeys(k shardKeys) []string {
 // claimArgs are claim.lua's arguments: the cold tier's promotion lead and budget, the
 // byte budget (0: none), the bytes counted per message beyond its envelope
 // (storeapi.MemOverhead), whether the first message is taken whatever its size, and
-// whether the lease deadline identifies the claim (storeapi.ClaimRequest.Idempotent).
-func (s *Store) claimArgs(owner string, upTo, leaseDeadline int64, limit int, maxBytes int64, alone, idempotent bool) []any {
+// whether the lease deadline identifies the claim (storeapi.ClaimRequest.Idempotent),
+// and the caller's now (storeapi.ClaimRequest.Now; 0: not given).
+func (s *Store) claimArgs(owner string, upTo, leaseDeadline int64, limit int, maxBytes int64, alone, idempotent bool, now int64) []any {
 	return []any{owner, upTo, leaseDeadline, limit, s.opt.Cold.Lead.Milliseconds(), s.opt.Cold.Budget,
-		maxBytes, storeapi.MemOverhead, boolArg(alone), boolArg(idempotent)}
+		maxBytes, storeapi.MemOverhead, boolArg(alone), boolArg(idempotent), now}
 }
 
 func boolArg(b bool) int {
@@ -103,6 +104,7 @@ func (s *Store) claimReply(ctx context.Context, cmd *redis.Cmd, shard int, insta
 		}
 		// DueAt stays the message's due time (headers, lateness); the score may be
 		// later (retry backoff) or earlier (recovered "now"): fire at the later one.
+		// A score claim.lua did not read (due by the request's Now) is 0: DueAt.
 		e.FireAt = max(due, e.DueAt)
 		e.ClaimedFrom = shard + 1
 		e.ClaimedBytes = int64(len(raw)) + storeapi.MemOverhead

@@ -214,7 +214,8 @@ type Delivery interface {
 	Claim(ctx context.Context, shard int, instance string, token int64, upTo, leaseDeadline int64, limit int) (items []*envelope.Envelope, nextDue int64, err error)
 	// ClaimMany is Claim for several shards at once, in one round trip where the store
 	// can (a pipeline): out[i] is what Claim(reqs[i]) would have returned, except for
-	// a request marked Idempotent whose claim ran already (see ClaimRequest).
+	// a request marked Idempotent whose claim ran already and the FireAt of a message
+	// due by a request's Now (see ClaimRequest).
 	ClaimMany(ctx context.Context, reqs []ClaimRequest) (out []ClaimResult)
 	// Ack records claimed messages of shard as delivered at now: they leave in flight
 	// and are remembered for the done window (zero window: forgotten at once). Ids no
@@ -423,6 +424,13 @@ type ClaimRequest struct {
 	// Alone takes the first due message whatever its size: the caller holds nothing
 	// else, so a message larger than the whole budget still goes through, alone.
 	Alone bool
+	// Now, when > 0, is the caller's clock (unix ms). A message whose due score is at
+	// or before it is due at this claim whatever the score, so the store may answer
+	// its FireAt as its DueAt alone instead of the later of the two (it fires at once
+	// unless DueAt is later): the Redis store then reads those ids without their
+	// scores, which is most of what reading a drain's claim costs Redis. A message due
+	// after Now gets the later of score and DueAt, as without Now.
+	Now int64
 }
 
 // ParkClaim is what Intake.ParkClaimEach claims as it parks.
