@@ -88,15 +88,16 @@ end
 local limit = tonumber(ARGV[4])
 local now = tonumber(ARGV[11] or '0')
 local lists, strides = {}, {}
-if now > 0 and now < tonumber(ARGV[2]) then
-  lists[1] = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[11], 'LIMIT', '0', limit)
+if now > 0 then
+  local ahead = now < tonumber(ARGV[2])
+  lists[1] = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ahead and ARGV[11] or ARGV[2], 'LIMIT', '0', ARGV[4])
   strides[1] = 1
-  if #lists[1] < limit then
-    lists[2] = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[11], ARGV[2], 'WITHSCORES', 'LIMIT', '0', limit - #lists[1])
+  if ahead and #lists[1] < limit then
+    lists[2] = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[11], ARGV[2], 'WITHSCORES', 'LIMIT', '0', itoa(limit - #lists[1]))
     strides[2] = 2
   end
 else
-  lists[1] = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[2], 'WITHSCORES', 'LIMIT', '0', limit)
+  lists[1] = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[2], 'WITHSCORES', 'LIMIT', '0', ARGV[4])
   strides[1] = 2
 end
 local out = { -1, 0, 0 }

@@ -211,7 +211,16 @@ func workload(ctx context.Context, rdb *redis.Client, o options, upto int) error
 			if o.spread <= 1 {
 				upTo = t0
 			}
-			if items, _, err = s.Claim(ctx, 0, "instr", tok, upTo, t0+30_000, 10*o.batch); err != nil {
+			// As the pump asks: its clock is the window's end less the 2 s lookahead
+			// (nothing parked is due by then: every message is claimed ahead), or,
+			// without -spread, the due time itself (everything is due: a drain).
+			now := upTo - 2000
+			if o.spread <= 1 {
+				now = upTo
+			}
+			req := storeapi.ClaimRequest{Shard: 0, Instance: "instr", Token: tok, UpTo: upTo, LeaseDeadline: t0 + 30_000, Limit: 10 * o.batch, Now: now}
+			out := s.ClaimMany(ctx, []storeapi.ClaimRequest{req})
+			if items, err = out[0].Items, out[0].Err; err != nil {
 				return err
 			}
 		}

@@ -15,12 +15,12 @@ func init() {
 // message due by Now is due at the claim: its FireAt is the later of score and DueAt,
 // or DueAt alone (the store need not read the score). One due after Now fires at the
 // later of score and DueAt exactly: a retry's backoff beyond Now is kept. The claim
-// stays in (score, id) order across Now, takes a message due at Now exactly once, and
-// counts Limit over both sides of it.
+// stays in (score, id) order across Now, takes a message due at Now exactly once,
+// counts Limit over both sides of it, and a Now past UpTo claims nothing beyond UpTo.
 func caseClaimNow(t *testing.T, newSubject func(Config) Subject) {
 	s := newSubject(defaults).Store
 	ctx := storeCtx(t)
-	id := idsOnShard(s, 1, 6, "cn")
+	id := idsOnShard(s, 1, 8, "cn")
 	tok := mustLease(t, s, 1, "i1")
 	mustPark(t, s, env(id[0], t0), env(id[1], t0+10))
 	// id[0] and id[1] go back with a backoff: due scores later than their DueAt, one
@@ -65,4 +65,11 @@ func caseClaimNow(t *testing.T, newSubject func(Config) Subject) {
 	if f := out[0].Items[0].FireAt; f != t0+65 {
 		t.Fatalf("%s (due %d, backoff to %d, after Now) fires at %d, want %d: never before its backoff", id[1], t0+10, t0+65, f, t0+65)
 	}
+	mustPark(t, s, env(id[6], t0+90), env(id[7], t0+120))
+	req.Now, req.LeaseDeadline = t0+150, t0+30_002
+	out = s.ClaimMany(ctx, []storeapi.ClaimRequest{req})
+	if out[0].Err != nil || !slices.Equal(ids(out[0].Items), id[6:7]) || out[0].NextDue != t0+120 {
+		t.Fatalf("Now past UpTo: %v next %d %v, want %v next %d", ids(out[0].Items), out[0].NextDue, out[0].Err, id[6:7], t0+120)
+	}
+	wantState(t, s, id[7], storeapi.StatePending, t0+120)
 }
