@@ -31,7 +31,7 @@ func (s *Scheduler) pump(ctx context.Context, st *shardState) {
 	lastRecover := clock.NowMs(s.clk)
 	// A claim that failed may have run, its reply lost: it is sent again unchanged,
 	// credits kept, and answers what it claimed (claimRequest).
-	var c claimState
+	c := claimState{behind: true}
 	defer func() { c.drop(s) }()
 	var need int64 // bytes the shard's first due message needs (the last claim left it due)
 	for ctx.Err() == nil {
@@ -72,6 +72,7 @@ func (s *Scheduler) pump(ctx context.Context, st *shardState) {
 		}
 		c.took(s, items)
 		need = needNext
+		c.behind = len(items) == req.Limit || need > 0 || (nextDue >= 0 && nextDue <= now)
 		if replayed {
 			s.claimHealed(st, len(items))
 		}
@@ -105,6 +106,12 @@ type claimState struct {
 	resend *storeapi.ClaimRequest
 	grant  grant // the credits the claim in hand (or to send again) took
 	last   grant // what the last claim that answered took (claimSize)
+	// behind: the last claim left messages due by its time (a full batch, a byte
+	// budget, a next due time already passed), or none answered yet: the next claim
+	// tells the store its clock (ClaimRequest.Now), so the ids due by then are read
+	// without their scores. A pump that keeps up claims ahead of due, where nothing is
+	// due by now and that read would be one more range query a claim.
+	behind bool
 }
 
 // took ends a claim that answered items: what its credits did not take goes back, and
@@ -160,8 +167,12 @@ func (s *Scheduler) claimRequest(ctx context.Context, st *shardState, c *claimSt
 	if deadline == 0 {
 		deadline = st.nextDeadline(now, lease)
 	}
-	return storeapi.ClaimRequest{Shard: st.shard, Instance: s.holder, Token: st.token, UpTo: now + lookahead,
-		LeaseDeadline: deadline, Limit: g.n, MaxBytes: g.bytes, Alone: g.alone, Idempotent: true, Now: now}, now, true
+	req := storeapi.ClaimRequest{Shard: st.shard, Instance: s.holder, Token: st.token, UpTo: now + lookahead,
+		LeaseDeadline: deadline, Limit: g.n, MaxBytes: g.bytes, Alone: g.alone, Idempotent: true}
+	if c.behind {
+		req.Now = now
+	}
+	return req, now, true
 }
 
 // Claim sizing: a claim holds the credits it asks for (messages and bytes) until its

@@ -211,10 +211,10 @@ func workload(ctx context.Context, rdb *redis.Client, o options, upto int) error
 			if o.spread <= 1 {
 				upTo = t0
 			}
-			// As the pump asks: its clock is the window's end less the 2 s lookahead
-			// (nothing parked is due by then: every message is claimed ahead), or,
-			// without -spread, the due time itself (everything is due: a drain).
-			now := upTo - 2000
+			// As the pump asks: one that keeps up (-spread: each message claimed ahead
+			// of its due time) does not tell the store its clock; one behind (without
+			// -spread everything is due at once: a drain) does, and it is the due time.
+			now := int64(0)
 			if o.spread <= 1 {
 				now = upTo
 			}

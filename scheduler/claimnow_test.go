@@ -1,0 +1,93 @@
+package scheduler_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/delaybridge/delay-bridge/store/memstore"
+	"github.com/delaybridge/delay-bridge/store/storeapi"
+)
+
+// nowStore records the claims the scheduler sends.
+type nowStore struct {
+	*memstore.Store
+	mu   sync.Mutex
+	reqs []storeapi.ClaimRequest
+}
+
+func (n *nowStore) ClaimMany(ctx context.Context, reqs []storeapi.ClaimRequest) []storeapi.ClaimResult {
+	n.mu.Lock()
+	n.reqs = append(n.reqs, reqs...)
+	n.mu.Unlock()
+	return n.Store.ClaimMany(ctx, reqs)
+}
+
+// claims returns the claims of shard sent so far, and forgets them.
+func (n *nowStore) claims(shard int) []storeapi.ClaimRequest {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out []storeapi.ClaimRequest
+	for _, r := range n.reqs {
+		if r.Shard == shard {
+			out = append(out, r)
+		}
+	}
+	n.reqs = nil
+	return out
+}
+
+// TestClaimTellsItsClockWhenBehind: a pump that keeps up claims ahead of due and does
+// not tell the store its clock (ClaimRequest.Now: the Redis store would run one more
+// range query a claim for nothing); a pump behind (a backlog: full batches) tells it,
+// so the store reads the ids due by then without their scores.
+func TestClaimTellsItsClockWhenBehind(t *testing.T) {
+	const shards = 4
+	w := newWorld(t, shards)
+	ns := &nowStore{Store: w.ms}
+	opt := w.options("a")
+	opt.Store = ns
+	a := w.start(opt, nil)
+	w.drive("a owns every shard", 10*time.Second, func() bool { return len(a.s.OwnedShards()) == shards })
+	idsOn := func(prefix string, n int) []string {
+		var out []string
+		for i := 0; len(out) < n; i++ {
+			if id := fmt.Sprintf("%s-%d", prefix, i); w.ms.ShardOf(id) == 0 {
+				out = append(out, id)
+			}
+		}
+		return out
+	}
+	ns.claims(0) // the first claims: none answered yet
+	ahead := idsOn("ahead", 3)
+	for i, id := range ahead {
+		w.park([]string{id}, w.fc.Now().Add(time.Duration(i+1)*2*time.Second))
+	}
+	w.drive("the messages due ahead published", 20*time.Second, func() bool { return len(a.disp.published()) == len(ahead) })
+	keep := ns.claims(0)
+	if len(keep) == 0 {
+		t.Fatal("no claim of shard 0 while its messages came due")
+	}
+	for _, r := range keep {
+		if r.Now != 0 {
+			t.Fatalf("a pump keeping up told its claim its clock (Now %d, UpTo %d): want 0", r.Now, r.UpTo)
+		}
+	}
+	backlog := idsOn("late", 350) // claim_batch 100: full batches
+	w.park(backlog, w.fc.Now().Add(-time.Second))
+	w.drive("the backlog published", 20*time.Second, func() bool { return len(a.disp.published()) == len(ahead)+len(backlog) })
+	told := 0
+	for _, r := range ns.claims(0) {
+		if r.Now != 0 {
+			told++
+			if r.Now != r.UpTo-opt.Lookahead.Milliseconds() {
+				t.Fatalf("claim told Now %d with UpTo %d: want UpTo less the lookahead", r.Now, r.UpTo)
+			}
+		}
+	}
+	if told == 0 {
+		t.Fatal("a pump draining a backlog of full batches never told its claims its clock")
+	}
+}
