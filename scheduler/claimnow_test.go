@@ -25,6 +25,19 @@ func (n *nowStore) ClaimMany(ctx context.Context, reqs []storeapi.ClaimRequest) 
 	return n.Store.ClaimMany(ctx, reqs)
 }
 
+// sent is how many claims of shard were sent since claims last forgot them.
+func (n *nowStore) sent(shard int) int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	k := 0
+	for _, r := range n.reqs {
+		if r.Shard == shard {
+			k++
+		}
+	}
+	return k
+}
+
 // claims returns the claims of shard sent so far, and forgets them.
 func (n *nowStore) claims(shard int) []storeapi.ClaimRequest {
 	n.mu.Lock()
@@ -60,7 +73,9 @@ func TestClaimTellsItsClockWhenBehind(t *testing.T) {
 		}
 		return out
 	}
-	ns.claims(0) // the first claims: none answered yet
+	// The pump's first claim, with none answered before it, tells its clock.
+	w.drive("shard 0's first claim", 10*time.Second, func() bool { return ns.sent(0) > 0 })
+	ns.claims(0)
 	ahead := idsOn("ahead", 3)
 	for i, id := range ahead {
 		w.park([]string{id}, w.fc.Now().Add(time.Duration(i+1)*2*time.Second))
