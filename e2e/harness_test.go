@@ -12,8 +12,9 @@
 // such a test waits out a fault or runs the binary's CLI, and the others fill the wait.
 // Subtests that call t.Parallel run side by side once their parent's other subtests are
 // done, and no other test runs meanwhile. TestMemoryBoundedBurst's large bursts are the
-// one such pair with a lead time to beat: theirs is more than twice what parking both
-// at once takes under -race, and the verdicts are each bridge's own resident memory.
+// one such pair with a lead time to beat: theirs is more than three times what parking
+// both at once takes (their brokers run in processes of their own, outside -race), and
+// the verdicts are each bridge's own resident memory.
 package e2e
 
 import (
