@@ -108,6 +108,7 @@ var layers = []struct {
 	{1, "store/storeapi", "the shard store contract: the Store interface, its types and errors"},
 	{1, "internal/amqpconn", "broker helper: the AMQP connection manager"},
 	{1, "testkit/tcpproxy", "test helper: a TCP proxy that can freeze"},
+	{1, "testkit/cmd/kfake", "test helper: kfake in a process of its own, outside -race"},
 	{1, "membership", "live members, rendezvous, leases with fencing tokens (shards and Kafka partitions)"},
 	{1, "internal/tracing", "OpenTelemetry: the span per publish attempt (egress.Tracer), the SDK from OTEL_*"},
 	{1, "app/series", "the console charts' ring: per-route samples of recent intervals, merging"},
