@@ -1,32 +1,15 @@
 package scheduler_test
 
 import (
-	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/delaybridge/delay-bridge/store/memstore"
 	"github.com/delaybridge/delay-bridge/store/storeapi"
 )
 
-// nowStore records the claims the scheduler sends.
-type nowStore struct {
-	*memstore.Store
-	mu   sync.Mutex
-	reqs []storeapi.ClaimRequest
-}
-
-func (n *nowStore) ClaimMany(ctx context.Context, reqs []storeapi.ClaimRequest) []storeapi.ClaimResult {
-	n.mu.Lock()
-	n.reqs = append(n.reqs, reqs...)
-	n.mu.Unlock()
-	return n.Store.ClaimMany(ctx, reqs)
-}
-
 // sent is how many claims of shard were sent since claims last forgot them.
-func (n *nowStore) sent(shard int) int {
+func (n *claimLog) sent(shard int) int {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	k := 0
@@ -39,7 +22,7 @@ func (n *nowStore) sent(shard int) int {
 }
 
 // claims returns the claims of shard sent so far, and forgets them.
-func (n *nowStore) claims(shard int) []storeapi.ClaimRequest {
+func (n *claimLog) claims(shard int) []storeapi.ClaimRequest {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	var out []storeapi.ClaimRequest
@@ -59,7 +42,7 @@ func (n *nowStore) claims(shard int) []storeapi.ClaimRequest {
 func TestClaimTellsItsClockWhenBehind(t *testing.T) {
 	const shards = 4
 	w := newWorld(t, shards)
-	ns := &nowStore{Store: w.ms}
+	ns := &claimLog{Store: w.ms}
 	opt := w.options("a")
 	opt.Store = ns
 	a := w.start(opt, nil)

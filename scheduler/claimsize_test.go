@@ -11,28 +11,30 @@ import (
 	"github.com/delaybridge/delay-bridge/store/storeapi"
 )
 
-// limitStore records the Limit and MaxBytes of every claim the scheduler sends.
-type limitStore struct {
+// claimLog records the claims the scheduler sends.
+type claimLog struct {
 	*memstore.Store
-	mu     sync.Mutex
-	limits []int
-	bytes  []int64
+	mu   sync.Mutex
+	reqs []storeapi.ClaimRequest
 }
 
-func (l *limitStore) ClaimMany(ctx context.Context, reqs []storeapi.ClaimRequest) []storeapi.ClaimResult {
+func (l *claimLog) ClaimMany(ctx context.Context, reqs []storeapi.ClaimRequest) []storeapi.ClaimResult {
 	l.mu.Lock()
-	for _, r := range reqs {
-		l.limits = append(l.limits, r.Limit)
-		l.bytes = append(l.bytes, r.MaxBytes)
-	}
+	l.reqs = append(l.reqs, reqs...)
 	l.mu.Unlock()
 	return l.Store.ClaimMany(ctx, reqs)
 }
 
-func (l *limitStore) seen() ([]int, []int64) {
+// seen returns the Limit and MaxBytes of every claim sent so far.
+func (l *claimLog) seen() ([]int, []int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return append([]int(nil), l.limits...), append([]int64(nil), l.bytes...)
+	var limits []int
+	var bytes []int64
+	for _, r := range l.reqs {
+		limits, bytes = append(limits, r.Limit), append(bytes, r.MaxBytes)
+	}
+	return limits, bytes
 }
 
 // TestClaimAsksForWhatItsShardHolds: a claim holds the credits it asks for until its
@@ -43,7 +45,7 @@ func (l *limitStore) seen() ([]int, []int64) {
 func TestClaimAsksForWhatItsShardHolds(t *testing.T) {
 	const shards = 64
 	w := newWorld(t, shards)
-	ls := &limitStore{Store: w.ms}
+	ls := &claimLog{Store: w.ms}
 	opt := w.options("a")
 	opt.Store = ls
 	opt.ClaimBatch = 1000
