@@ -10,6 +10,9 @@
 //	cd bench && go run ./instr -spread 32            # each fetch due over 32 claims
 //	cd bench && go run ./instr -payload 4096         # messages of 4 KiB
 //	cd bench && go run ./instr -claim-at-park        # the park claims what is due soon
+//	cd bench && go run ./instr -layout buckets       # the time-bucket probe (buckets.go)
+//	cd bench && go run ./instr -layout buckets -ack bitmap  # its acks as bucket bitmaps
+//	cd bench && go run ./instr -time [-layout …]     # redis-server's CPU time instead (timed.go)
 //
 // Each stage runs on a fresh redis-server under callgrind (no persistence), prefilled
 // so that the shard's sorted sets have a live shard's encoding (2,000 messages due in
@@ -63,6 +66,10 @@ type options struct {
 	keep          string
 	spread        int
 	claimAtPark   bool
+	layout        string
+	bucketMS      int
+	ack           string
+	time          bool
 }
 
 // payloadBytes is every message's payload size (-payload).
@@ -82,6 +89,10 @@ func main() {
 	flag.IntVar(&o.spread, "spread", 1, "due times of a parked batch spread over this many rounds (1: all due at once, claimed in the same round)")
 	flag.IntVar(&payloadBytes, "payload", 100, "payload bytes of every message")
 	flag.BoolVar(&o.claimAtPark, "claim-at-park", false, "park as the bridge does: messages due within the lookahead (2 s: 20 rounds) are claimed by the park (ParkClaimEach), not by a claim")
+	flag.StringVar(&o.layout, "layout", "store", "store: the store's scripts; buckets: the time-bucket probe (buckets.go)")
+	flag.IntVar(&o.bucketMS, "bucket-ms", 1024, "-layout buckets: a bucket's width (ms)")
+	flag.StringVar(&o.ack, "ack", "slots", "-layout buckets: slots: ack marks each id's slot delivered; bitmap: per in-flight bucket, a bitmap of acknowledged positions")
+	flag.BoolVar(&o.time, "time", false, "instead of counting, run park, claim and ack once on a plain redis-server and report its CPU time and commandstats' time per message")
 	flag.StringVar(&o.keep, "keep", "", "write each stage's callgrind file into this directory and keep it (compare two stages with callgrind_annotate)")
 	flag.Parse()
 	o.kafkaIDs = *ids == "kafka"
@@ -92,6 +103,9 @@ func main() {
 }
 
 func run(o options) error {
+	if o.time {
+		return timed(o)
+	}
 	if _, err := exec.LookPath("valgrind"); err != nil {
 		return fmt.Errorf("valgrind not found (apt-get install valgrind): %w", err)
 	}
@@ -119,8 +133,8 @@ func run(o options) error {
 	}
 	msgs := float64(o.batch * o.rounds)
 	ids := map[bool]string{true: "kafka", false: "short"}[o.kafkaIDs]
-	fmt.Printf("redis-server instructions per message, calls of %d, %s ids, %d rounds (cd bench && go run ./instr -batch %d -ids %s -spread %d -claim-at-park=%v):\n\n",
-		o.batch, ids, o.rounds, o.batch, ids, o.spread, o.claimAtPark)
+	fmt.Printf("redis-server instructions per message, calls of %d, %s ids, %d rounds (cd bench && go run ./instr -batch %d -ids %s -spread %d -claim-at-park=%v -layout %s -bucket-ms %d -ack %s):\n\n",
+		o.batch, ids, o.rounds, o.batch, ids, o.spread, o.claimAtPark, o.layout, o.bucketMS, o.ack)
 	fmt.Println("| script | instructions per message |")
 	fmt.Println("|---|---|")
 	for i := 1; i < len(stages); i++ {
@@ -154,7 +168,7 @@ func measure(o options, upto int, out string) (int64, error) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	werr := workload(ctx, rdb, o, upto)
+	werr := workloadOf(ctx, rdb, o, upto)
 	_ = rdb.Do(ctx, "SHUTDOWN", "NOSAVE").Err() // callgrind writes its totals on exit
 	if err := cmd.Wait(); err != nil && werr == nil {
 		werr = fmt.Errorf("redis-server: %w", err)
@@ -194,6 +208,7 @@ func workload(ctx context.Context, rdb *redis.Client, o options, upto int) error
 	if _, _, err := s.Claim(ctx, 0, "instr", tok, t0-1000, t0+30_000, 600); err != nil {
 		return err
 	}
+	afterPrefill(ctx)
 	var waiting []*envelope.Envelope // claimed by their parks, not due yet
 	for i := 0; upto > 0 && i < o.rounds+o.spread-1; i++ {
 		var held []*envelope.Envelope // claimed by the park
