@@ -40,6 +40,12 @@ var bucketAck string
 //go:embed buckets/ack_bitmap.lua
 var bucketAckBitmap string
 
+//go:embed buckets/park_hash.lua
+var bucketParkHash string
+
+//go:embed buckets/ack_hash.lua
+var bucketAckHash string
+
 // bp is the probe shard's key prefix.
 const bp = "p:{c:0}:"
 
@@ -72,10 +78,13 @@ func bucketWorkload(ctx context.Context, rdb *redis.Client, o options, upto int)
 	r := &bucketRun{rdb: rdb, o: o, width: int64(o.bucketMS),
 		park: redis.NewScript(bucketPark), claim: redis.NewScript(bucketClaim), ack: redis.NewScript(bucketAck),
 		deadline: t0 + 30_000, pos: map[string]int{}, acked: map[string][]byte{}}
-	if o.ack == "bitmap" {
+	switch {
+	case o.bucket == "hash" && o.ack == "slots":
+		r.park, r.ack = redis.NewScript(bucketParkHash), redis.NewScript(bucketAckHash)
+	case o.bucket == "list" && o.ack == "bitmap":
 		r.ack = redis.NewScript(bucketAckBitmap)
-	} else if o.ack != "slots" {
-		return fmt.Errorf("-ack %q: slots or bitmap", o.ack)
+	case o.bucket != "list" || o.ack != "slots":
+		return fmt.Errorf("-bucket %q -ack %q: -bucket list with -ack slots or bitmap, or -bucket hash with -ack slots", o.bucket, o.ack)
 	}
 	for _, sc := range []*redis.Script{r.park, r.claim, r.ack} {
 		if err := sc.Load(ctx, rdb).Err(); err != nil { // EVALSHA in a pipeline does not fall back to EVAL
@@ -168,6 +177,9 @@ func (r *bucketRun) check(ctx context.Context) error {
 		return err
 	}
 	left, err := r.rdb.HLen(ctx, bp+"hfn").Result()
+	if r.o.bucket == "hash" {
+		left, err = r.rdb.ZCard(ctx, bp+"hf").Result()
+	}
 	if err != nil {
 		return err
 	}
@@ -228,6 +240,10 @@ func (r *bucketRun) parkBatch(ctx context.Context, partition string, batch []buc
 			if err != nil {
 				return err
 			}
+			if r.o.bucket == "hash" {
+				args = append(args, m.e.ID, env)
+				continue
+			}
 			el := binary.AppendUvarint(nil, uint64(len(m.e.ID)))
 			el = append(append(el, m.e.ID...), env...)
 			args = append(args, el)
@@ -255,8 +271,15 @@ func (r *bucketRun) claimUpTo(ctx context.Context, upTo int64) (int, error) {
 		r.deadline++
 		name := strconv.FormatInt(r.deadline, 10)
 		pipe := r.rdb.Pipeline()
-		cl := r.claim.Run(ctx, pipe, keys, bp, "instr|1", upTo, r.deadline)
-		read := pipe.LRange(ctx, bp+"hf:"+name, 0, -1)
+		list := r.o.bucket == "list"
+		cl := r.claim.Run(ctx, pipe, keys, bp, "instr|1", upTo, r.deadline, map[bool]int{true: 1}[list])
+		var read *redis.StringSliceCmd
+		var hread *redis.MapStringStringCmd
+		if list {
+			read = pipe.LRange(ctx, bp+"hf:"+name, 0, -1)
+		} else {
+			hread = pipe.HGetAll(ctx, bp+"hf:"+name)
+		}
 		if _, err := pipe.Exec(ctx); err != nil {
 			return 0, err
 		}
@@ -268,14 +291,20 @@ func (r *bucketRun) claimUpTo(ctx context.Context, upTo int64) (int, error) {
 			return n, nil
 		}
 		b, want := out[1].(int64), out[2].(int64)
-		if int64(len(read.Val())) != want {
-			return 0, fmt.Errorf("claim: bucket of %d read %d", want, len(read.Val()))
+		got := 0
+		if list {
+			for j, el := range read.Val() {
+				l, w := binary.Uvarint([]byte(el))
+				r.pos[el[w:w+int(l)]] = j
+			}
+			got = len(read.Val())
+		} else {
+			got = len(hread.Val())
 		}
-		for j, el := range read.Val() {
-			l, w := binary.Uvarint([]byte(el))
-			r.pos[el[w:w+int(l)]] = j
+		if int64(got) != want {
+			return 0, fmt.Errorf("claim: bucket of %d read %d", want, got)
 		}
-		n += len(read.Val())
+		n += got
 		kept := r.pending[:0]
 		for _, m := range r.pending {
 			if m.bucket == b {
@@ -324,17 +353,23 @@ func (r *bucketRun) ackBatch(ctx context.Context, acks []bucketMsg) error {
 	}
 	args[2] = blocks
 	args = append(args, 1, "orders", len(acks))
-	per := map[string]int{}
+	per := map[string][]string{}
 	var names []string
 	for _, m := range acks {
-		name := m.name
-		if per[name] == 0 {
-			names = append(names, name)
+		if len(per[m.name]) == 0 {
+			names = append(names, m.name)
 		}
-		per[name]++
+		per[m.name] = append(per[m.name], m.e.ID)
 	}
 	for _, name := range names {
-		args = append(args, name, per[name])
+		if r.o.bucket == "hash" {
+			args = append(args, name, len(per[name]))
+			for _, id := range per[name] {
+				args = append(args, id)
+			}
+			continue
+		}
+		args = append(args, name, len(per[name]))
 	}
 	keys := []string{bp + "counts", bp + "hf", bp + "hfn", bp + "kb"}
 	return r.ack.Run(ctx, r.rdb, keys, args...).Err()

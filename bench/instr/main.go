@@ -12,6 +12,7 @@
 //	cd bench && go run ./instr -claim-at-park        # the park claims what is due soon
 //	cd bench && go run ./instr -layout buckets       # the time-bucket probe (buckets.go)
 //	cd bench && go run ./instr -layout buckets -ack bitmap  # its acks as bucket bitmaps
+//	cd bench && go run ./instr -layout buckets -bucket hash # buckets as hashes of id -> envelope
 //	cd bench && go run ./instr -time [-layout …]     # redis-server's CPU time instead (timed.go)
 //
 // Each stage runs on a fresh redis-server under callgrind (no persistence), prefilled
@@ -69,6 +70,7 @@ type options struct {
 	layout        string
 	bucketMS      int
 	ack           string
+	bucket        string
 	time          bool
 }
 
@@ -91,6 +93,7 @@ func main() {
 	flag.BoolVar(&o.claimAtPark, "claim-at-park", false, "park as the bridge does: messages due within the lookahead (2 s: 20 rounds) are claimed by the park (ParkClaimEach), not by a claim")
 	flag.StringVar(&o.layout, "layout", "store", "store: the store's scripts; buckets: the time-bucket probe (buckets.go)")
 	flag.IntVar(&o.bucketMS, "bucket-ms", 1024, "-layout buckets: a bucket's width (ms)")
+	flag.StringVar(&o.bucket, "bucket", "list", "-layout buckets: list: a bucket is a LIST of elements; hash: a HASH of id -> envelope")
 	flag.StringVar(&o.ack, "ack", "slots", "-layout buckets: slots: ack marks each id's slot delivered; bitmap: per in-flight bucket, a bitmap of acknowledged positions")
 	flag.BoolVar(&o.time, "time", false, "instead of counting, run park, claim and ack once on a plain redis-server and report its CPU time and commandstats' time per message")
 	flag.StringVar(&o.keep, "keep", "", "write each stage's callgrind file into this directory and keep it (compare two stages with callgrind_annotate)")
@@ -133,8 +136,8 @@ func run(o options) error {
 	}
 	msgs := float64(o.batch * o.rounds)
 	ids := map[bool]string{true: "kafka", false: "short"}[o.kafkaIDs]
-	fmt.Printf("redis-server instructions per message, calls of %d, %s ids, %d rounds (cd bench && go run ./instr -batch %d -ids %s -spread %d -claim-at-park=%v -layout %s -bucket-ms %d -ack %s):\n\n",
-		o.batch, ids, o.rounds, o.batch, ids, o.spread, o.claimAtPark, o.layout, o.bucketMS, o.ack)
+	fmt.Printf("redis-server instructions per message, calls of %d, %s ids, %d rounds (cd bench && go run ./instr -batch %d -ids %s -spread %d -claim-at-park=%v -layout %s -bucket %s -bucket-ms %d -ack %s):\n\n",
+		o.batch, ids, o.rounds, o.batch, ids, o.spread, o.claimAtPark, o.layout, o.bucket, o.bucketMS, o.ack)
 	fmt.Println("| script | instructions per message |")
 	fmt.Println("|---|---|")
 	for i := 1; i < len(stages); i++ {

@@ -8,7 +8,8 @@
 -- KEYS[3] owner   STRING "instance|token"
 -- KEYS[4] hf      ZSET in-flight bucket name -> lease deadline
 -- KEYS[5] hfn     HASH in-flight bucket name -> messages not yet acknowledged
--- ARGV[1] key prefix, ARGV[2] owner value, ARGV[3] upTo, ARGV[4] lease deadline
+-- ARGV[1] key prefix, ARGV[2] owner value, ARGV[3] upTo, ARGV[4] lease deadline,
+-- ARGV[5] '1': count the bucket's messages in hfn (a LIST bucket; a HASH counts itself)
 -- Returns { nextStart, bucket, n } (n messages in flight as hf:<deadline>), or
 -- { nextStart } when no bucket starts by upTo; nextStart -1: none left.
 if redis.call('GET', KEYS[3]) ~= ARGV[2] then
@@ -29,7 +30,9 @@ for _, b in ipairs(bs) do
   end
   redis.call('RENAME', p .. 'hb:' .. b, p .. 'hf:' .. name)
   redis.call('DEL', p .. 'hbc:' .. b)
-  redis.call('HSET', KEYS[5], name, n)
+  if ARGV[5] == '1' then
+    redis.call('HSET', KEYS[5], name, n)
+  end
   redis.call('ZADD', KEYS[4], ARGV[4], name)
   redis.call('ZREM', KEYS[2], b)
   out[#out + 1] = tonumber(b)
