@@ -72,8 +72,29 @@ type bucketMsg struct {
 }
 
 func bucketWorkload(ctx context.Context, rdb *redis.Client, o options, upto int) error {
+	r, err := newBucketRun(ctx, rdb, o)
+	if err != nil {
+		return err
+	}
+	if err := r.prefill(ctx); err != nil {
+		return err
+	}
+	afterPrefill(ctx)
+	for i := 0; upto > 0 && i < o.rounds+o.spread-1; i++ {
+		if err := r.round(ctx, i, upto); err != nil {
+			return err
+		}
+	}
+	if upto == len(stages)-1 {
+		return r.check(ctx)
+	}
+	return nil
+}
+
+// newBucketRun loads the scripts o asks for and gives the probe's shard its lease.
+func newBucketRun(ctx context.Context, rdb *redis.Client, o options) (*bucketRun, error) {
 	if !o.kafkaIDs || o.claimAtPark {
-		return fmt.Errorf("-layout buckets: Kafka default ids only, without -claim-at-park")
+		return nil, fmt.Errorf("-layout buckets: Kafka default ids only, without -claim-at-park")
 	}
 	r := &bucketRun{rdb: rdb, o: o, width: int64(o.bucketMS),
 		park: redis.NewScript(bucketPark), claim: redis.NewScript(bucketClaim), ack: redis.NewScript(bucketAck),
@@ -84,20 +105,21 @@ func bucketWorkload(ctx context.Context, rdb *redis.Client, o options, upto int)
 	case o.bucket == "list" && o.ack == "bitmap":
 		r.ack = redis.NewScript(bucketAckBitmap)
 	case o.bucket != "list" || o.ack != "slots":
-		return fmt.Errorf("-bucket %q -ack %q: -bucket list with -ack slots or bitmap, or -bucket hash with -ack slots", o.bucket, o.ack)
+		return nil, fmt.Errorf("-bucket %q -ack %q: -bucket list with -ack slots or bitmap, or -bucket hash with -ack slots", o.bucket, o.ack)
 	}
 	for _, sc := range []*redis.Script{r.park, r.claim, r.ack} {
 		if err := sc.Load(ctx, rdb).Err(); err != nil { // EVALSHA in a pipeline does not fall back to EVAL
-			return err
+			return nil, err
 		}
 	}
-	if err := rdb.Set(ctx, bp+"owner", "instr|1", 0).Err(); err != nil {
-		return err
-	}
-	// Prefill as the store's: 2,000 due two minutes ahead (an hour with -prefill-cold)
-	// and 600 in flight, ids of another partition.
+	return r, rdb.Set(ctx, bp+"owner", "instr|1", 0).Err()
+}
+
+// prefill parks as the store's workload does: 2,000 due two minutes ahead (an hour with
+// -prefill-cold) and 600 in flight, ids of other partitions.
+func (r *bucketRun) prefill(ctx context.Context) error {
 	ahead := int64(120_000)
-	if o.prefillCold {
+	if r.o.prefillCold {
 		ahead = 3_600_000
 	}
 	var pre, held []bucketMsg
@@ -107,9 +129,9 @@ func bucketWorkload(ctx context.Context, rdb *redis.Client, o options, upto int)
 	for j := range 600 {
 		held = append(held, r.msg("orders.delay/8", uint64(j), t0-1000))
 	}
-	for p, b := range map[string][]bucketMsg{"orders.delay/9": pre, "orders.delay/8": held} {
+	for _, b := range [][]bucketMsg{pre, held} {
 		for k := 0; k < len(b); k += 200 {
-			if err := r.parkBatch(ctx, p, b[k:k+200]); err != nil {
+			if err := r.parkBatch(ctx, b[k].part, b[k:k+200]); err != nil {
 				return err
 			}
 		}
@@ -119,53 +141,52 @@ func bucketWorkload(ctx context.Context, rdb *redis.Client, o options, upto int)
 		return err
 	}
 	r.waiting = nil // the 600 stay in flight, never acknowledged
-	afterPrefill(ctx)
-	for i := 0; upto > 0 && i < o.rounds+o.spread-1; i++ {
-		if i < o.rounds {
-			batch := make([]bucketMsg, o.batch)
-			for j := range batch {
-				due := t0
-				if o.spread > 1 {
-					k := int64((uint32(j)*2654435761 + uint32(i)*40503) % uint32(o.spread))
-					due = t0 + (int64(i)+k)*100 + 50
-				}
-				batch[j] = r.msg("orders.delay/3", uint64(i*o.batch+j), due)
-			}
-			if err := r.parkBatch(ctx, "orders.delay/3", batch); err != nil {
-				return err
-			}
-		}
-		if upto < 2 {
-			continue
-		}
-		window := t0 + int64(i)*100 + 99
-		if o.spread <= 1 {
-			window = t0
-		}
-		if _, err := r.claimUpTo(ctx, window); err != nil {
-			return err
-		}
-		var acks []bucketMsg
-		kept := r.waiting[:0]
-		for _, m := range r.waiting {
-			if m.e.DueAt <= window || m.e.DueAt >= t0+120_000 { // the prefill's: acknowledged once claimed
-				acks = append(acks, m)
-			} else {
-				kept = append(kept, m)
-			}
-		}
-		r.waiting = kept
-		if upto < 3 || len(acks) == 0 {
-			continue
-		}
-		if err := r.ackBatch(ctx, acks); err != nil {
-			return err
-		}
-	}
-	if upto == len(stages)-1 {
-		return r.check(ctx)
-	}
 	return nil
+}
+
+// round runs round i as the store's workload does: a fetch parked (while rounds last),
+// then, up to stage upto, a claim of what is due by the round's window and an ack of
+// what fired in it.
+func (r *bucketRun) round(ctx context.Context, i, upto int) error {
+	o := r.o
+	if i < o.rounds {
+		batch := make([]bucketMsg, o.batch)
+		for j := range batch {
+			due := t0
+			if o.spread > 1 {
+				k := int64((uint32(j)*2654435761 + uint32(i)*40503) % uint32(o.spread))
+				due = t0 + (int64(i)+k)*100 + 50
+			}
+			batch[j] = r.msg("orders.delay/3", uint64(i*o.batch+j), due)
+		}
+		if err := r.parkBatch(ctx, "orders.delay/3", batch); err != nil {
+			return err
+		}
+	}
+	if upto < 2 {
+		return nil
+	}
+	window := t0 + int64(i)*100 + 99
+	if o.spread <= 1 {
+		window = t0
+	}
+	if _, err := r.claimUpTo(ctx, window); err != nil {
+		return err
+	}
+	var acks []bucketMsg
+	kept := r.waiting[:0]
+	for _, m := range r.waiting {
+		if m.e.DueAt <= window || m.e.DueAt >= t0+120_000 { // the prefill's: acknowledged once claimed
+			acks = append(acks, m)
+		} else {
+			kept = append(kept, m)
+		}
+	}
+	r.waiting = kept
+	if upto < 3 || len(acks) == 0 {
+		return nil
+	}
+	return r.ackBatch(ctx, acks)
 }
 
 // check tests the end of a full run: the counts are those of what the driver holds
