@@ -46,6 +46,9 @@ var bucketParkHash string
 //go:embed buckets/ack_hash.lua
 var bucketAckHash string
 
+//go:embed buckets/park_pos.lua
+var bucketParkPos string
+
 // bp is the probe shard's key prefix.
 const bp = "p:{c:0}:"
 
@@ -100,12 +103,14 @@ func newBucketRun(ctx context.Context, rdb *redis.Client, o options) (*bucketRun
 		park: redis.NewScript(bucketPark), claim: redis.NewScript(bucketClaim), ack: redis.NewScript(bucketAck),
 		deadline: t0 + 30_000, pos: map[string]int{}, acked: map[string][]byte{}}
 	switch {
-	case o.bucket == "hash" && o.ack == "slots":
+	case o.bucket == "hash" && (o.ack == "slots" || o.ack == "none"):
 		r.park, r.ack = redis.NewScript(bucketParkHash), redis.NewScript(bucketAckHash)
+	case o.bucket == "listpos" && o.ack == "slots":
+		r.park = redis.NewScript(bucketParkPos)
 	case o.bucket == "list" && o.ack == "bitmap":
 		r.ack = redis.NewScript(bucketAckBitmap)
 	case o.bucket != "list" || o.ack != "slots":
-		return nil, fmt.Errorf("-bucket %q -ack %q: -bucket list with -ack slots or bitmap, or -bucket hash with -ack slots", o.bucket, o.ack)
+		return nil, fmt.Errorf("-bucket %q -ack %q: -bucket list with -ack slots or bitmap, -bucket listpos with -ack slots, or -bucket hash with -ack slots or none", o.bucket, o.ack)
 	}
 	for _, sc := range []*redis.Script{r.park, r.claim, r.ack} {
 		if err := sc.Load(ctx, rdb).Err(); err != nil { // EVALSHA in a pipeline does not fall back to EVAL
@@ -230,29 +235,40 @@ func slot(m bucketMsg, v uint32) []byte {
 
 // parkBatch parks consecutive offsets of one partition (a fetch) with one call.
 func (r *bucketRun) parkBatch(ctx context.Context, partition string, batch []bucketMsg) error {
+	buckets := map[int64][]bucketMsg{}
+	var order []int64
+	group := make([]uint16, len(batch)) // message -> its bucket's place in order (1-based), and
+	place := make([]uint16, len(batch)) // its place among that bucket's messages (0-based)
+	for k, m := range batch {
+		if _, ok := buckets[m.bucket]; !ok {
+			order = append(order, m.bucket)
+		}
+		group[k], place[k] = uint16(slices.Index(order, m.bucket)+1), uint16(len(buckets[m.bucket]))
+		buckets[m.bucket] = append(buckets[m.bucket], m)
+	}
 	args := []any{bp, 0}
 	spans := 0
 	for k := 0; k < len(batch); {
 		blk := batch[k].offset / 1024
-		var slots []byte
+		var slots, hashes, places []byte
 		first := k
 		for ; k < len(batch) && batch[k].offset/1024 == blk; k++ {
-			slots = append(slots, slot(batch[k], uint32(batch[k].bucket)|1<<31)...)
+			v := slot(batch[k], uint32(batch[k].bucket)|1<<31)
+			slots = append(slots, v...)
+			hashes = append(hashes, v[:6]...)
+			places = binary.BigEndian.AppendUint16(binary.BigEndian.AppendUint16(places, group[k]), place[k])
 		}
 		lo := (batch[first].offset % 1024) * 10
-		args = append(args, fmt.Sprintf("%s/%d", partition, blk), lo, lo+uint64(len(slots))-1, slots)
+		args = append(args, fmt.Sprintf("%s/%d", partition, blk), lo, lo+uint64(len(slots))-1)
+		if r.o.bucket == "listpos" {
+			args = append(args, hashes, places)
+		} else {
+			args = append(args, slots)
+		}
 		spans++
 	}
 	args[1] = spans
 	args = append(args, 1, "orders", len(batch))
-	buckets := map[int64][]bucketMsg{}
-	var order []int64
-	for _, m := range batch {
-		if _, ok := buckets[m.bucket]; !ok {
-			order = append(order, m.bucket)
-		}
-		buckets[m.bucket] = append(buckets[m.bucket], m)
-	}
 	for _, b := range order {
 		ms := buckets[b]
 		args = append(args, b, b*r.width, len(ms))
@@ -292,7 +308,7 @@ func (r *bucketRun) claimUpTo(ctx context.Context, upTo int64) (int, error) {
 		r.deadline++
 		name := strconv.FormatInt(r.deadline, 10)
 		pipe := r.rdb.Pipeline()
-		list := r.o.bucket == "list"
+		list := r.o.bucket != "hash"
 		cl := r.claim.Run(ctx, pipe, keys, bp, "instr|1", upTo, r.deadline, map[bool]int{true: 1}[list])
 		var read *redis.StringSliceCmd
 		var hread *redis.MapStringStringCmd
@@ -353,7 +369,7 @@ func (r *bucketRun) ackBatch(ctx context.Context, acks []bucketMsg) error {
 	sec := uint32(t0 / 1000)
 	args := []any{bp, t0, 0}
 	blocks := 0
-	for k := 0; k < len(acks); {
+	for k := 0; k < len(acks) && r.o.ack != "none"; {
 		blk := acks[k].offset / 1024
 		at := len(args)
 		part := acks[k].part

@@ -13,6 +13,7 @@
 //	cd bench && go run ./instr -layout buckets       # the time-bucket probe (buckets.go)
 //	cd bench && go run ./instr -layout buckets -ack bitmap  # its acks as bucket bitmaps
 //	cd bench && go run ./instr -layout buckets -bucket hash # buckets as hashes of id -> envelope
+//	cd bench && go run ./instr -layout buckets -bucket listpos # slots that hold positions
 //	cd bench && go run ./instr -time [-layout …]     # redis-server's CPU time instead (timed.go)
 //
 // Each stage runs on a fresh redis-server under callgrind (no persistence), prefilled
@@ -93,8 +94,8 @@ func main() {
 	flag.BoolVar(&o.claimAtPark, "claim-at-park", false, "park as the bridge does: messages due within the lookahead (2 s: 20 rounds) are claimed by the park (ParkClaimEach), not by a claim")
 	flag.StringVar(&o.layout, "layout", "store", "store: the store's scripts; buckets: the time-bucket probe (buckets.go)")
 	flag.IntVar(&o.bucketMS, "bucket-ms", 1024, "-layout buckets: a bucket's width (ms)")
-	flag.StringVar(&o.bucket, "bucket", "list", "-layout buckets: list: a bucket is a LIST of elements; hash: a HASH of id -> envelope")
-	flag.StringVar(&o.ack, "ack", "slots", "-layout buckets: slots: ack marks each id's slot delivered; bitmap: per in-flight bucket, a bitmap of acknowledged positions")
+	flag.StringVar(&o.bucket, "bucket", "list", "-layout buckets: list: a bucket is a LIST of elements; listpos: the same, each id's slot holding its element's position; hash: a HASH of id -> envelope")
+	flag.StringVar(&o.ack, "ack", "slots", "-layout buckets: slots: ack marks each id's slot delivered; bitmap: per in-flight bucket, a bitmap of acknowledged positions; none (-bucket hash): ack only takes the ids out of their buckets")
 	flag.BoolVar(&o.time, "time", false, "instead of counting, run park, claim and ack once on a plain redis-server and report its CPU time and commandstats' time per message")
 	flag.StringVar(&o.keep, "keep", "", "write each stage's callgrind file into this directory and keep it (compare two stages with callgrind_annotate)")
 	flag.Parse()
