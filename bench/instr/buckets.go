@@ -17,16 +17,19 @@ import (
 )
 
 // The time-bucket probe (-layout buckets): the same workload as the store's, on a
-// layout where messages due together are stored together. A bucket is a LIST of the
-// messages of one shard due in [b·W, (b+1)·W); a Kafka default id's slot in its block
-// (the 10-byte slots the store's done window already keeps) says where it is pending,
-// so a fetch's ids are found and marked by a few SETRANGEs of consecutive slots, not one
-// index entry each. Park appends a batch to its buckets, claim renames the buckets that
-// start by its horizon under its lease deadline (the caller reads them with LRANGE: no
-// envelope enters Lua), ack marks the slots delivered and counts the in-flight bucket
-// down. It keeps fencing, exact per-route counts and the done window; it is a probe of
-// what the hot path's calls cost, not a store: by-id operations, recovery, the cold
-// tier and ids of other forms are not written here.
+// layout where messages due together are stored together. A bucket holds the messages
+// of one shard due in [b·W, (b+1)·W): a LIST of elements (-bucket list, listpos) or a
+// HASH of id -> envelope (-bucket hash). A Kafka default id's slot in its block (the
+// 10-byte slots the store's done window already keeps) says in which bucket it is
+// pending (listpos: and where in it), so a fetch's ids are checked and marked by a few
+// commands over consecutive slots, not one index entry each. Park appends a batch to
+// its buckets, claim renames the earliest bucket due by its horizon after its lease
+// deadline (the caller reads it in the same pipeline: no envelope enters Lua), ack marks
+// the slots delivered (-ack slots), writes the bucket's bitmap of acknowledged
+// positions (bitmap) or only takes the ids out of a HASH bucket (none). It keeps
+// fencing and exact per-route counts; it is a probe of what the hot path's calls cost,
+// not a store: by-id operations, recovery, the cold tier and ids of other forms are not
+// written here (docs/ARCHITECTURE.md "Time buckets").
 
 //go:embed buckets/park.lua
 var bucketPark string
@@ -65,6 +68,7 @@ type bucketRun struct {
 	acked            map[string][]byte // in-flight bucket name -> its bitmap (-ack bitmap)
 }
 
+// bucketMsg is one message of the probe and where the driver has it.
 type bucketMsg struct {
 	e      *envelope.Envelope
 	part   string // "orders.delay/<partition>"
@@ -74,6 +78,8 @@ type bucketMsg struct {
 	name   string // its in-flight bucket's name, once claimed
 }
 
+// bucketWorkload is workload's twin on the probe's layout: the same prefill, rounds and
+// stages (upto), then the end check after a full run.
 func bucketWorkload(ctx context.Context, rdb *redis.Client, o options, upto int) error {
 	r, err := newBucketRun(ctx, rdb, o)
 	if err != nil {
@@ -217,9 +223,34 @@ func (r *bucketRun) check(ctx context.Context) error {
 	if counts["pending:orders"] != want["pending:orders"] || counts["inflight:orders"] != want["inflight:orders"] || left != int64(1+len(names)) {
 		return fmt.Errorf("probe's end: counts %v, want %v; %d in-flight buckets, want %d", counts, want, left, 1+len(names))
 	}
+	return r.checkSlots(ctx)
+}
+
+// checkSlots tests the slots of the measured messages' first block after a full run:
+// each holds its record hash, and the second delivered where acks mark slots, else
+// the mark park wrote (pending in its bucket).
+func (r *bucketRun) checkSlots(ctx context.Context) error {
+	n := min(r.o.batch*r.o.rounds, 1024)
+	block, err := r.rdb.GetRange(ctx, bp+"kb:orders.delay/3/0", 0, int64(10*n-1)).Result()
+	if err != nil {
+		return err
+	}
+	if len(block) != 10*n {
+		return fmt.Errorf("probe's end: block 0 holds %d bytes, want %d", len(block), 10*n)
+	}
+	for o := range n {
+		m := r.msg("orders.delay/3", uint64(o), t0)
+		v := binary.BigEndian.Uint32([]byte(block[10*o+6 : 10*o+10]))
+		h, _ := hex.DecodeString(m.hash)
+		delivered := v == uint32(t0/1000)
+		if block[10*o:10*o+6] != string(h) || delivered != (r.o.ack == "slots") || !delivered && v>>31 != 1 {
+			return fmt.Errorf("probe's end: offset %d's slot %x", o, block[10*o:10*o+10])
+		}
+	}
 	return nil
 }
 
+// msg is a message of the Kafka default id of partition's offset, due at due.
 func (r *bucketRun) msg(partition string, offset uint64, due int64) bucketMsg {
 	hash := fmt.Sprintf("%012x", offset)
 	e := message(fmt.Sprintf("%s/%d/%s", partition, offset, hash), due)
@@ -228,6 +259,8 @@ func (r *bucketRun) msg(partition string, offset uint64, due int64) bucketMsg {
 
 // slot is a message's 10 bytes in its block: the record hash and, high bit set, the
 // bucket it is pending in; delivered: the second (ack).
+// slot is m's 10 bytes in its block: its record hash, then v (the second delivered, or
+// the bucket it is pending in with the high bit set).
 func slot(m bucketMsg, v uint32) []byte {
 	b, _ := hex.DecodeString(m.hash)
 	return binary.BigEndian.AppendUint32(b, v)

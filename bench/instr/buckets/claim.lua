@@ -1,7 +1,7 @@
 -- claim (time-bucket probe): the earliest bucket starting at or before upTo goes in
 -- flight whole, renamed after the claim's lease deadline (which identifies the claim), so
--- that the caller reads its elements with an LRANGE sent in the same pipeline (no
--- envelope enters Lua); a reply whose nextStart is at or before upTo says "claim again".
+-- that the caller reads its elements with an LRANGE (a HASH bucket: HGETALL) sent in the
+-- same pipeline (no envelope enters Lua); a reply whose nextStart is at or before upTo says "claim again".
 --
 -- KEYS[1] counts  HASH
 -- KEYS[2] hbs     ZSET bucket -> start
