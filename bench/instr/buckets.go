@@ -43,12 +43,6 @@ var bucketAck string
 //go:embed buckets/ack_bitmap.lua
 var bucketAckBitmap string
 
-//go:embed buckets/park_hash.lua
-var bucketParkHash string
-
-//go:embed buckets/ack_hash.lua
-var bucketAckHash string
-
 //go:embed buckets/park_pos.lua
 var bucketParkPos string
 
@@ -110,7 +104,6 @@ func newBucketRun(ctx context.Context, rdb *redis.Client, o options) (*bucketRun
 		deadline: t0 + 30_000, pos: map[string]int{}, acked: map[string][]byte{}}
 	switch {
 	case o.bucket == "hash" && (o.ack == "slots" || o.ack == "none"):
-		r.park, r.ack = redis.NewScript(bucketParkHash), redis.NewScript(bucketAckHash)
 	case o.bucket == "listpos" && o.ack == "slots":
 		r.park = redis.NewScript(bucketParkPos)
 	case o.bucket == "list" && o.ack == "bitmap":
@@ -279,7 +272,7 @@ func (r *bucketRun) parkBatch(ctx context.Context, partition string, batch []buc
 		group[k], place[k] = uint16(slices.Index(order, m.bucket)+1), uint16(len(buckets[m.bucket]))
 		buckets[m.bucket] = append(buckets[m.bucket], m)
 	}
-	args := []any{bp, 0}
+	args := []any{bp, r.kind(), 0}
 	spans := 0
 	for k := 0; k < len(batch); {
 		blk := batch[k].offset / 1024
@@ -300,7 +293,7 @@ func (r *bucketRun) parkBatch(ctx context.Context, partition string, batch []buc
 		}
 		spans++
 	}
-	args[1] = spans
+	args[2] = spans
 	args = append(args, 1, "orders", len(batch))
 	for _, b := range order {
 		ms := buckets[b]
@@ -391,6 +384,15 @@ func (r *bucketRun) claimUpTo(ctx context.Context, upTo int64) (int, error) {
 	}
 }
 
+// kind is park.lua's and ack.lua's name for the run's kind of bucket: "hash" or "list"
+// (listpos too: park_pos.lua takes the same arguments, and its buckets are lists).
+func (r *bucketRun) kind() string {
+	if r.o.bucket == "hash" {
+		return "hash"
+	}
+	return "list"
+}
+
 // ackBatch acknowledges published messages: their slots' runs, routes, buckets.
 func (r *bucketRun) ackBatch(ctx context.Context, acks []bucketMsg) error {
 	if r.o.ack == "bitmap" {
@@ -400,7 +402,7 @@ func (r *bucketRun) ackBatch(ctx context.Context, acks []bucketMsg) error {
 		return cmp.Or(strings.Compare(a.part, b.part), cmp.Compare(a.offset, b.offset))
 	})
 	sec := uint32(t0 / 1000)
-	args := []any{bp, t0, 0}
+	args := []any{bp, t0, r.kind(), 0}
 	blocks := 0
 	for k := 0; k < len(acks) && r.o.ack != "none"; {
 		blk := acks[k].offset / 1024
@@ -421,7 +423,7 @@ func (r *bucketRun) ackBatch(ctx context.Context, acks []bucketMsg) error {
 		args[at+1] = runs
 		blocks++
 	}
-	args[2] = blocks
+	args[3] = blocks
 	args = append(args, 1, "orders", len(acks))
 	per := map[string][]string{}
 	var names []string

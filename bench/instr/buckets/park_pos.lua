@@ -4,21 +4,21 @@
 -- and the slots are built here from the positions RPUSH gives.
 --
 -- KEYS as park.lua's.
--- ARGV[1] the key prefix
--- ARGV[2] k: block spans follow, each: block name, first byte, last byte, the slots'
+-- ARGV[1] the key prefix, ARGV[2] 'list'
+-- ARGV[3] k: block spans follow, each: block name, first byte, last byte, the slots'
 --         record hashes (6 bytes each, in offset order), then for each of those slots
 --         its bucket's number in this call (1-based) and its place among that bucket's
 --         messages here (0-based), two bytes each, big endian
 -- then r routes (as park.lua), then per bucket: number, start, m, m elements, routes
 local p = ARGV[1]
-local k = tonumber(ARGV[2])
+local k = tonumber(ARGV[3])
 for b = 0, k - 1 do
-  local at = 3 + 5 * b
+  local at = 4 + 5 * b
   if redis.call('BITCOUNT', p .. 'kb:' .. ARGV[at], ARGV[at + 1], ARGV[at + 2]) > 0 then
     return 'full'
   end
 end
-local i = 3 + 5 * k
+local i = 4 + 5 * k
 local r = tonumber(ARGV[i])
 for j = i + 1, i + 2 * r, 2 do
   redis.call('HINCRBY', KEYS[1], 'pending:' .. ARGV[j], ARGV[j + 1])
@@ -39,7 +39,7 @@ while i <= #ARGV do
 end
 local pack, unpk, sub = struct.pack, struct.unpack, string.sub
 for b = 0, k - 1 do
-  local at = 3 + 5 * b
+  local at = 4 + 5 * b
   local hashes, places = ARGV[at + 3], ARGV[at + 4]
   local slots = {}
   for s = 0, #hashes / 6 - 1 do
