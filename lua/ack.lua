@@ -3,6 +3,7 @@
 --- @include "index"
 --- @include "successor"
 --- @include "kbruns"
+--- @include "bucket"
 -- ack: claimed messages were published; forget them and remember their ids in the done
 -- window.
 --
@@ -31,7 +32,10 @@
 --         default ids (kbruns.lua), built by the caller: when every id of the call was
 --         in flight and none has a successor (the steady case), these are written and
 --         no fp of the ids they cover is read
--- ARGV[8+R] m, then ARGV[9+R..8+R+m] the ids. With ARGV[5] = 1 the routes follow: their
+-- ARGV[8+R] G, then G pairs of a due bucket (bucket.lua) and how many of the ids,
+--         consecutive from the first, are its: the claimed bucket each id may be in, by
+--         its DueAt (G = 0: found from the envelopes, where an id was not in inflight)
+-- ARGV[9+R+2G] m, then ARGV[10+R+2G..9+R+2G+m] the ids. With ARGV[5] = 1 the routes follow: their
 --         number, then pairs of a route and how many of the ids are its. Then pairs of
 --         a position among the ids (1-based) and that id's fp, for every id whose fp
 --         the runs do not stand for (none when ARGV[2] is 0); the fp of a Kafka
@@ -48,7 +52,8 @@ local ix = ixstart(KEYS[4], KEYS[5])
 local now = ARGV[1]
 local dat = doneAt(now) -- every id of the call is delivered at the same second
 local runs = tonumber(ARGV[7])
-local a = 9 + runs -- the ids
+local G = tonumber(ARGV[8 + runs])
+local a = 10 + runs + 2 * G -- the ids
 local m = tonumber(ARGV[a - 1])
 local b = a + m -- after them: the routes (ARGV[5] = 1), then the fps
 local given, sent = {}, {} -- position -> fp sent; the fps sent, in order
@@ -73,7 +78,15 @@ end
 -- dead (msg holds an envelope exactly for the ids in due, inflight or dead), and each
 -- is taken alone.
 local acked, fps, left = {}, {}, {} -- left: per route, one cadd per route
-local all = m > 0 and redis.call('ZREM', KEYS[2], unpack(ARGV, a, b - 1)) == m
+local base = hbase(KEYS[7])
+local all = false
+if m > 0 then
+  local z = redis.call('ZREM', KEYS[2], unpack(ARGV, a, b - 1))
+  if z < m then
+    z = z + hbsrem(base, ARGV, 9 + runs, G, a, m, KEYS[1])
+  end
+  all = z == m
+end
 if all then
   if ARGV[5] == '1' then
     for i = b + 1, b + 2 * tonumber(ARGV[b]), 2 do
@@ -99,7 +112,7 @@ elseif m > 0 then
   local envs = redis.call('HMGET', KEYS[1], unpack(ids))
   local due, dead = zpresent(KEYS[7], ids), zpresent(KEYS[10], ids)
   for j = 1, #ids do
-    if envs[j] and not due[j] and not dead[j] then
+    if envs[j] and not due[j] and not dead[j] and hbwhere(base, ids[j], envs[j]) ~= 'pending' then
       acked[#acked + 1] = ids[j]
       if ARGV[2] == '1' then
         fps[#acked] = fpOf(at[j])

@@ -3,6 +3,7 @@
 --- @include "index"
 --- @include "successor"
 --- @include "cold"
+--- @include "bucket"
 -- cancel: remove a message by id wherever it is, and remember it in the done window as
 -- cancelled, so that a replayed ingress record of its route cannot park it again.
 --
@@ -58,6 +59,7 @@ local function finish(routes)
 end
 local prior = ''
 local set
+hbout(hbase(KEYS[1]), id, redis.call('HGET', KEYS[2], id)) -- bucketed: cancelled from due or inflight
 local score = redis.call('ZSCORE', KEYS[1], id)
 if score then
   prior, set = 'pending', KEYS[1]

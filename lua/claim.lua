@@ -1,6 +1,7 @@
 --- @include "counts"
 --- @include "index"
 --- @include "cold"
+--- @include "bucket"
 -- claim: move due messages of one shard into inflight, for the shard's lease holder only.
 --
 -- KEYS[1] due       ZSET id -> due time
@@ -30,10 +31,13 @@
 --          due at or before it are read without their scores (see dueN below)
 -- Returns: error reply "FENCED ..." when the owner key is not ARGV[1] (lease lost or
 -- taken over: a stale owner must not claim), else a flat array
---   { nextDue, dropped, need, id1, due1, env1, id2, due2, env2, ... }
--- in due order. nextDue: due time of the earliest message still pending after this
--- claim, in due or in the cold tier (there it may be earlier than the earliest left
--- after a cancel: cold.lua), 0 (claim again at once) when the promotion budget ran
+--   { nextDue, dropped, need, k, id1, due1, env1, id2, due2, env2, ..., b1 .. bk }
+-- the triples in due order, then the k ids of the due buckets claimed whole after them
+-- (bucket.lua: the caller reads their envelopes from msg; each fires at its DueAt).
+-- nextDue: due time of the earliest message still pending after this claim, in due or
+-- in the cold tier (there it may be earlier than the earliest left after a cancel:
+-- cold.lua), or the last ms of the earliest pending bucket (claimed whole once all of
+-- it is due by upTo: at most a bucket width after its earliest message), 0 (claim again at once) when the promotion budget ran
 -- out, -1 if none. dropped: ids found in due without an envelope (corruption); they
 -- are removed rather than left to wedge the head of the shard, and reported so the
 -- caller can count them. need: the bytes (length + ARGV[8]) of the first due message
@@ -49,19 +53,21 @@
 -- so a claim sent again whose first run's reply was lost (a timeout, a reset
 -- connection, a client re-sending a whole pipeline after one call of it met TRYAGAIN)
 -- finds what that run claimed still in inflight under its deadline, and returns those
--- messages again instead of claiming more: { 0, -1, 0, id1, upTo, env1, ... }. dropped -1 marks such a replay; nextDue 0 has
+-- messages again instead of claiming more: { 0, -1, 0, 0, id1, upTo, env1, ... }. dropped -1 marks such a replay; nextDue 0 has
 -- the caller claim again at once. The due scores that run read are gone (inflight
 -- keeps the deadline), so each message is reported due at upTo, which none of them was
 -- due after: never early, at most upTo - due late.
 if redis.call('GET', KEYS[4]) ~= ARGV[1] then
   return redis.error_reply('FENCED shard lease is not held by ' .. ARGV[1])
 end
+local base = hbase(KEYS[1])
 local again = {}
 if ARGV[10] == '1' then
+  hbunclaim(base, ARGV[3], ARGV[3], 64) -- buckets that run claimed: answered from inflight
   again = redis.call('ZRANGEBYSCORE', KEYS[3], ARGV[3], ARGV[3], 'LIMIT', '0', ARGV[4])
 end
 if #again > 0 then
-  local out = { 0, -1, 0 }
+  local out = { 0, -1, 0, 0 }
   for first = 1, #again, 500 do
     local ids = { unpack(again, first, math.min(first + 499, #again)) }
     local envs = redis.call('HMGET', KEYS[2], unpack(ids))
@@ -100,8 +106,8 @@ else
   lists[1] = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[2], 'WITHSCORES', 'LIMIT', '0', ARGV[4])
   strides[1] = 2
 end
-local out = { -1, 0, 0 }
-local n = 3
+local out = { -1, 0, 0, 0 }
+local n = 4
 local dropped = 0
 local budget = tonumber(ARGV[7] or '0')
 local per = tonumber(ARGV[8] or '0')
@@ -204,9 +210,84 @@ for li = 1, #lists do
     end
   end
 end
+-- Then whole buckets whose every message is due by upTo, while they fit what is left.
+local bids = {}
+local bn = nil -- the last ms of the earliest bucket left pending, -1 none, nil unread
+if not full then
+  -- the head of the pending buckets, claimed while due by upTo; the first one left is
+  -- the next due (bn)
+  local bs = redis.call('ZRANGE', base .. 'hb', '0', '15', 'WITHSCORES')
+  local hw = nil
+  bn = #bs > 0 and tonumber(bs[2]) or -1
+  for i = 1, #bs, 2 do
+    local b = bs[i]
+    if tonumber(bs[i + 1]) > tonumber(ARGV[2]) then
+      break
+    end
+    local hc = redis.call('HGETALL', base .. 'hc:' .. b)
+    local k, size, routes = 0, 0, {}
+    for i = 1, #hc, 2 do
+      if hc[i] == '\0n' then
+        k = tonumber(hc[i + 1])
+      elseif hc[i] == '\0b' then
+        size = tonumber(hc[i + 1])
+      else
+        routes[hc[i]] = tonumber(hc[i + 1])
+      end
+    end
+    size = size + k * per
+    if k > 0 and (taken + k > limit or used + size > budget) and not (alone and taken == 0) then
+      out[3] = size
+      break
+    end
+    local key = base .. 'hb:' .. b
+    if k > 0 and redis.call('EXISTS', key) == 1 then
+      local fk = base .. 'hf:' .. b
+      redis.call('RENAME', key, fk)
+      redis.call('ZADD', base .. 'hf', ARGV[3], b)
+      for _, id in ipairs(redis.call('SMEMBERS', fk)) do
+        bids[#bids + 1] = id
+      end
+      for route, c in pairs(routes) do
+        if c ~= 0 then
+          moved[route] = (moved[route] or 0) + c
+        end
+      end
+      taken, used = taken + k, used + size
+    end
+    redis.call('DEL', key, base .. 'hc:' .. b)
+    redis.call('ZREM', base .. 'hb', b)
+    hw = b
+    if bs[i + 3] then
+      bn = tonumber(bs[i + 3])
+    elseif #bs == 32 then
+      bn = 0 -- the head read is used up: claim again at once
+    else
+      bn = -1
+    end
+  end
+  if hw then
+    redis.call('HSET', base .. 'hs', 'w', hw)
+  end
+  if #bids > 0 then
+    redis.call('HINCRBY', base .. 'hs', 'p', itoa(-#bids))
+    redis.call('HINCRBY', base .. 'hs', 'f', itoa(#bids))
+  end
+end
+-- the buckets' ids go last: { nextDue, dropped, need, k, triples, id1 .. idk }
+out[4] = #bids
+for i = 1, #bids do
+  out[n + i] = bids[i]
+end
 local head = redis.call('ZRANGE', KEYS[1], '0', '0', 'WITHSCORES')
 if head[2] then
   out[1] = tonumber(head[2])
+end
+if bn == nil then
+  bn = hbnext(base) or -1
+end
+if bn >= 0 and (out[1] < 0 or bn < out[1]) then
+  out[1] = bn
 end
 if promoting then
   out[1] = 0

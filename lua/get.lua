@@ -2,6 +2,7 @@
 --- @include "index"
 --- @include "successor"
 --- @include "cold"
+--- @include "bucket"
 -- get: look a message up by id wherever it is.
 --
 -- KEYS[1] due        ZSET id -> due time
@@ -37,6 +38,19 @@ for i = 1, 3 do
       return { states[i], tonumber(score), env }
     end
     return { states[i], tonumber(score) }
+  end
+end
+local env = redis.call('HGET', KEYS[2], id)
+if env then
+  local st, score = hbwhere(hbase(KEYS[1]), id, env)
+  if st == 'inflight' then
+    local due, nenv = nxget(KEYS[6], id)
+    if due then
+      return { 'pending', due, nenv }
+    end
+  end
+  if st then
+    return { st, score, env }
   end
 end
 local ix = ixstart(KEYS[5], '')

@@ -56,7 +56,7 @@ import _ "embed"
 // reschedule and replace with per-key order (ordered_park.lua and the others).
 var Scripts = []string{
 	"park", "replace", "bury", "cancel", "claim", "ack", "retry", "recover", "reschedule",
-	"get", "purge_dead", "purge_dead_ids", "browse", "cold_read",
+	"get", "purge_dead", "purge_dead_ids", "browse", "cold_read", "bucket_flush",
 	"job_claim", "job_save", "job_cancel", "lease_acquire", "lease_renew", "lease_release",
 	"schedule_put", "schedule_delete", "schedule_plan",
 	"ordered_park", "ordered_ack", "ordered_retry", "ordered_recover", "ordered_cancel",
@@ -84,7 +84,7 @@ func helper(name string) string {
 }
 
 // IndexHelper is index.lua, the helper of the done window: the only source that builds
-// key names apart from ColdHelper and MarkHelper (tests look for others that do).
+// key names apart from ColdHelper, BucketHelper and MarkHelper (tests look for others that do).
 var IndexHelper = helper("index")
 
 // MarkHelper is kbmark.lua, index.lua's marks of the Kafka blocks with index entries,
@@ -94,6 +94,10 @@ var MarkHelper = helper("kbmark")
 // ColdHelper is cold.lua, the helper of the cold tier, which names the shard's bucket
 // keys after its due key.
 var ColdHelper = helper("cold")
+
+// BucketHelper is bucket.lua, the helper of the due buckets, which names their keys
+// after the shard's due key.
+var BucketHelper = helper("bucket")
 
 // All returns every script's EVAL source by name, for callers that inspect them all,
 // such as tests.

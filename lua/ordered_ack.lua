@@ -9,7 +9,8 @@
 local o = ostart(KEYS[8], KEYS[9], KEYS[7], KEYS[1])
 local ids = {}
 if o.on then -- a shard without keyed messages needs no list of the ids
-  local a = 9 + tonumber(ARGV[7])
+  local r = tonumber(ARGV[7])
+  local a = 10 + r + 2 * tonumber(ARGV[8 + r])
   for i = a, a + tonumber(ARGV[a - 1]) - 1 do
     ids[#ids + 1] = ARGV[i]
   end

@@ -2,6 +2,7 @@
 --- @include "counts"
 --- @include "index"
 --- @include "cold"
+--- @include "bucket"
 -- park: store a batch of messages in one shard, idempotently by id.
 --
 -- KEYS[1] due        ZSET id -> due time (unix ms)
@@ -134,7 +135,17 @@ local function parkquick()
     end
   end
   local r = tonumber(ARGV[first])
-  local a = first + 1 + 3 * r -- the id and envelope pairs, then the pending ones' due times
+  -- then the buckets: g, and per bucket b, its messages (the last ones of the batch, a
+  -- bucket's together, in the order of the buckets), their envelopes' bytes, k and k
+  -- pairs of a route and its messages
+  local gat = first + 1 + 3 * r
+  local groups = {}
+  local a = gat + 1
+  for _ = 1, tonumber(ARGV[gat]) do
+    groups[#groups + 1] = a
+    a = a + 4 + 2 * tonumber(ARGV[a + 3])
+  end
+  -- a: the id and envelope pairs, then the pending ones' due times
   local n = (#ARGV - a + 1 + claimUpTo) / 3
   local ids = {}
   for j = 1, n do
@@ -154,12 +165,54 @@ local function parkquick()
     end
     redis.call('ZADD', KEYS[3], unpack(zin))
   end
-  if n > claimUpTo then
-    local zadd, d = {}, a + 2 * n - claimUpTo - 1 -- d + j: message j's due time
-    for j = claimUpTo + 1, n do
-      zadd[2 * j - 1], zadd[2 * j] = ARGV[d + j], ids[j]
+  local d = a + 2 * n - claimUpTo - 1 -- d + j: message j's due time
+  local zadd, nz = {}, 0
+  local function due(from, to)
+    for j = from, to do
+      zadd[nz + 1], zadd[nz + 2] = ARGV[d + j], ids[j]
+      nz = nz + 2
     end
-    redis.call('ZADD', KEYS[1], unpack(zadd, 2 * claimUpTo + 1, 2 * n))
+  end
+  local last = n -- messages up to last go to due, the rest to their buckets
+  for _, at in ipairs(groups) do
+    last = last - tonumber(ARGV[at + 1])
+  end
+  due(claimUpTo + 1, last)
+  if #groups > 0 then
+    last = last + 1
+    local base = hbase(KEYS[1])
+    local hw = tonumber(redis.call('HGET', base .. 'hs', 'w') or '-1')
+    local added = 0
+    for _, at in ipairs(groups) do
+      local b, c = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
+      local key = base .. 'hb:' .. ARGV[at]
+      if b <= hw or redis.call('SCARD', key) + c > HB_CAP then
+        due(last, last + c - 1) -- claimed already, or full: due as any message
+      else
+        redis.call('SADD', key, unpack(ids, last, last + c - 1))
+        added = added + c
+        local hc = { '\0n', ARGV[at + 1], '\0b', ARGV[at + 2] }
+        for i = at + 4, at + 3 + 2 * tonumber(ARGV[at + 3]), 2 do
+          hc[#hc + 1], hc[#hc + 2] = ARGV[i], ARGV[i + 1]
+        end
+        local hk = base .. 'hc:' .. ARGV[at]
+        if redis.call('EXISTS', hk) == 0 then
+          redis.call('HSET', hk, unpack(hc))
+          redis.call('ZADD', base .. 'hb', itoa((b + 1) * HB_W - 1), ARGV[at])
+        else
+          for i = 1, #hc, 2 do
+            redis.call('HINCRBY', hk, hc[i], hc[i + 1])
+          end
+        end
+      end
+      last = last + c
+    end
+    if added > 0 then
+      redis.call('HINCRBY', base .. 'hs', 'p', itoa(added))
+    end
+  end
+  if nz > 0 then
+    redis.call('ZADD', KEYS[1], unpack(zadd))
   end
   for i = first + 1, first + 3 * r, 3 do
     if ARGV[i + 1] ~= '0' then
@@ -271,6 +324,8 @@ for i = first, #ARGV, 5 do
         end
       elseif redis.call('ZSCORE', KEYS[4], id) then
         st = 'dead'
+      elseif hbwhere(hbase(KEYS[1]), id, h) == 'inflight' then
+        st = 'inflight'
       else
         st = 'pending'
       end

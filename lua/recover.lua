@@ -1,5 +1,6 @@
 --- @include "counts"
 --- @include "successor"
+--- @include "bucket"
 -- recover: move inflight messages back to due so they fire again (at-least-once): those
 -- whose lease deadline has passed (a claim that was never acked or retried), or, when a
 -- new owner takes a shard over, everything its previous owner left in flight.
@@ -20,6 +21,8 @@
 -- deadline), which puts them at the head of the shard.
 local cs = cstart(KEYS[4])
 local cutoff = ARGV[3] or ARGV[1]
+-- Claimed buckets past their deadline join inflight first (bucket.lua), under it.
+hbunclaim(hbase(KEYS[1]), '-inf', cutoff, 16)
 local page = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', cutoff, 'WITHSCORES', 'LIMIT', '0', ARGV[2])
 local ids = {}
 for i = 1, #page, 2 do
@@ -40,7 +43,7 @@ if #ids > 0 then
   cflush(cs)
 end
 local more = 0
-if redis.call('ZCOUNT', KEYS[2], '-inf', cutoff) > 0 then
+if redis.call('ZCOUNT', KEYS[2], '-inf', cutoff) > 0 or redis.call('ZCOUNT', hbase(KEYS[1]) .. 'hf', '-inf', cutoff) > 0 then
   more = 1
 end
 return { #ids, more }

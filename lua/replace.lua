@@ -3,6 +3,7 @@
 --- @include "index"
 --- @include "successor"
 --- @include "cold"
+--- @include "bucket"
 -- replace: store a batch of messages in one shard, each replacing the message its id
 -- names on its route (x-delay-replace: upsert and debounce). docs/CONTRACT.md "Replace"
 -- has the table of states and outcomes; storeapi.Intake.ReplaceEach the contract.
@@ -48,6 +49,9 @@ for i = 3, #ARGV, 5 do
   local id, due, env, route, fp = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
   local res
   local old = redis.call('HGET', KEYS[2], id)
+  if old then
+    hbout(co.base, id, old) -- a bucketed message is replaced as one in due or inflight
+  end
   local state, b, pos, cdue, cenv
   if not old then
     state = ixget(ix, { fp })[1]

@@ -1,6 +1,7 @@
 --- @include "counts"
 --- @include "index"
 --- @include "cold"
+--- @include "bucket"
 -- reschedule: give a pending message a new due time, or requeue a dead letter.
 --
 -- KEYS[1] due       ZSET
@@ -40,6 +41,7 @@ end
 local function route()
   return routeOf(newEnv or redis.call('HGET', KEYS[2], id))
 end
+hbout(hbase(KEYS[1]), id, redis.call('HGET', KEYS[2], id)) -- bucketed: rescheduled in due
 local dueAt = redis.call('ZSCORE', KEYS[1], id)
 if dueAt then
   if newEnv then

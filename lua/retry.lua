@@ -1,5 +1,6 @@
 --- @include "counts"
 --- @include "successor"
+--- @include "bucket"
 -- retry: a claimed message failed to publish; put it back in due for a later attempt,
 -- or into the dead letters once attempts are exhausted. The caller computes the attempt
 -- count, backoff and reason and passes the re-encoded envelope.
@@ -22,7 +23,7 @@ local requeued, dead = 0, 0
 local succ = nxany(KEYS[6])
 for i = 2, #ARGV, 4 do
   local id = ARGV[i]
-  if redis.call('ZREM', KEYS[3], id) == 1 then
+  if redis.call('ZREM', KEYS[3], id) == 1 or hbtake(hbase(KEYS[1]), id, KEYS[2]) then
     local route = routeOf(ARGV[i + 2])
     cadd(cs, 'inflight', route, -1)
     if succ and nxpromote(cs, KEYS[6], KEYS[1], KEYS[2], id) then

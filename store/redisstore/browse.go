@@ -54,6 +54,11 @@ func (s *Store) Browse(ctx context.Context, q BrowseQuery) (BrowsePage, error) {
 	if err := q.Normalize(); err != nil {
 		return BrowsePage{}, err
 	}
+	if q.State != StateDead {
+		if err := s.flushBuckets(ctx); err != nil {
+			return BrowsePage{}, err
+		}
+	}
 	cur := position{score: q.From}
 	if q.Cursor != "" {
 		p, err := decodeCursor(q.State, q.Cursor)

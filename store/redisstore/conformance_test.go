@@ -32,6 +32,12 @@ func subject(t *testing.T, rdb redis.UniversalClient, prefix, cluster string, cf
 	if len(cold) > 0 {
 		opt.Cold, opt.Clock = cold[0], beforeT0{}
 	}
+	return subjectOf(t, rdb, prefix, cluster, opt, elapse)
+}
+
+// subjectOf is subject with the store's options as given.
+func subjectOf(t *testing.T, rdb redis.UniversalClient, prefix, cluster string, opt redisstore.Options, elapse func(time.Duration)) storetest.Subject {
+	t.Helper()
 	s, err := redisstore.New(ctxFor(t), rdb, opt)
 	if err != nil {
 		t.Fatalf("redisstore.New: %v", err)
@@ -119,5 +125,30 @@ func TestConformanceMiniredis(t *testing.T) {
 		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
 		t.Cleanup(func() { c.Close() })
 		return subject(t, c, "delaybridge", "default", cfg, m.FastForward)
+	}, storetest.Options{})
+}
+
+// bucketed parks the suite's Kafka default ids due two seconds or more ahead of the
+// store's clock (an hour before the suite's t0) into due buckets
+// (lua/includes/bucket.lua), so that the suite's cases run on them.
+func bucketed(cfg storetest.Config) redisstore.Options {
+	return redisstore.Options{Shards: cfg.Shards, DoneWindow: cfg.DoneWindow, Ordered: cfg.Ordered, Clock: beforeT0{}, Buckets: true}
+}
+
+// TestConformanceRedisBuckets: the suite with due buckets.
+func TestConformanceRedisBuckets(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, cfg storetest.Config) storetest.Subject {
+		r := testkit.StartRedis(t)
+		return subjectOf(t, r.Client(), "delaybridge", "default", bucketed(cfg), time.Sleep)
+	}, storetest.Options{})
+}
+
+// TestConformanceMiniredisBuckets: the suite with due buckets on `bridge dev`'s server.
+func TestConformanceMiniredisBuckets(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, cfg storetest.Config) storetest.Subject {
+		m := miniredis.RunT(t)
+		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		t.Cleanup(func() { c.Close() })
+		return subjectOf(t, c, "delaybridge", "default", bucketed(cfg), m.FastForward)
 	}, storetest.Options{})
 }

@@ -40,8 +40,8 @@ func TestClaimReadsColdHeadOnce(t *testing.T) {
 	if next <= now {
 		t.Errorf("next due %d, want the cold message's due time", next)
 	}
-	if got := callsOf(t, c, "zrange"); got != 2 {
-		t.Errorf("claim ran ZRANGE %d times, want 2 (cold tier head, due head)", got)
+	if got := callsOf(t, c, "zrange"); got != 3 {
+		t.Errorf("claim ran ZRANGE %d times, want 3 (cold tier head, due head, due buckets' head)", got)
 	}
 }
 

@@ -288,6 +288,11 @@ func (s *Store) CountRange(ctx context.Context, st State, from, to int64) (int64
 	if err := q.Normalize(); err != nil {
 		return 0, err
 	}
+	if q.State != StateDead {
+		if err := s.flushBuckets(ctx); err != nil {
+			return 0, err
+		}
+	}
 	cmds := make([]*redis.IntCmd, len(s.keys))
 	key := func(sh int) string { return s.setKey(q.State, sh) }
 	if err := s.pipelined(ctx, "count", len(s.keys), key, func(pipe redis.Pipeliner, sh int) {
@@ -318,6 +323,11 @@ func (s *Store) EdgeScore(ctx context.Context, st State, from, to int64, highest
 	q := BrowseQuery{State: st, From: from, To: to}
 	if err := q.Normalize(); err != nil {
 		return 0, false, err
+	}
+	if q.State != StateDead {
+		if err := s.flushBuckets(ctx); err != nil {
+			return 0, false, err
+		}
 	}
 	lo, hi := strconv.FormatInt(q.From, 10), strconv.FormatInt(q.To, 10)
 	if highest {

@@ -55,6 +55,11 @@ type Options struct {
 	// Cold tunes the cold tier (lua/includes/cold.lua): pending messages due far ahead kept as
 	// elements of per-bucket lists instead of sorted-set members.
 	Cold ColdOptions
+	// Buckets parks a fetch's Kafka default ids due two bucket widths (2,048 ms) or more
+	// ahead into due buckets (lua/includes/bucket.lua) that claims take whole. The
+	// claimers' lookahead must be at least a bucket width (1,024 ms), or a bucketed
+	// message may be claimed up to the difference late.
+	Buckets bool
 }
 
 // ColdOptions tune the cold tier. Zero values take the defaults.
@@ -177,6 +182,7 @@ type Store struct {
 	park, bury, get                          *script
 	claim, retry, recover, purgeDead, browse *script
 	coldRead                                 *script // lua/cold_read.lua (cold.go)
+	bucketFlush                              *script // lua/bucket_flush.lua (bucket.go)
 	replace                                  *script // replace.lua (store_replace.go)
 	// ord are the ordered routes; the ordered_* scripts wrap park (for a batch with
 	// ordering keys), ack, cancel and reschedule (order.go).
@@ -230,6 +236,7 @@ func New(ctx context.Context, rdb redis.UniversalClient, opt Options) (*Store, e
 	s.replace = mk("replace")
 	s.browse = mk("browse")
 	s.coldRead = mk("cold_read")
+	s.bucketFlush = mk("bucket_flush")
 	s.leaseAcquire = mk("lease_acquire")
 	s.leaseRenew = mk("lease_renew")
 	s.leaseRelease = mk("lease_release")
@@ -244,7 +251,7 @@ func New(ctx context.Context, rdb redis.UniversalClient, opt Options) (*Store, e
 }
 
 func (s *Store) scripts() []*script {
-	return []*script{s.park, s.bury, s.get, s.claim, s.retry, s.recover, s.purgeDead, s.replace, s.browse, s.coldRead,
+	return []*script{s.park, s.bury, s.get, s.claim, s.retry, s.recover, s.purgeDead, s.replace, s.browse, s.coldRead, s.bucketFlush,
 		s.leaseAcquire, s.leaseRenew, s.leaseRelease, s.oPark, s.oAck, s.oCancel, s.oReschedule, s.oReplace}
 }
 

@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -74,9 +75,15 @@ func (s *Store) claimReply(ctx context.Context, cmd *redis.Cmd, shard int, insta
 		return nil, 0, 0, false, fmt.Errorf("scheduler: claim shard %d: %w", shard, redisErr(err))
 	}
 	vals, err := cmd.Slice()
-	if err != nil || len(vals) < 3 || (len(vals)-3)%3 != 0 {
+	var k int64
+	if err == nil && len(vals) >= 4 {
+		k, _ = vals[3].(int64)
+	}
+	if err != nil || len(vals) < 4 || k < 0 || int64(len(vals)-4) < k || (int64(len(vals)-4)-k)%3 != 0 {
 		return nil, 0, 0, false, fmt.Errorf("scheduler: claim shard %d: unexpected reply %v", shard, cmd.Val())
 	}
+	bucketed := vals[len(vals)-int(k):]
+	vals = vals[:len(vals)-int(k)]
 	need, _ = vals[2].(int64)
 	nextDue, _ = vals[0].(int64)
 	nextDue = nextDueOf(nextDue)
@@ -85,12 +92,22 @@ func (s *Store) claimReply(ctx context.Context, cmd *redis.Cmd, shard int, insta
 	for range max(dropped, 0) {
 		s.obs.Invalid("", "missing_envelope")
 	}
-	items = make([]*envelope.Envelope, 0, (len(vals)-3)/3)
+	items = make([]*envelope.Envelope, 0, (len(vals)-4)/3+len(bucketed))
 	var corrupt, newer []retryEntry
-	for i := 3; i+2 < len(vals); i += 3 {
+	if len(bucketed) > 0 {
+		// The due buckets' ids (lua/includes/bucket.lua): their envelopes are read here,
+		// outside the script, each due at its DueAt (score 0 below).
+		if vals, err = s.bucketTriples(ctx, shard, vals, bucketed); err != nil {
+			return nil, 0, 0, false, err
+		}
+	}
+	for i := 4; i+2 < len(vals); i += 3 {
 		id, _ := vals[i].(string)
 		due := replyInt(vals[i+1])
 		raw, _ := vals[i+2].(string)
+		if raw == "" && due < 0 {
+			continue // a bucketed id without an envelope: recovered once its lease ends
+		}
 		e, derr := envelope.DecodeString(raw, id) // no copy of the reply: the claim path's allocations
 		if errors.Is(derr, envelope.ErrNewerVersion) {
 			// Parked by a newer bridge during a rolling upgrade: put it back unchanged,
@@ -131,6 +148,33 @@ func (s *Store) claimReply(ctx context.Context, cmd *redis.Cmd, shard int, insta
 	return items, nextDue, need, replayed, nil
 }
 
+// bucketTriples appends to vals, a claim's reply, the (id, due, envelope) triples of
+// the ids of the due buckets it claimed, their envelopes read with one HMGET per 512
+// ids; due 0 (fire at DueAt), or -1 for an id without an envelope (skipped).
+func (s *Store) bucketTriples(ctx context.Context, shard int, vals, ids []any) ([]any, error) {
+	k := s.keys[shard]
+	for start := 0; start < len(ids); start += maxItemsPerCall {
+		part := ids[start:min(start+maxItemsPerCall, len(ids))]
+		names := make([]string, len(part))
+		for i, v := range part {
+			names[i], _ = v.(string)
+		}
+		envs, err := s.rdb.HMGet(ctx, k.msg, names...).Result()
+		if err != nil {
+			return nil, fmt.Errorf("scheduler: claim shard %d: read a due bucket's envelopes: %w", shard, redisErr(err))
+		}
+		for i, e := range envs {
+			raw, ok := e.(string)
+			due := int64(0)
+			if !ok {
+				due = -1
+			}
+			vals = append(vals, names[i], due, raw)
+		}
+	}
+	return vals, nil
+}
+
 // replyInt reads an integer a script returned as a number or as a sorted set score
 // (claim.lua passes ZRANGEBYSCORE's score strings through); 0 when it is neither.
 func replyInt(v any) int64 {
@@ -162,7 +206,7 @@ func (s *Store) trimArgs(now int64, batch int) (remember int, trimBefore int64, 
 
 // ackCalls builds the ack calls of shard's ids; routes, when not nil, are the routes of
 // their messages (routes[i] of ids[i]), so the script need not read the envelopes.
-func (s *Store) ackCalls(shard int, ids, routes []string, now int64) []call {
+func (s *Store) ackCalls(shard int, ids, routes []string, dues []int64, now int64) []call {
 	k := s.keys[shard]
 	var calls []call
 	for start := 0; start < len(ids); start += maxItemsPerCall {
@@ -181,6 +225,11 @@ func (s *Store) ackCalls(shard int, ids, routes []string, now int64) []call {
 			var n int
 			args, n, covered = appendAckRuns(args, part, now)
 			args[6] = n
+		}
+		if dues != nil {
+			args = appendAckBuckets(args, dues[start:end])
+		} else {
+			args = append(args, 0)
 		}
 		args = append(args, len(part))
 		for i := range part {
@@ -232,7 +281,7 @@ func (s *Store) Ack(ctx context.Context, shard int, ids []string, now int64) err
 	if len(ids) == 0 {
 		return nil
 	}
-	calls := s.ackCalls(shard, ids, nil, now)
+	calls := s.ackCalls(shard, ids, nil, nil, now)
 	if len(calls) == 1 {
 		cmd := s.eval(ctx, calls[0].sc, calls[0].keys, calls[0].args...)
 		if err := cmd.Err(); err != nil {
@@ -273,7 +322,7 @@ func (s *Store) AckMany(ctx context.Context, ids []string, now int64) error {
 	var calls []call
 	var shards []int
 	for sh, part := range byShard {
-		c := s.ackCalls(sh, part, nil, now)
+		c := s.ackCalls(sh, part, nil, nil, now)
 		calls, shards = append(calls, c...), append(shards, repeatShard(sh, len(c))...)
 	}
 	return s.runWaking(ctx, calls, shards, 2)
@@ -286,7 +335,11 @@ func (s *Store) AckEnvelopes(ctx context.Context, envs []*envelope.Envelope, now
 	if len(envs) == 0 {
 		return nil
 	}
-	type part struct{ ids, routes []string }
+	type part struct {
+		envs        []*envelope.Envelope
+		ids, routes []string
+		dues        []int64
+	}
 	byShard := make(map[int]*part)
 	for _, e := range envs {
 		sh := s.ShardOfEnv(e)
@@ -295,12 +348,26 @@ func (s *Store) AckEnvelopes(ctx context.Context, envs []*envelope.Envelope, now
 			p = &part{}
 			byShard[sh] = p
 		}
-		p.ids, p.routes = append(p.ids, e.ID), append(p.routes, e.Route)
+		p.envs = append(p.envs, e)
 	}
 	var calls []call
 	var shards []int
 	for sh, p := range byShard {
-		c := s.ackCalls(sh, p.ids, p.routes, now)
+		if s.opt.Buckets {
+			// by due bucket, so that each bucket's ids are consecutive (ack.lua)
+			slices.SortStableFunc(p.envs, func(x, y *envelope.Envelope) int {
+				return cmp.Compare(x.DueAt/bucketWidth, y.DueAt/bucketWidth)
+			})
+			p.dues = make([]int64, len(p.envs))
+		}
+		p.ids, p.routes = make([]string, len(p.envs)), make([]string, len(p.envs))
+		for i, e := range p.envs {
+			p.ids[i], p.routes[i] = e.ID, e.Route
+			if p.dues != nil {
+				p.dues[i] = e.DueAt
+			}
+		}
+		c := s.ackCalls(sh, p.ids, p.routes, p.dues, now)
 		calls, shards = append(calls, c...), append(shards, repeatShard(sh, len(c))...)
 	}
 	return s.runWaking(ctx, calls, shards, 2)

@@ -212,7 +212,12 @@ func (s *Store) parkCall(envs []*envelope.Envelope, shard int, ch []encoded, now
 	}
 	keys, pc := parkKeys(k), parkChunk{items: ch, claim: c, shard: shard}
 	if args[2] != 0 { // a quick-only call
-		return call{sc: s.park, keys: keys, args: appendQuick(args, envs, ch, c)}, pc
+		var groups []bucketGroup
+		if s.opt.Buckets {
+			ch, groups = bucketLast(envs, ch, c, now)
+			pc.items = ch
+		}
+		return call{sc: s.park, keys: keys, args: appendQuick(args, envs, ch, c, groups)}, pc
 	}
 	var queues []string
 	for _, it := range ch {
@@ -236,7 +241,7 @@ func (s *Store) parkCall(envs []*envelope.Envelope, shard int, ch []encoded, now
 // claimed, under the call's lease deadline), laid out for park.lua's parkquick: the
 // count of routes and, per route, its messages going pending and in flight; id and
 // envelope pairs (HSET's arguments as they are); the others' due times.
-func appendQuick(args []any, envs []*envelope.Envelope, ch []encoded, c int) []any {
+func appendQuick(args []any, envs []*envelope.Envelope, ch []encoded, c int, groups []bucketGroup) []any {
 	type tally struct {
 		route          string
 		pending, going int
@@ -259,6 +264,7 @@ func appendQuick(args []any, envs []*envelope.Envelope, ch []encoded, c int) []a
 	for _, t := range routes {
 		args = append(args, t.route, t.pending, t.going)
 	}
+	args = appendBuckets(args, envs, ch, groups)
 	// Fields go by pointer (go-redis writes *string and *int64 as their values): an
 	// interface holding a pointer needs no allocation of its own. The envelopes too,
 	// as views of their encodings (which nothing writes after Encode): one allocation

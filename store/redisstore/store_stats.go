@@ -105,7 +105,8 @@ func (s *Store) PurgeDead(ctx context.Context) (int64, error) {
 func (s *Store) ShardStats(ctx context.Context) ([]ShardStat, error) {
 	type cmds struct {
 		due, inflight, dead *redis.IntCmd
-		head                *redis.ZSliceCmd
+		head, bucket        *redis.ZSliceCmd
+		buckets             *redis.SliceCmd
 		owner               *redis.StringCmd
 		cold                coldStat
 	}
@@ -116,7 +117,8 @@ func (s *Store) ShardStats(ctx context.Context) ([]ShardStat, error) {
 		cs[i] = cmds{
 			due: pipe.ZCard(ctx, k.due), inflight: pipe.ZCard(ctx, k.inflight), dead: pipe.ZCard(ctx, k.dead),
 			head: pipe.ZRangeWithScores(ctx, k.due, 0, 0), owner: pipe.Get(ctx, k.owner),
-			cold: s.coldStatCmds(ctx, pipe, k),
+			cold:    s.coldStatCmds(ctx, pipe, k),
+			buckets: pipe.HMGet(ctx, k.bucketStats(), "p", "f"), bucket: pipe.ZRangeWithScores(ctx, k.bucketIndex(), 0, 0),
 		}
 	}); err != nil {
 		return nil, fmt.Errorf("scheduler: shard stats: %w", redisErr(err))
@@ -128,6 +130,7 @@ func (s *Store) ShardStats(ctx context.Context) ([]ShardStat, error) {
 			st.NextDue = int64(h[0].Score)
 		}
 		c.cold.add(&st)
+		addBuckets(&st, c.buckets.Val(), c.bucket.Val())
 		st.Owner, st.Token = parseOwner(c.owner.Val())
 		out[i] = st
 	}

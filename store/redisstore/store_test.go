@@ -330,7 +330,8 @@ func TestStoreKeysShareHashTag(t *testing.T) {
 	slots := map[int64]bool{}
 	for sh, k := range s.keys {
 		var slot int64 = -1
-		for _, key := range []string{k.due, k.msg, k.inflight, k.dead, k.counts, k.owner, k.fence, k.ix, k.ix + ":7", k.dn, k.dn + ":0:1024"} {
+		for _, key := range []string{k.due, k.msg, k.inflight, k.dead, k.counts, k.owner, k.fence, k.ix, k.ix + ":7", k.dn, k.dn + ":0:1024",
+			k.bucketIndex(), k.bucketStats(), k.bucketIndex() + ":7", k.due[:len(k.due)-3] + "hf:7", k.due[:len(k.due)-3] + "hc:7"} {
 			got, err := c.ClusterKeySlot(ctx, key).Result()
 			if err != nil {
 				t.Fatal(err)
@@ -353,10 +354,11 @@ func TestStoreKeysShareHashTag(t *testing.T) {
 	// Scripts must not reference keys beyond KEYS: look for key-building in the sources.
 	// The exceptions are the index helper (lua/includes/index.lua) and its block marks
 	// (kbmark.lua), which append to the shard's ix and dn keys, and the cold tier's
-	// (lua/includes/cold.lua), which appends to the shard's due key; TestStoreIndexLayout
+	// (lua/includes/cold.lua) and the due buckets' (bucket.lua), which append to the
+	// shard's due key; TestStoreIndexLayout
 	// checks their keys' slot.
 	for name, src := range lua.All() {
-		for _, h := range []string{lua.IndexHelper, lua.MarkHelper, lua.ColdHelper} {
+		for _, h := range []string{lua.IndexHelper, lua.MarkHelper, lua.ColdHelper, lua.BucketHelper} {
 			src = strings.ReplaceAll(src, h, "")
 		}
 		if strings.Contains(src, "..':'") || strings.Contains(src, ".. ':'") || strings.Contains(src, "'{'") {
