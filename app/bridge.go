@@ -328,6 +328,8 @@ func (b *Bridge) connectStore(ctx context.Context) (storeapi.Store, error) {
 			Prefix: b.cfg.Prefix, Cluster: b.cfg.Cluster, Shards: b.cfg.Shards,
 			DoneWindow: b.cfg.Scheduler.DoneWindow, MinReplicas: b.cfg.Redis.MinReplicas, Observer: b.obs, Clock: b.clk,
 			Logger: b.log, Ordered: b.cfg.OrderedRoutes(), Cold: coldOptions(b.cfg.Scheduler.ColdHorizon),
+			// Due buckets claim a bucket once all of it is due within the lookahead.
+			Buckets: b.cfg.Scheduler.Lookahead >= redisstore.BucketWidth,
 		})
 		if err == nil {
 			return shardStore, nil

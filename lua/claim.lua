@@ -224,24 +224,23 @@ if not full then
     if tonumber(bs[i + 1]) > tonumber(ARGV[2]) then
       break
     end
+    local key = base .. 'hb:' .. b
     local hc = redis.call('HGETALL', base .. 'hc:' .. b)
-    local k, size, routes = 0, 0, {}
-    for i = 1, #hc, 2 do
-      if hc[i] == '\0n' then
-        k = tonumber(hc[i + 1])
-      elseif hc[i] == '\0b' then
-        size = tonumber(hc[i + 1])
+    local k, size, routes = redis.call('SCARD', key), 0, {}
+    for j = 1, #hc, 2 do
+      if hc[j] == '\0b' then
+        size = tonumber(hc[j + 1])
       else
-        routes[hc[i]] = tonumber(hc[i + 1])
+        routes[hc[j]] = tonumber(hc[j + 1])
       end
     end
     size = size + k * per
-    if k > 0 and (taken + k > limit or used + size > budget) and not (alone and taken == 0) then
+    -- a bucket goes whole: the byte budget holds, the count may pass limit by a bucket
+    if k > 0 and used + size > budget and not (alone and taken == 0) then
       out[3] = size
       break
     end
-    local key = base .. 'hb:' .. b
-    if k > 0 and redis.call('EXISTS', key) == 1 then
+    if k > 0 then
       local fk = base .. 'hf:' .. b
       redis.call('RENAME', key, fk)
       redis.call('ZADD', base .. 'hf', ARGV[3], b)

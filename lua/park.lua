@@ -38,7 +38,12 @@
 --         (12 bytes of SHA-256(id)). k > 0 (n messages, the first c claimed): r, then r
 --         triples of a route and its messages going pending and in flight; n pairs of
 --         id and envelope; the due times of the other n - c (the claimed ones go in
---         flight under ARGV[5]). Each id is sent once: its command arguments are built
+--         flight under ARGV[5]); between the routes and the pairs, the due buckets
+--         (bucket.lua): g, then per bucket its number b, how many of the batch's last
+--         messages are its (the buckets in rising order, each one's together), their
+--         envelopes' bytes, k and k pairs of a route and how many of them are its.
+--         A bucket at or below the highest claimed, or that would pass HB_CAP, is not
+--         written: its messages go to due. Each id is sent once: its command arguments are built
 --         in Lua from it, cheaper than a second copy's way into Lua (every string
 --         entering Lua is hashed whole). The caller bounds the batch (at most a few
 --         hundred: each command gets them in one unpack).
@@ -186,22 +191,24 @@ local function parkquick()
     for _, at in ipairs(groups) do
       local b, c = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
       local key = base .. 'hb:' .. ARGV[at]
-      if b <= hw or redis.call('SCARD', key) + c > HB_CAP then
+      local had = b > hw and redis.call('SCARD', key)
+      if not had or had + c > HB_CAP then
         due(last, last + c - 1) -- claimed already, or full: due as any message
       else
         redis.call('SADD', key, unpack(ids, last, last + c - 1))
         added = added + c
-        local hc = { '\0n', ARGV[at + 1], '\0b', ARGV[at + 2] }
-        for i = at + 4, at + 3 + 2 * tonumber(ARGV[at + 3]), 2 do
-          hc[#hc + 1], hc[#hc + 2] = ARGV[i], ARGV[i + 1]
-        end
         local hk = base .. 'hc:' .. ARGV[at]
-        if redis.call('EXISTS', hk) == 0 then
+        if had == 0 then
+          local hc = { '\0b', ARGV[at + 2] }
+          for i = at + 4, at + 3 + 2 * tonumber(ARGV[at + 3]), 2 do
+            hc[#hc + 1], hc[#hc + 2] = ARGV[i], ARGV[i + 1]
+          end
           redis.call('HSET', hk, unpack(hc))
           redis.call('ZADD', base .. 'hb', itoa((b + 1) * HB_W - 1), ARGV[at])
         else
-          for i = 1, #hc, 2 do
-            redis.call('HINCRBY', hk, hc[i], hc[i + 1])
+          redis.call('HINCRBY', hk, '\0b', ARGV[at + 2])
+          for i = at + 4, at + 3 + 2 * tonumber(ARGV[at + 3]), 2 do
+            redis.call('HINCRBY', hk, ARGV[i], ARGV[i + 1])
           end
         end
       end

@@ -11,6 +11,8 @@
 -- KEYS[4] counts    HASH per-route counts (includes/counts.lua)
 -- KEYS[5] nx        HASH successors (successor.lua): an id with one is not fired again;
 --                   its successor becomes pending instead
+-- (then the wrapper's keys and the shard's slotguard: claimed due buckets past the
+--  cutoff, whose keys bucket.lua names, join inflight first)
 -- ARGV[1] now (integer unix ms): the new due time
 -- ARGV[2] limit: move at most this many per call
 -- ARGV[3] optional cutoff: move entries with deadline <= cutoff; default now; "+inf"

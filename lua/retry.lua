@@ -12,6 +12,8 @@
 -- KEYS[5] counts    HASH per-route counts (includes/counts.lua)
 -- KEYS[6] nx        HASH successors (successor.lua): an id with one is not retried or
 --                   dead-lettered; its successor becomes pending instead
+-- (then the wrapper's keys and the shard's slotguard: an id in a claimed due bucket,
+--  whose keys bucket.lua names, is in flight too)
 -- ARGV[1] now (integer unix ms): the dead-letter time
 -- ARGV[2..] quadruples: id, new due (unix ms), new envelope bytes, dead flag (1 or 0)
 -- Returns { requeued, dead }.

@@ -123,14 +123,15 @@ func (c *credits) takeNow(sizes []int64, reserve bool, already int64) (n int, by
 	return n, bytes
 }
 
-// release gives back n credits and b bytes (b may be negative: a claim that took more
-// than it was granted, its first message going through alone).
+// release gives back n credits and b bytes (either may be negative: a claim that took
+// more than it was granted, its first message going through alone, or a due bucket the
+// store hands over whole).
 func (c *credits) release(n int, b int64) {
-	if n <= 0 && b == 0 {
+	if n == 0 && b == 0 {
 		return
 	}
 	c.mu.Lock()
-	c.avail += max(n, 0)
+	c.avail += n
 	c.bytes += b
 	close(c.ch)
 	c.ch = make(chan struct{})

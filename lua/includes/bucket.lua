@@ -16,9 +16,10 @@
 -- slotguard, as for the cold tier):
 --   P:{C:n}:hb        ZSET  b -> (b+1)*W - 1, the last ms of bucket b: the pending buckets
 --   P:{C:n}:hb:<b>    SET   the ids pending in bucket b (due in [b*W, (b+1)*W))
---   P:{C:n}:hc:<b>    HASH  route -> its ids in pending bucket b; "\0n" all of them,
---                           "\0b" their envelopes' bytes (a claim's byte budget)
---   P:{C:n}:hf        ZSET  b -> lease deadline: the claimed buckets
+--   P:{C:n}:hc:<b>    HASH  route -> its ids in pending bucket b; "\0b" their
+--                           envelopes' bytes (a claim's byte budget)
+--   P:{C:n}:hf        ZSET  b -> lease deadline: the claimed buckets (an entry whose
+--                           set is gone, acked whole, goes at its deadline: hbunclaim)
 --   P:{C:n}:hf:<b>    SET   the ids of claimed bucket b still in flight
 --   P:{C:n}:hs        HASH  w: the highest bucket ever claimed (park adds no id to a
 --                           bucket at or below it, so a bucket is claimed once); p, f:
@@ -99,7 +100,6 @@ local function hbout(base, id, env)
     redis.call('SREM', hbkey(base, 'hb', b), id)
     local hc = hbkey(base, 'hc', b)
     redis.call('HINCRBY', hc, routeOf(env), '-1')
-    redis.call('HINCRBY', hc, '\0n', '-1')
     redis.call('HINCRBY', hc, '\0b', itoa(-#env))
     redis.call('ZADD', base .. 'due', itoa(score), id)
     redis.call('HINCRBY', base .. 'hs', 'p', '-1')
@@ -107,9 +107,6 @@ local function hbout(base, id, env)
     redis.call('HINCRBY', base .. 'hs', 'f', '-1')
     redis.call('SREM', hbkey(base, 'hf', b), id)
     redis.call('ZADD', base .. 'inflight', itoa(score), id)
-    if redis.call('EXISTS', hbkey(base, 'hf', b)) == 0 then
-      redis.call('ZREM', base .. 'hf', string.format('%d', b))
-    end
   end
   return st
 end
@@ -178,16 +175,10 @@ end
 -- hbsrem takes acked ids out of their claimed buckets and returns how many were in
 -- one: a[from..] holds g pairs of a bucket and how many of the ids, consecutive from
 -- a[at], are its (g = 0: each id's bucket is read from its envelope in msgKey; m ids).
--- A bucket left empty leaves hf.
 local function hbsrem(base, a, from, g, at, m, msgKey)
   local n = 0
   local function srem(b, ids)
-    local key = base .. 'hf:' .. b
-    local k = redis.call('SREM', key, unpack(ids))
-    if k > 0 and redis.call('EXISTS', key) == 0 then
-      redis.call('ZREM', base .. 'hf', b)
-    end
-    n = n + k
+    n = n + redis.call('SREM', base .. 'hf:' .. b, unpack(ids))
   end
   local function done()
     if n > 0 then
@@ -199,9 +190,7 @@ local function hbsrem(base, a, from, g, at, m, msgKey)
     local p = at
     for i = from, from + 2 * g - 1, 2 do
       local c = tonumber(a[i + 1])
-      if redis.call('EXISTS', base .. 'hf:' .. a[i]) == 1 then
-        srem(a[i], { unpack(a, p, p + c - 1) })
-      end
+      srem(a[i], { unpack(a, p, p + c - 1) })
       p = p + c
     end
     return done()
@@ -228,8 +217,5 @@ local function hbtake(base, id, msgKey)
   local key = base .. 'hf:' .. b
   redis.call('SREM', key, id)
   redis.call('HINCRBY', base .. 'hs', 'f', '-1')
-  if redis.call('EXISTS', key) == 0 then
-    redis.call('ZREM', base .. 'hf', b)
-  end
   return true
 end

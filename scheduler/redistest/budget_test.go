@@ -47,6 +47,9 @@ const (
 // records consecutive offsets of each of partitions partitions.
 type fetchShape struct {
 	shards, partitions, records, fetches int
+	// buckets: the store parks the records into due buckets (redisstore.Options.Buckets:
+	// they are due a few seconds ahead) and the claims take the buckets whole.
+	buckets bool
 }
 
 // TestHotPathRedisBudget parks Kafka records (their default ids) through the
@@ -59,8 +62,11 @@ func TestHotPathRedisBudget(t *testing.T) {
 		{shards: 1024, partitions: 1, records: 200, fetches: 1},
 		{shards: 64, partitions: 6, records: 50, fetches: 4},
 		{shards: 1024, partitions: 6, records: 50, fetches: 4},
+		{shards: 64, partitions: 1, records: 200, fetches: 1, buckets: true},
+		{shards: 64, partitions: 6, records: 50, fetches: 4, buckets: true},
+		{shards: 1024, partitions: 6, records: 50, fetches: 4, buckets: true},
 	} {
-		name := fmt.Sprintf("shards=%d,partitions=%d,fetch=%d", sh.shards, sh.partitions, sh.records)
+		name := fmt.Sprintf("shards=%d,partitions=%d,fetch=%d,buckets=%v", sh.shards, sh.partitions, sh.records, sh.buckets)
 		t.Run(name, func(t *testing.T) {
 			scripts, commands := measureHotPath(t, sh)
 			t.Logf("%.4f script calls and %.2f other commands per message", scripts, commands)
@@ -80,7 +86,7 @@ func measureHotPath(t *testing.T, sh fetchShape) (scripts, commands float64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	rdb := testkit.StartRedis(t).Client()
-	shardStore, err := redisstore.New(ctx, rdb, redisstore.Options{Prefix: "b", Cluster: "c", Shards: sh.shards, DoneWindow: time.Hour})
+	shardStore, err := redisstore.New(ctx, rdb, redisstore.Options{Prefix: "b", Cluster: "c", Shards: sh.shards, DoneWindow: time.Hour, Buckets: sh.buckets})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,9 +101,17 @@ func measureHotPath(t *testing.T, sh fetchShape) (scripts, commands float64) {
 	}
 	// A first round loads the scripts (and anything else done once), then the counted one.
 	now := time.Now().UnixMilli()
+	if sh.buckets {
+		// due in one bucket 3 to 4 s ahead: claimed whole at its last ms
+		w := redisstore.BucketWidth.Milliseconds()
+		now = (now/w + 4) * w
+	}
 	hotPathRound(ctx, t, sched, shardStore, tokens, sh, "warm", now)
 	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
 		t.Fatal(err)
+	}
+	if sh.buckets {
+		now += redisstore.BucketWidth.Milliseconds() // the next bucket: the warm one is claimed
 	}
 	n := hotPathRound(ctx, t, sched, shardStore, tokens, sh, "orders.delay", now)
 	stats := commandStats(ctx, t, rdb)
@@ -140,10 +154,14 @@ func hotPathRound(ctx context.Context, t *testing.T, sched *scheduler.Scheduler,
 			n += len(items)
 		}
 	}
+	upTo := now
+	if sh.buckets {
+		upTo = now + redisstore.BucketWidth.Milliseconds() - 1
+	}
 	var reqs []storeapi.ClaimRequest
 	for shard := range held {
 		reqs = append(reqs, storeapi.ClaimRequest{Shard: shard, Instance: "i1", Token: tokens[shard],
-			UpTo: now, LeaseDeadline: now + 30_000, Limit: 1000})
+			UpTo: upTo, LeaseDeadline: now + 30_000, Limit: 1000})
 	}
 	var claimed []*envelope.Envelope
 	for _, res := range s.ClaimMany(ctx, reqs) {

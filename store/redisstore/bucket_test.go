@@ -208,3 +208,25 @@ func TestBucketByID(t *testing.T) {
 		t.Fatalf("counts %+v after the acks of the flushed bucket", rc)
 	}
 }
+
+// TestBucketLargerThanOneRead: a bucket of more ids than one envelope read takes
+// (maxItemsPerCall) is claimed whole, each id once.
+func TestBucketLargerThanOneRead(t *testing.T) {
+	s, _, c := newTestStore(t, Options{Shards: 1, Buckets: true, DoneWindow: time.Minute})
+	now := time.Now().UnixMilli()
+	start := (now/bucketWidth + 5) * bucketWidth
+	n := maxItemsPerCall + 300
+	bucketedAt(t, s, c, 1, 0, n, start)
+	tok := mustLease(t, s, 0, "i1")
+	items, _ := mustClaim(t, s, 0, tok, start+bucketWidth, 100)
+	seen := map[string]bool{}
+	for _, e := range items {
+		if seen[e.ID] {
+			t.Fatalf("%s claimed twice", e.ID)
+		}
+		seen[e.ID] = true
+	}
+	if len(seen) != n {
+		t.Fatalf("claimed %d distinct of %d", len(seen), n)
+	}
+}

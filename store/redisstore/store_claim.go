@@ -83,7 +83,7 @@ func (s *Store) claimReply(ctx context.Context, cmd *redis.Cmd, shard int, insta
 		return nil, 0, 0, false, fmt.Errorf("scheduler: claim shard %d: unexpected reply %v", shard, cmd.Val())
 	}
 	bucketed := vals[len(vals)-int(k):]
-	vals = vals[:len(vals)-int(k)]
+	vals = vals[: len(vals)-int(k) : len(vals)-int(k)] // appended to: never over bucketed
 	need, _ = vals[2].(int64)
 	nextDue, _ = vals[0].(int64)
 	nextDue = nextDueOf(nextDue)
@@ -469,7 +469,7 @@ func (s *Store) retryCalls(shard int, items []retryEntry, now int64) ([]call, er
 			}
 			args = append(args, id, it.Due, e.data, dead)
 		}
-		calls = append(calls, call{sc: s.retry, keys: []string{k.due, k.msg, k.inflight, k.dead, k.counts, k.nx, k.ko, k.ki}, args: args})
+		calls = append(calls, call{sc: s.retry, keys: withGuard(k, []string{k.due, k.msg, k.inflight, k.dead, k.counts, k.nx, k.ko, k.ki}), args: args})
 	}
 	return calls, nil
 }
@@ -500,7 +500,7 @@ func (s *Store) recoverInflight(ctx context.Context, shard int, now int64, limit
 	if limit <= 0 {
 		return 0, false, fmt.Errorf("%w: recover limit %d", ErrInvalid, limit)
 	}
-	cmd := s.eval(ctx, s.recover, []string{k.due, k.inflight, k.msg, k.counts, k.nx, k.ko, k.ki}, now, limit, cutoff)
+	cmd := s.eval(ctx, s.recover, withGuard(k, []string{k.due, k.inflight, k.msg, k.counts, k.nx, k.ko, k.ki}), now, limit, cutoff)
 	res, err := cmd.Int64Slice()
 	if err != nil {
 		return 0, false, fmt.Errorf("scheduler: recover shard %d: %w", shard, err)
