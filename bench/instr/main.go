@@ -46,10 +46,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/delaybridge/delay-bridge/internal/clock"
 	"github.com/delaybridge/delay-bridge/internal/envelope"
 	"github.com/delaybridge/delay-bridge/store/redisstore"
 	"github.com/delaybridge/delay-bridge/store/storeapi"
@@ -73,6 +75,7 @@ type options struct {
 	ack           string
 	bucket        string
 	time          bool
+	buckets       bool
 }
 
 // payloadBytes is every message's payload size (-payload).
@@ -96,6 +99,7 @@ func main() {
 	flag.IntVar(&o.bucketMS, "bucket-ms", 1024, "-layout buckets: a bucket's width (ms)")
 	flag.StringVar(&o.bucket, "bucket", "list", "-layout buckets: list: a bucket is a LIST of elements; listpos: the same, each id's slot holding its element's position; hash: a HASH of id -> envelope")
 	flag.StringVar(&o.ack, "ack", "slots", "-layout buckets: slots: ack marks each id's slot delivered; bitmap: per in-flight bucket, a bitmap of acknowledged positions; none (-bucket hash): ack only takes the ids out of their buckets")
+	flag.BoolVar(&o.buckets, "buckets", false, "-layout store: the store with due buckets on (redisstore.Options.Buckets), its clock at round i's start (t0 + 100 ms · i)")
 	flag.BoolVar(&o.time, "time", false, "instead of counting, run park, claim and ack once on a plain redis-server and report its CPU time and commandstats' time per message")
 	flag.StringVar(&o.keep, "keep", "", "write each stage's callgrind file into this directory and keep it (compare two stages with callgrind_annotate)")
 	flag.Parse()
@@ -185,7 +189,9 @@ func measure(o options, upto int, out string) (int64, error) {
 
 // workload prefills one shard, then runs rounds of the stages up to upto.
 func workload(ctx context.Context, rdb *redis.Client, o options, upto int) error {
-	s, err := redisstore.New(ctx, rdb, redisstore.Options{Shards: 1, DoneWindow: time.Hour})
+	sim := &roundClock{}
+	sim.at.Store(t0)
+	s, err := redisstore.New(ctx, rdb, redisstore.Options{Shards: 1, DoneWindow: time.Hour, Buckets: o.buckets, Clock: sim})
 	if err != nil {
 		return err
 	}
@@ -215,6 +221,7 @@ func workload(ctx context.Context, rdb *redis.Client, o options, upto int) error
 	afterPrefill(ctx)
 	var waiting []*envelope.Envelope // claimed by their parks, not due yet
 	for i := 0; upto > 0 && i < o.rounds+o.spread-1; i++ {
+		sim.at.Store(t0 + int64(i)*100)
 		var held []*envelope.Envelope // claimed by the park
 		if i < o.rounds {
 			if held, err = parkRound(ctx, s, o, i, tok); err != nil {
@@ -358,3 +365,13 @@ func freePort() (int, error) {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
+
+// roundClock is the store's clock in the workload: round i's start, t0 + 100 ms · i, so
+// that what park buckets (due two bucket widths ahead, -buckets) follows the rounds,
+// not the time a round takes to run.
+type roundClock struct {
+	clock.Real
+	at atomic.Int64
+}
+
+func (c *roundClock) Now() time.Time { return time.UnixMilli(c.at.Load()) }

@@ -207,6 +207,13 @@ type Delivery interface {
 	// with ErrFenced unless instance holds the shard's lease with token; limit ≤ 0 or a
 	// shard out of range: ErrInvalid.
 	//
+	// A store may keep messages due close together as one group that a claim takes
+	// whole once all of it is due by upTo (the Redis store's due buckets: a 1,024 ms
+	// window of a shard's Kafka default ids): such a group passes limit by at most its
+	// size (a byte budget, ClaimRequest.MaxBytes, still holds), and nextDue may then be
+	// the group's latest due time, at most the group's width after its earliest, so
+	// the caller's lookahead must be at least that width.
+	//
 	// Damaged entries never wedge a shard: an id without an envelope is dropped, an
 	// envelope that does not decode is moved to the dead letters as it is, and one
 	// written by a newer bridge goes back to pending a little later; none of them is
