@@ -36,8 +36,10 @@
 -- (bucket.lua: the caller reads their envelopes from msg; each fires at its DueAt).
 -- nextDue: due time of the earliest message still pending after this claim, in due or
 -- in the cold tier (there it may be earlier than the earliest left after a cancel:
--- cold.lua), or the last ms of the earliest pending bucket (claimed whole once all of
--- it is due by upTo: at most a bucket width after its earliest message), 0 (claim again at once) when the promotion budget ran
+-- cold.lua), or the start of the earliest pending bucket (bucket.lua: claimed whole
+-- once its middle is due by upTo, so a claim hands over messages due up to half a
+-- bucket's width after upTo; a claimer whose lookahead covers a bucket's width, asking
+-- half a lookahead before nextDue, takes each bucket before its first message), 0 (claim again at once) when the promotion budget ran
 -- out, -1 if none. dropped: ids found in due without an envelope (corruption); they
 -- are removed rather than left to wedge the head of the shard, and reported so the
 -- caller can count them. need: the bytes (length + ARGV[8]) of the first due message
@@ -210,7 +212,7 @@ for li = 1, #lists do
     end
   end
 end
--- Then whole buckets whose every message is due by upTo, while they fit what is left.
+-- Then whole buckets whose middle is due by upTo, while they fit what is left.
 local bids = {}
 local bn = nil -- the last ms of the earliest bucket left pending, -1 none, nil unread
 if not full then
@@ -218,7 +220,7 @@ if not full then
   -- the next due (bn)
   local bs = redis.call('ZRANGE', base .. 'hb', '0', '15', 'WITHSCORES')
   local hw = nil
-  bn = #bs > 0 and tonumber(bs[2]) or -1
+  bn = #bs > 0 and tonumber(bs[2]) - HB_W / 2 or -1
   for i = 1, #bs, 2 do
     local b = bs[i]
     if tonumber(bs[i + 1]) > tonumber(ARGV[2]) then
@@ -258,7 +260,7 @@ if not full then
     redis.call('ZREM', base .. 'hb', b)
     hw = b
     if bs[i + 3] then
-      bn = tonumber(bs[i + 3])
+      bn = tonumber(bs[i + 3]) - HB_W / 2
     elseif #bs == 32 then
       bn = 0 -- the head read is used up: claim again at once
     else

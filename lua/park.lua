@@ -204,7 +204,7 @@ local function parkquick()
             hc[#hc + 1], hc[#hc + 2] = ARGV[i], ARGV[i + 1]
           end
           redis.call('HSET', hk, unpack(hc))
-          redis.call('ZADD', base .. 'hb', itoa((b + 1) * HB_W - 1), ARGV[at])
+          redis.call('ZADD', base .. 'hb', itoa(b * HB_W + HB_W / 2), ARGV[at])
         else
           redis.call('HINCRBY', hk, '\0b', ARGV[at + 2])
           for i = at + 4, at + 3 + 2 * tonumber(ARGV[at + 3]), 2 do

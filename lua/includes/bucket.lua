@@ -14,7 +14,8 @@
 -- Keys (shard n, prefix P; built from the shard's `due` key, KEYS[1] or the key the
 -- caller passes, so they carry its hash tag {C:n}; the callers declare the shard's
 -- slotguard, as for the cold tier):
---   P:{C:n}:hb        ZSET  b -> (b+1)*W - 1, the last ms of bucket b: the pending buckets
+--   P:{C:n}:hb        ZSET  b -> b*W + W/2, the middle of bucket b: the pending buckets,
+--                           each claimed whole once its middle is due by a claim's upTo
 --   P:{C:n}:hb:<b>    SET   the ids pending in bucket b (due in [b*W, (b+1)*W))
 --   P:{C:n}:hc:<b>    HASH  route -> its ids in pending bucket b; "\0b" their
 --                           envelopes' bytes (a claim's byte budget)
@@ -162,14 +163,14 @@ local function hbflush(base)
   hbunclaim(base, '-inf', '+inf', 1000000)
 end
 
--- hbnext is the last ms of the earliest pending bucket (when it may be claimed whole),
--- or nil.
+-- hbnext is the start of the earliest pending bucket (the earliest due time it may
+-- hold), or nil.
 local function hbnext(base)
   local h = redis.call('ZRANGE', base .. 'hb', '0', '0', 'WITHSCORES')
   if #h == 0 then
     return nil
   end
-  return tonumber(h[2])
+  return tonumber(h[2]) - HB_W / 2
 end
 
 -- hbsrem takes acked ids out of their claimed buckets and returns how many were in

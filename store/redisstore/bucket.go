@@ -154,3 +154,89 @@ func addBuckets(st *ShardStat, pf []any, head []redis.Z) {
 		}
 	}
 }
+
+// bucketRead is what bucketEnvelopes read for one claim: the envelopes of the due
+// buckets' ids it took (nil where an id had none), or the error of that read.
+type bucketRead struct {
+	envs []any
+	err  error
+}
+
+// bucketEnvelopes reads the envelopes of the due buckets' ids that claims cmds (of
+// shards) took, for all of them in one pipelined round trip of one HMGET per shard and
+// 512 ids: a claim's reply names them last (claim.lua), and their envelopes never
+// enter Lua.
+func (s *Store) bucketEnvelopes(ctx context.Context, shards []int, cmds []*redis.Cmd) []bucketRead {
+	out := make([]bucketRead, len(cmds))
+	type part struct {
+		at  int // index of cmds
+		cmd *redis.SliceCmd
+	}
+	var parts []part
+	_, err := s.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for j, cmd := range cmds {
+			ids := bucketIDs(cmd)
+			for start := 0; start < len(ids); start += maxItemsPerCall {
+				parts = append(parts, part{at: j, cmd: pipe.HMGet(ctx, s.keys[shards[j]].msg, ids[start:min(start+maxItemsPerCall, len(ids))]...)})
+			}
+		}
+		return nil
+	})
+	for _, p := range parts {
+		if p.cmd.Err() != nil {
+			out[p.at].err = fmt.Errorf("scheduler: claim shard %d: read a due bucket's envelopes: %w", shards[p.at], redisErr(p.cmd.Err()))
+			continue
+		}
+		out[p.at].envs = append(out[p.at].envs, p.cmd.Val()...)
+	}
+	if err != nil {
+		for j := range out {
+			if out[j].err == nil && len(bucketIDs(cmds[j])) > 0 {
+				out[j].err = fmt.Errorf("scheduler: claim shard %d: read a due bucket's envelopes: %w", shards[j], redisErr(err))
+			}
+		}
+	}
+	return out
+}
+
+// bucketIDs are the due buckets' ids a claim's reply names (claim.lua: { nextDue,
+// dropped, need, k, triples, id1 .. idk }), none for a reply that is not one.
+func bucketIDs(cmd *redis.Cmd) []string {
+	if cmd == nil || cmd.Err() != nil {
+		return nil
+	}
+	vals, err := cmd.Slice()
+	if err != nil || len(vals) < 4 {
+		return nil
+	}
+	k, _ := vals[3].(int64)
+	if k <= 0 || int(k) > len(vals)-4 {
+		return nil
+	}
+	ids := make([]string, k)
+	for i, v := range vals[len(vals)-int(k):] {
+		ids[i], _ = v.(string)
+	}
+	return ids
+}
+
+// bucketTriples appends to vals, a claim's reply, the (id, due, envelope) triples of
+// the due buckets' ids it took (ids) with their envelopes r: due 0 (fire at DueAt), or
+// -1 for an id without an envelope (skipped).
+func bucketTriples(shard int, vals, ids []any, r bucketRead) ([]any, error) {
+	if r.err != nil {
+		return nil, r.err
+	}
+	if len(r.envs) != len(ids) {
+		return nil, fmt.Errorf("scheduler: claim shard %d: %d envelopes read for %d ids of due buckets", shard, len(r.envs), len(ids))
+	}
+	for i, v := range ids {
+		raw, ok := r.envs[i].(string)
+		due := int64(0)
+		if !ok {
+			due = -1
+		}
+		vals = append(vals, v, due, raw)
+	}
+	return vals, nil
+}

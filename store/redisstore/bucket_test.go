@@ -80,8 +80,8 @@ func routeCount(t *testing.T, s *Store) storeapi.RouteCount {
 	return c.Routes()["orders"]
 }
 
-// TestBucketClaimedWholeAckedAndRecovered: a bucket is claimed only once all of it is
-// due by upTo (never a message early), whole, in one claim; its ids read in flight,
+// TestBucketClaimedWholeAckedAndRecovered: a bucket is claimed once its middle is due
+// by upTo, whole, in one claim, each message to fire at its DueAt; its ids read in flight,
 // leave it when acked (delivered) and go back to due when its lease ends.
 func TestBucketClaimedWholeAckedAndRecovered(t *testing.T) {
 	s, _, c := newTestStore(t, Options{Shards: 1, Buckets: true, DoneWindow: time.Minute})
@@ -94,12 +94,12 @@ func TestBucketClaimedWholeAckedAndRecovered(t *testing.T) {
 		t.Fatalf("stats: pending %d, next due %d; want 10, %d", st.Pending, st.NextDue, start)
 	}
 	tok := mustLease(t, s, 0, "i1")
-	items, next := mustClaim(t, s, 0, tok, start+bucketWidth-2, 100)
-	if len(items) != 0 || next != start+bucketWidth-1 {
-		t.Fatalf("claim before the bucket's last ms: %d items, next %d; want none, %d", len(items), next, start+bucketWidth-1)
+	items, next := mustClaim(t, s, 0, tok, start+bucketWidth/2-1, 100)
+	if len(items) != 0 || next != start {
+		t.Fatalf("claim before the bucket's middle: %d items, next %d; want none, %d", len(items), next, start)
 	}
 	deadline := start + bucketWidth + 30_000
-	items, _, err := s.Claim(ctx, 0, "i1", tok, start+bucketWidth-1, deadline, 100)
+	items, _, err := s.Claim(ctx, 0, "i1", tok, start+bucketWidth/2, deadline, 100)
 	if err != nil || len(items) != 10 {
 		t.Fatalf("claim of the bucket: %d items, %v; want 10", len(items), err)
 	}

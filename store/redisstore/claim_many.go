@@ -30,13 +30,18 @@ func (s *Store) ClaimMany(ctx context.Context, reqs []storeapi.ClaimRequest) []s
 		idx = append(idx, i)
 	}
 	cmds, err := s.evalPipelined(ctx, calls, false)
+	shards := make([]int, len(cmds))
+	for j := range cmds {
+		shards[j] = reqs[idx[j]].Shard
+	}
+	envs := s.bucketEnvelopes(ctx, shards, cmds)
 	for j, i := range idx {
 		r := reqs[i]
 		if j >= len(cmds) || cmds[j] == nil {
 			out[i].Err = fmt.Errorf("scheduler: claim shard %d: %w", r.Shard, err)
 			continue
 		}
-		out[i].Items, out[i].NextDue, out[i].Need, out[i].Replayed, out[i].Err = s.claimReply(ctx, cmds[j], r.Shard, r.Instance, r.Token, r.UpTo)
+		out[i].Items, out[i].NextDue, out[i].Need, out[i].Replayed, out[i].Err = s.claimReply(ctx, cmds[j], envs[j], r.Shard, r.Instance, r.Token, r.UpTo)
 	}
 	return out
 }

@@ -36,7 +36,8 @@ func (s *Store) Claim(ctx context.Context, shard int, instance string, token int
 		return nil, 0, fmt.Errorf("%w: claim limit %d", ErrInvalid, limit)
 	}
 	cmd := s.eval(ctx, s.claim, claimKeys(k), s.claimArgs(OwnerValue(instance, token), upTo, leaseDeadline, limit, 0, false, false, 0)...)
-	items, nextDue, _, _, err = s.claimReply(ctx, cmd, shard, instance, token, upTo)
+	envs := s.bucketEnvelopes(ctx, []int{shard}, []*redis.Cmd{cmd})
+	items, nextDue, _, _, err = s.claimReply(ctx, cmd, envs[0], shard, instance, token, upTo)
 	return items, nextDue, err
 }
 
@@ -67,7 +68,9 @@ func boolArg(b bool) int {
 // claim sent again whose first run's reply was lost (claim.lua returned that run's
 // messages again); need is the byte size of the first due message a byte budget left
 // due (0: none).
-func (s *Store) claimReply(ctx context.Context, cmd *redis.Cmd, shard int, instance string, token int64, upTo int64) (items []*envelope.Envelope, nextDue, need int64, replayed bool, err error) {
+// envs are the envelopes of the due buckets' ids the claim took, in their order
+// (bucketEnvelopes).
+func (s *Store) claimReply(ctx context.Context, cmd *redis.Cmd, envs bucketRead, shard int, instance string, token int64, upTo int64) (items []*envelope.Envelope, nextDue, need int64, replayed bool, err error) {
 	if err := cmd.Err(); err != nil {
 		if redis.HasErrorPrefix(err, "FENCED") {
 			return nil, 0, 0, false, fmt.Errorf("%w: shard %d, %s: %v", ErrFenced, shard, OwnerValue(instance, token), err)
@@ -97,7 +100,7 @@ func (s *Store) claimReply(ctx context.Context, cmd *redis.Cmd, shard int, insta
 	if len(bucketed) > 0 {
 		// The due buckets' ids (lua/includes/bucket.lua): their envelopes are read here,
 		// outside the script, each due at its DueAt (score 0 below).
-		if vals, err = s.bucketTriples(ctx, shard, vals, bucketed); err != nil {
+		if vals, err = bucketTriples(shard, vals, bucketed, envs); err != nil {
 			return nil, 0, 0, false, err
 		}
 	}
@@ -146,33 +149,6 @@ func (s *Store) claimReply(ctx context.Context, cmd *redis.Cmd, shard int, insta
 		}
 	}
 	return items, nextDue, need, replayed, nil
-}
-
-// bucketTriples appends to vals, a claim's reply, the (id, due, envelope) triples of
-// the ids of the due buckets it claimed, their envelopes read with one HMGET per 512
-// ids; due 0 (fire at DueAt), or -1 for an id without an envelope (skipped).
-func (s *Store) bucketTriples(ctx context.Context, shard int, vals, ids []any) ([]any, error) {
-	k := s.keys[shard]
-	for start := 0; start < len(ids); start += maxItemsPerCall {
-		part := ids[start:min(start+maxItemsPerCall, len(ids))]
-		names := make([]string, len(part))
-		for i, v := range part {
-			names[i], _ = v.(string)
-		}
-		envs, err := s.rdb.HMGet(ctx, k.msg, names...).Result()
-		if err != nil {
-			return nil, fmt.Errorf("scheduler: claim shard %d: read a due bucket's envelopes: %w", shard, redisErr(err))
-		}
-		for i, e := range envs {
-			raw, ok := e.(string)
-			due := int64(0)
-			if !ok {
-				due = -1
-			}
-			vals = append(vals, names[i], due, raw)
-		}
-	}
-	return vals, nil
 }
 
 // replyInt reads an integer a script returned as a number or as a sorted set score

@@ -208,11 +208,13 @@ type Delivery interface {
 	// shard out of range: ErrInvalid.
 	//
 	// A store may keep messages due close together as one group that a claim takes
-	// whole once all of it is due by upTo (the Redis store's due buckets: a 1,024 ms
-	// window of a shard's Kafka default ids): such a group passes limit by at most its
-	// size (a byte budget, ClaimRequest.MaxBytes, still holds), and nextDue may then be
-	// the group's latest due time, at most the group's width after its earliest, so
-	// the caller's lookahead must be at least that width.
+	// whole (the Redis store's due buckets: a 1,024 ms window of a shard's Kafka default
+	// ids) once the middle of its window is due by upTo: such a group passes limit by at
+	// most its size (a byte budget, ClaimRequest.MaxBytes, still holds) and may hold
+	// messages due up to half its width after upTo (each fires at its due time); nextDue
+	// is then the start of its window. A caller that claims half its lookahead before
+	// nextDue takes each group before its first message is due as long as the lookahead
+	// is at least the group's width.
 	//
 	// Damaged entries never wedge a shard: an id without an envelope is dropped, an
 	// envelope that does not decode is moved to the dead letters as it is, and one
