@@ -21,36 +21,31 @@
 -- ixstart/ixget/doneOf come from index.lua, cofind from cold.lua (a pending message
 -- in the cold tier), which this script includes.
 local id = ARGV[1]
-local states = { 'pending', 'inflight', 'dead' }
-for i = 1, 3 do
-  local k = KEYS[1]
-  if i == 2 then k = KEYS[3] elseif i == 3 then k = KEYS[4] end
-  local score = redis.call('ZSCORE', k, id)
-  if score and i == 2 then
-    local due, nenv = nxget(KEYS[6], id)
-    if due then
-      return { 'pending', due, nenv }
-    end
-  end
-  if score then
-    local env = redis.call('HGET', KEYS[2], id)
-    if env then
-      return { states[i], tonumber(score), env }
-    end
-    return { states[i], tonumber(score) }
-  end
-end
-local env = redis.call('HGET', KEYS[2], id)
-if env then
-  local st, score = hbwhere(hbase(KEYS[1]), id, env)
+-- found is the reply for id in state st at score: an in-flight id with a successor
+-- reads as that successor, pending at its due time.
+local function found(st, score, env)
   if st == 'inflight' then
     local due, nenv = nxget(KEYS[6], id)
     if due then
       return { 'pending', due, nenv }
     end
   end
+  return { st, tonumber(score), env }
+end
+local states = { 'pending', 'inflight', 'dead' }
+for i = 1, 3 do
+  local k = KEYS[1]
+  if i == 2 then k = KEYS[3] elseif i == 3 then k = KEYS[4] end
+  local score = redis.call('ZSCORE', k, id)
+  if score then
+    return found(states[i], score, redis.call('HGET', KEYS[2], id) or nil)
+  end
+end
+local env = redis.call('HGET', KEYS[2], id)
+if env then
+  local st, score = hbwhere(hbase(KEYS[1]), id, env) -- in a due bucket (bucket.lua)
   if st then
-    return { st, score, env }
+    return found(st, score, env)
   end
 end
 local ix = ixstart(KEYS[5], '')

@@ -13,23 +13,46 @@ import (
 	"github.com/delaybridge/delay-bridge/testkit"
 )
 
+// startBucketed starts a scheduler on a store of its own with due buckets (cluster
+// "b", shards shards) and a 2 s lookahead, as the bridge's defaults.
+func startBucketed(t *testing.T, r *testkit.Redis, shards int) (*harness, *redisstore.Store, *recordingSink) {
+	t.Helper()
+	sink := &recordingSink{}
+	var st *redisstore.Store
+	h := startScheduler(t, r, "i1", sink, func(o *scheduler.Options) {
+		var err error
+		st, err = redisstore.New(context.Background(), r.Client(), redisstore.Options{Prefix: "t", Cluster: "b", Shards: shards, DoneWindow: time.Hour, Buckets: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Store, o.Lookahead, o.MaxInMemory, o.ClaimBatch, o.MaxInMemoryBytes = st, 2*time.Second, 100000, 1000, 64<<20
+	})
+	return h, st, sink
+}
+
+// checkOnce fails unless every message of got was published once, never early and,
+// with late >= 0, at most late ms after its due time.
+func checkOnce(t *testing.T, got []published, late int64) {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, p := range got {
+		if seen[p.id] {
+			t.Fatalf("%s published twice", p.id)
+		}
+		seen[p.id] = true
+		if p.at < p.due || (late >= 0 && p.at > p.due+late) {
+			t.Fatalf("%s published at due%+d ms", p.id, p.at-p.due)
+		}
+	}
+}
+
 // TestBucketedMessagesFireOnceOnTime: Kafka default ids parked into due buckets
 // (redisstore.Options.Buckets) are claimed a bucket at a time by the pumps and each
 // fires once, never early and within the lookahead's margin, and none is left in
 // flight (a copy the dispatcher refused would be recovered only at its lease's end).
 func TestBucketedMessagesFireOnceOnTime(t *testing.T) {
 	r := testkit.StartRedis(t)
-	sink := &recordingSink{}
-	var st *redisstore.Store
-	h := startScheduler(t, r, "i1", sink, func(o *scheduler.Options) {
-		var err error
-		st, err = redisstore.New(context.Background(), r.Client(), redisstore.Options{Prefix: "t", Cluster: "c", Shards: 8, DoneWindow: time.Hour, Buckets: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		o.Store, o.Lookahead, o.MaxInMemory, o.ClaimBatch = st, 2*time.Second, 100000, 1000
-	})
-	_ = h
+	_, st, sink := startBucketed(t, r, 8)
 	now := time.Now().UnixMilli()
 	var envs []*envelope.Envelope
 	for p := range 3 {
@@ -54,19 +77,7 @@ func TestBucketedMessagesFireOnceOnTime(t *testing.T) {
 	}
 	waitFor(t, "every message published", 20*time.Second, func() bool { return len(sink.snapshot()) >= len(envs) })
 	time.Sleep(200 * time.Millisecond)
-	seen := map[string]bool{}
-	for _, p := range sink.snapshot() {
-		if seen[p.id] {
-			t.Fatalf("%s published twice", p.id)
-		}
-		seen[p.id] = true
-		if p.at < p.due {
-			t.Fatalf("%s published %d ms early", p.id, p.due-p.at)
-		}
-		if p.at > p.due+1000 {
-			t.Fatalf("%s published %d ms late", p.id, p.at-p.due)
-		}
-	}
+	checkOnce(t, sink.snapshot(), 1000)
 	waitFor(t, "nothing left in flight", 5*time.Second, func() bool {
 		p, f, _ := totals(t, st)
 		return p == 0 && f == 0
@@ -78,16 +89,7 @@ func TestBucketedMessagesFireOnceOnTime(t *testing.T) {
 // or not), each fire once, never early, within a second of due, and nothing is left.
 func TestBucketedFetchesThroughIntake(t *testing.T) {
 	r := testkit.StartRedis(t)
-	sink := &recordingSink{}
-	var st *redisstore.Store
-	h := startScheduler(t, r, "i1", sink, func(o *scheduler.Options) {
-		var err error
-		st, err = redisstore.New(context.Background(), r.Client(), redisstore.Options{Prefix: "t", Cluster: "b", Shards: 64, DoneWindow: time.Hour, Buckets: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		o.Store, o.Lookahead, o.MaxInMemory, o.ClaimBatch, o.MaxInMemoryBytes = st, 2*time.Second, 100000, 1000, 64<<20
-	})
+	h, st, sink := startBucketed(t, r, 64)
 	waitFor(t, "the scheduler owns its shards", 5*time.Second, func() bool { return h.sched.OwnsShard(0) && h.sched.OwnsShard(63) })
 	n := 0
 	for f := range 30 {
@@ -109,16 +111,7 @@ func TestBucketedFetchesThroughIntake(t *testing.T) {
 	}
 	waitFor(t, "every message published", 20*time.Second, func() bool { return len(sink.snapshot()) >= n })
 	time.Sleep(200 * time.Millisecond)
-	seen := map[string]bool{}
-	for _, p := range sink.snapshot() {
-		if seen[p.id] {
-			t.Fatalf("%s published twice", p.id)
-		}
-		seen[p.id] = true
-		if p.at < p.due || p.at > p.due+1000 {
-			t.Fatalf("%s published at due%+d ms", p.id, p.at-p.due)
-		}
-	}
+	checkOnce(t, sink.snapshot(), 1000)
 	waitFor(t, "nothing left in flight", 5*time.Second, func() bool {
 		p, f, _ := totals(t, st)
 		return p == 0 && f == 0
