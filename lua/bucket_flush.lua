@@ -1,10 +1,9 @@
 --- @include "bucket"
--- bucket_flush: move a shard's due buckets into due and inflight (bucket.lua's
--- hbflush), so that the readers that range over them by score see every message.
+-- bucket_flush: move some of a shard's due buckets into due and inflight (bucket.lua's
+-- hbflush), so that the readers that range over them by score see their messages; the
+-- caller calls it until none is left, each call bounded.
 --
 -- KEYS[1] due  ZSET (the buckets' names are built from it; then the shard's slotguard)
--- Returns the number of ids the shard's buckets held.
-local base = hbase(KEYS[1])
-local n = redis.call('HMGET', base .. 'hs', 'p', 'f')
-hbflush(base)
-return (tonumber(n[1]) or 0) + (tonumber(n[2]) or 0)
+-- ARGV[1] at most this many pending and this many claimed buckets per call
+-- Returns how many buckets are left.
+return hbflush(hbase(KEYS[1]), tonumber(ARGV[1]))

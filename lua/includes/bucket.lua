@@ -112,9 +112,10 @@ local function hbout(base, id, env)
   return st
 end
 
--- hbunclaim moves the claimed buckets whose deadline is at or below cutoff ("+inf":
--- all), or exactly at ARGV-given deadline when exact, into inflight under that
--- deadline, at most limit buckets; returns how many ids it moved.
+-- hbunclaim moves the claimed buckets whose deadline is in [lo, hi] (scores as
+-- ZRANGEBYSCORE takes them: "-inf", "+inf"), at most limit of them, into inflight
+-- under their deadline, and drops the entries of those acked whole; returns how many
+-- ids it moved.
 local function hbunclaim(base, lo, hi, limit)
   local page = redis.call('ZRANGEBYSCORE', base .. 'hf', lo, hi, 'WITHSCORES', 'LIMIT', '0', itoa(limit))
   local moved = 0
@@ -139,11 +140,13 @@ local function hbunclaim(base, lo, hi, limit)
   return moved
 end
 
--- hbflush moves every pending bucket of the shard into due (at each message's due
--- time) and every claimed one into inflight: the readers that range over due or
--- inflight by score (browse, counts, edges) see every message there.
-local function hbflush(base)
-  for _, b in ipairs(redis.call('ZRANGE', base .. 'hb', '0', '-1')) do
+-- hbflush moves up to limit pending buckets of the shard into due (at each message's
+-- due time) and up to limit claimed ones into inflight, so that the readers that range
+-- over due or inflight by score (browse, counts, edges) see those messages there;
+-- returns how many buckets of either kind are left.
+local function hbflush(base, limit)
+  local bs = redis.call('ZRANGE', base .. 'hb', '0', itoa(limit - 1))
+  for _, b in ipairs(bs) do
     local key = base .. 'hb:' .. b
     local ids = redis.call('SMEMBERS', key)
     for first = 1, #ids, 500 do
@@ -157,10 +160,13 @@ local function hbflush(base)
       redis.call('ZADD', base .. 'due', unpack(z))
     end
     redis.call('DEL', key, base .. 'hc:' .. b)
+    redis.call('HINCRBY', base .. 'hs', 'p', itoa(-#ids))
   end
-  redis.call('DEL', base .. 'hb')
-  redis.call('HSET', base .. 'hs', 'p', '0')
-  hbunclaim(base, '-inf', '+inf', 1000000)
+  if #bs > 0 then
+    redis.call('ZREM', base .. 'hb', unpack(bs))
+  end
+  hbunclaim(base, '-inf', '+inf', limit)
+  return redis.call('ZCARD', base .. 'hb') + redis.call('ZCARD', base .. 'hf')
 end
 
 -- hbnext is the start of the earliest pending bucket (the earliest due time it may

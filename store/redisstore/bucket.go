@@ -121,16 +121,37 @@ func appendAckBuckets(args []any, dues []int64) []any {
 // (lua/bucket_flush.lua), for the readers that range over those by score: browse,
 // counts and edges by score, bulk jobs. A bucket holds messages due within the cold
 // horizon, so a flush moves at most that much; parks after it bucket again.
+// Each call moves at most flushBuckets buckets of each kind (a few thousand messages),
+// so that Redis answers others between them; the shards that have more go again.
 func (s *Store) flushBuckets(ctx context.Context) error {
-	calls := make([]call, len(s.keys))
-	for i, k := range s.keys {
-		calls[i] = call{sc: s.bucketFlush, keys: withGuard(k, []string{k.due})}
+	shards := make([]int, len(s.keys))
+	for i := range shards {
+		shards[i] = i
 	}
-	if _, err := s.evalPipelined(ctx, calls, false); err != nil {
-		return fmt.Errorf("scheduler: flush due buckets: %w", err)
+	for len(shards) > 0 {
+		calls := make([]call, len(shards))
+		for i, sh := range shards {
+			k := s.keys[sh]
+			calls[i] = call{sc: s.bucketFlush, keys: withGuard(k, []string{k.due}), args: []any{bucketsPerFlush}}
+		}
+		cmds, err := s.evalPipelined(ctx, calls, false)
+		if err != nil {
+			return fmt.Errorf("scheduler: flush due buckets: %w", err)
+		}
+		more := shards[:0]
+		for i, cmd := range cmds {
+			if n, _ := cmd.Int64(); n > 0 {
+				more = append(more, shards[i])
+			}
+		}
+		shards = more
 	}
 	return nil
 }
+
+// bucketsPerFlush bounds one bucket_flush call: up to this many pending and claimed
+// buckets each (4 × 1,024 ids at most).
+const bucketsPerFlush = 4
 
 func (k shardKeys) bucketIndex() string { return k.due[:len(k.due)-len("due")] + "hb" }
 func (k shardKeys) bucketStats() string { return k.due[:len(k.due)-len("due")] + "hs" }

@@ -230,3 +230,22 @@ func TestBucketLargerThanOneRead(t *testing.T) {
 		t.Fatalf("claimed %d distinct of %d", len(seen), n)
 	}
 }
+
+// TestBucketFlushGoesOnUntilEmpty: the readers by score see every bucketed message,
+// however many buckets a shard holds (a flush call moves a few).
+func TestBucketFlushGoesOnUntilEmpty(t *testing.T) {
+	s, _, c := newTestStore(t, Options{Shards: 1, Buckets: true, DoneWindow: time.Minute})
+	now := time.Now().UnixMilli()
+	start := (now/bucketWidth + 5) * bucketWidth
+	n := 3*bucketsPerFlush + 1
+	for k := range n {
+		bucketedAt(t, s, c, 1, k, 1, start+int64(k)*bucketWidth)
+	}
+	got, err := s.CountRange(storeCtx(t), StatePending, 0, 0)
+	if err != nil || got != int64(n) {
+		t.Fatalf("count of pending: %d, %v; want %d", got, err, n)
+	}
+	if left, _ := c.ZCard(storeCtx(t), s.keys[0].bucketIndex()).Result(); left != 0 {
+		t.Fatalf("%d buckets left after the flush", left)
+	}
+}
