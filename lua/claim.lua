@@ -127,6 +127,73 @@ local taken = 0
 local step = 500
 local byte, sub = string.byte, string.sub
 local full = false
+-- First the whole buckets whose middle is due by upTo, while they fit (bucket.lua). One
+-- that does not fit ends the claim, its size the need: the next claim, sized for it,
+-- takes it before anything else (taken after the due entries, each claim's new ones
+-- would use the budget first and leave the bucket behind for as long as they came).
+local bids = {}
+local bn = nil -- the start of the earliest bucket left pending, -1 none, nil unread
+do
+  -- the head of the pending buckets, claimed while due by upTo; the first one left is
+  -- the next due (bn)
+  local bs = redis.call('ZRANGE', base .. 'hb', '0', '15', 'WITHSCORES')
+  local hw = nil
+  bn = #bs > 0 and tonumber(bs[2]) - HB_W / 2 or -1
+  for i = 1, #bs, 2 do
+    local b = bs[i]
+    if tonumber(bs[i + 1]) > tonumber(ARGV[2]) then
+      break
+    end
+    local key = base .. 'hb:' .. b
+    local hc = redis.call('HGETALL', base .. 'hc:' .. b)
+    local k, size, routes = redis.call('SCARD', key), 0, {}
+    for j = 1, #hc, 2 do
+      if hc[j] == '\0b' then
+        size = tonumber(hc[j + 1])
+      else
+        routes[hc[j]] = tonumber(hc[j + 1])
+      end
+    end
+    size = size + k * per
+    -- a bucket goes whole: the byte budget holds, the count may pass limit by a bucket
+    if k > 0 and used + size > budget and not (alone and taken == 0) then
+      out[3] = size
+      full = true
+      break
+    end
+    if k > 0 then
+      local fk = base .. 'hf:' .. b
+      redis.call('RENAME', key, fk)
+      redis.call('ZADD', base .. 'hf', ARGV[3], b)
+      for _, id in ipairs(redis.call('SMEMBERS', fk)) do
+        bids[#bids + 1] = id
+      end
+      for route, c in pairs(routes) do
+        if c ~= 0 then
+          moved[route] = (moved[route] or 0) + c
+        end
+      end
+      taken, used = taken + k, used + size
+    end
+    redis.call('DEL', key, base .. 'hc:' .. b)
+    redis.call('ZREM', base .. 'hb', b)
+    hw = b
+    if bs[i + 3] then
+      bn = tonumber(bs[i + 3]) - HB_W / 2
+    elseif #bs == 32 then
+      bn = 0 -- the head read is used up: claim again at once
+    else
+      bn = -1
+    end
+  end
+  if hw then
+    redis.call('HSET', base .. 'hs', 'w', hw)
+  end
+  if #bids > 0 then
+    redis.call('HINCRBY', base .. 'hs', 'p', itoa(-#bids))
+    redis.call('HINCRBY', base .. 'hs', 'f', itoa(#bids))
+  end
+end
 for li = 1, #lists do
   local ids, st = lists[li], strides[li]
   local first = 1
@@ -210,69 +277,6 @@ for li = 1, #lists do
         redis.call('ZADD', KEYS[3], unpack(zadd, 1, math.min(#zadd, 2 * took)))
       end
     end
-  end
-end
--- Then whole buckets whose middle is due by upTo, while they fit what is left.
-local bids = {}
-local bn = nil -- the last ms of the earliest bucket left pending, -1 none, nil unread
-if not full then
-  -- the head of the pending buckets, claimed while due by upTo; the first one left is
-  -- the next due (bn)
-  local bs = redis.call('ZRANGE', base .. 'hb', '0', '15', 'WITHSCORES')
-  local hw = nil
-  bn = #bs > 0 and tonumber(bs[2]) - HB_W / 2 or -1
-  for i = 1, #bs, 2 do
-    local b = bs[i]
-    if tonumber(bs[i + 1]) > tonumber(ARGV[2]) then
-      break
-    end
-    local key = base .. 'hb:' .. b
-    local hc = redis.call('HGETALL', base .. 'hc:' .. b)
-    local k, size, routes = redis.call('SCARD', key), 0, {}
-    for j = 1, #hc, 2 do
-      if hc[j] == '\0b' then
-        size = tonumber(hc[j + 1])
-      else
-        routes[hc[j]] = tonumber(hc[j + 1])
-      end
-    end
-    size = size + k * per
-    -- a bucket goes whole: the byte budget holds, the count may pass limit by a bucket
-    if k > 0 and used + size > budget and not (alone and taken == 0) then
-      out[3] = size
-      break
-    end
-    if k > 0 then
-      local fk = base .. 'hf:' .. b
-      redis.call('RENAME', key, fk)
-      redis.call('ZADD', base .. 'hf', ARGV[3], b)
-      for _, id in ipairs(redis.call('SMEMBERS', fk)) do
-        bids[#bids + 1] = id
-      end
-      for route, c in pairs(routes) do
-        if c ~= 0 then
-          moved[route] = (moved[route] or 0) + c
-        end
-      end
-      taken, used = taken + k, used + size
-    end
-    redis.call('DEL', key, base .. 'hc:' .. b)
-    redis.call('ZREM', base .. 'hb', b)
-    hw = b
-    if bs[i + 3] then
-      bn = tonumber(bs[i + 3]) - HB_W / 2
-    elseif #bs == 32 then
-      bn = 0 -- the head read is used up: claim again at once
-    else
-      bn = -1
-    end
-  end
-  if hw then
-    redis.call('HSET', base .. 'hs', 'w', hw)
-  end
-  if #bids > 0 then
-    redis.call('HINCRBY', base .. 'hs', 'p', itoa(-#bids))
-    redis.call('HINCRBY', base .. 'hs', 'f', itoa(#bids))
   end
 end
 -- the buckets' ids go last: { nextDue, dropped, need, k, triples, id1 .. idk }

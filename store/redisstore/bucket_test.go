@@ -249,3 +249,41 @@ func TestBucketFlushGoesOnUntilEmpty(t *testing.T) {
 		t.Fatalf("%d buckets left after the flush", left)
 	}
 }
+
+// TestBucketBeforeDueEntriesUnderAByteBudget: a bucket a claim's byte budget cannot hold
+// ends the claim with its size as the need, and the claim sized for it takes it before
+// the due entries parked meanwhile (taken after them, each claim's new entries would
+// use the budget first and leave the bucket behind while they came).
+func TestBucketBeforeDueEntriesUnderAByteBudget(t *testing.T) {
+	s, _, c := newTestStore(t, Options{Shards: 1, Buckets: true, DoneWindow: time.Minute})
+	ctx := storeCtx(t)
+	now := time.Now().UnixMilli()
+	start := (now/bucketWidth + 5) * bucketWidth
+	bucketedAt(t, s, c, 1, 0, 10, start)
+	tok := mustLease(t, s, 0, "i1")
+	parkDue := func(id string) {
+		t.Helper()
+		if _, _, err := s.ParkEach(ctx, []*envelope.Envelope{env(id, start)}); err != nil { // not a Kafka id: due
+			t.Fatal(err)
+		}
+	}
+	claim := func(maxBytes int64, deadline int64) storeapi.ClaimResult {
+		t.Helper()
+		res := s.ClaimMany(ctx, []storeapi.ClaimRequest{{Shard: 0, Instance: "i1", Token: tok, UpTo: start + bucketWidth,
+			LeaseDeadline: deadline, Limit: 100, MaxBytes: maxBytes}})[0]
+		if res.Err != nil {
+			t.Fatal(res.Err)
+		}
+		return res
+	}
+	parkDue("user-1")
+	first := claim(2000, start+60_000)
+	if len(first.Items) != 0 || first.Need < 10*storeapi.MemOverhead {
+		t.Fatalf("claim under 2,000 bytes: %d items, need %d; want none and the bucket's size", len(first.Items), first.Need)
+	}
+	parkDue("user-2")
+	second := claim(first.Need, start+60_001)
+	if len(second.Items) != 10 {
+		t.Fatalf("claim sized for the bucket took %d messages, want its 10", len(second.Items))
+	}
+}
