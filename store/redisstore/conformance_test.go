@@ -152,3 +152,15 @@ func TestConformanceMiniredisBuckets(t *testing.T) {
 		return subjectOf(t, c, "delaybridge", "default", bucketed(cfg), m.FastForward)
 	}, storetest.Options{})
 }
+
+// TestConformanceRedisClusterBuckets: the suite with due buckets on a real Redis
+// Cluster, whose bucket keys the scripts name (they must share the shard's slot).
+func TestConformanceRedisClusterBuckets(t *testing.T) {
+	cc := testkit.StartRedisCluster(t, 3).Client()
+	var n atomic.Int64
+	storetest.Run(t, func(t *testing.T, cfg storetest.Config) storetest.Subject {
+		opt := bucketed(cfg)
+		opt.Cluster = fmt.Sprintf("bk%d", n.Add(1))
+		return subjectOf(t, cc, "delaybridge", opt.Cluster, opt, time.Sleep)
+	}, storetest.Options{})
+}
