@@ -77,7 +77,7 @@ func (f *claimFault) claimedSome(cmds []redis.Cmder) int {
 			continue
 		}
 		if cmd, ok := c.(*redis.Cmd); ok {
-			if vals, err := cmd.Slice(); err == nil && len(vals) > 3 { // { nextDue, dropped, need, id, due, env, ... }
+			if vals, err := cmd.Slice(); err == nil && len(vals) > 4 { // { nextDue, dropped, need, k, id, due, env, ..., k bucket ids }
 				n++
 			}
 		}
