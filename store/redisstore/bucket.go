@@ -119,10 +119,9 @@ func appendAckBuckets(args []any, dues []int64) []any {
 
 // flushBuckets moves every shard's due buckets into its due and inflight sorted sets
 // (lua/bucket_flush.lua), for the readers that range over those by score: browse,
-// counts and edges by score, bulk jobs. A bucket holds messages due within the cold
-// horizon, so a flush moves at most that much; parks after it bucket again.
-// Each call moves at most flushBuckets buckets of each kind (a few thousand messages),
-// so that Redis answers others between them; the shards that have more go again.
+// counts and edges by score, bulk jobs; parks after it bucket again. Each call moves at
+// most bucketsPerFlush buckets of each kind (a few thousand messages), so that Redis
+// answers others between them; the shards that have more go again.
 func (s *Store) flushBuckets(ctx context.Context) error {
 	shards := make([]int, len(s.keys))
 	for i := range shards {
